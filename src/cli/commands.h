@@ -1,0 +1,8 @@
+// Each CLI subcommand lives in its own file (cli/cmd_*.cpp) and registers itself on the root app.
+// Add a declaration here and one line in main.cpp per subcommand.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace inferscale::cli {
+
+}  // namespace inferscale::cli

@@ -1,0 +1,43 @@
+// A loaded model: config, weights (in their stored dtype, often a view into a mapped file),
+// tokenizer and chat template. `load_model` understands:
+//   "demo"                      built-in deterministic random Llama + byte tokenizer (the default)
+//   DIR                         HF layout: config.json + model.safetensors or sharded index,
+//                               tokenizer.json / tokenizer.model, tokenizer_config.json
+//   FILE.gguf                   GGUF v3, llama architecture, F32/F16/BF16 tensors, vocab inside
+//   DIR or config.json with LoadOptions::random_weights: seeded random weights of that shape
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferscale {
+
+struct LoadOptions {
+  bool random_weights = false;
+  uint64_t seed = 0;
+  std::string tokenizer_path;  // overrides the tokenizer found beside the model
+};
+
+struct Model {
+  ModelConfig config;
+  ModelWeights weights;
+  std::shared_ptr<const Tokenizer> tokenizer;  // never null after load_model
+  ChatTemplate chat_template;
+  std::string name;        // short name for listings (/v1/models)
+  std::string source;      // what was loaded: a path or "demo"
+  bool random_weights = false;  // its text is meaningless
+  // Identifies weights + tokenizer for KV fingerprints: changes whenever the numbers could.
+  std::string fingerprint;
+};
+
+Model load_model(const std::string& spec, const LoadOptions& opts = {});
+
+// Seeded random weights of cfg's shape, f32, at a sane scale (normal(0, 0.02), norms 1).
+ModelWeights make_random_weights(const ModelConfig& cfg, uint64_t seed);
+
+}  // namespace inferscale
