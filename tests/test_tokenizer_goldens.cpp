@@ -76,7 +76,7 @@ TEST(TokenizerGoldens, QwenSlowFilesMatchTokenizerJson) {
   const std::string dir = shared_data("tokenizers/qwen2.5");
   IS_SKIP_WITHOUT(dir + "/vocab.json");
   const auto tok = HfTokenizer::from_qwen2_files(dir + "/vocab.json", dir + "/merges.txt",
-                                                 read_json_file(dir + "/tokenizer_config.json"));
+                                                 read_tokenizer_json(dir + "/tokenizer_config.json"));
   EXPECT_EQ(tok->vocab_size(), 151665);  // Qwen2.5: 151,643 BPE tokens + 22 added
   check_goldens(*tok, "qwen_goldens.json", {.nfc = true});
 }

@@ -188,7 +188,7 @@ TEST(LoadTokenizer, EncodesConversationTurnsFast) {
   IS_SKIP_WITHOUT(data);
   IS_SKIP_WITHOUT(dir);
   std::vector<std::string> turns;
-  for (const auto& sample : read_json_file(data))
+  for (const auto& sample : read_tokenizer_json(data))
     for (const auto& [key, session] : sample.at("conversation").items())
       if (session.is_array())
         for (const auto& turn : session) turns.push_back(turn.at("text").get<std::string>());

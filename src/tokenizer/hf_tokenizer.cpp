@@ -43,7 +43,7 @@ AddedToken parse_added(const json& t, int32_t id) {
 }  // namespace
 
 std::shared_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
-  return from_json(read_json_file(path), path);
+  return from_json(read_tokenizer_json(path), path);
 }
 
 std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::string& source) {
@@ -180,7 +180,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
 std::shared_ptr<HfTokenizer> HfTokenizer::from_qwen2_files(const std::string& vocab_json,
                                                            const std::string& merges_txt, const json& config) {
   std::shared_ptr<HfTokenizer> tok(new HfTokenizer());
-  const json vocab = read_json_file(vocab_json);
+  const json vocab = read_tokenizer_json(vocab_json);
   std::vector<std::string> bytes;
   try {
     for (const auto& [token, id_json] : vocab.items()) {

@@ -7,7 +7,7 @@
 
 namespace inferscale {
 
-nlohmann::json read_json_file(const std::string& path) {
+nlohmann::json read_tokenizer_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   IS_REQUIRE(in.good(), kNotFound, "cannot open {}", path);
   std::stringstream ss;

@@ -1,5 +1,6 @@
-// Reads a JSON file for the tokenizer loaders; errors name the file (kNotFound when it cannot be
-// opened, kInvalidInput with the parser's message when it is malformed).
+// Reads a JSON file for the tokenizer loaders (tokenizer.json, tokenizer_config.json, vocab.json).
+// Errors name the file: kNotFound when it cannot be opened, kInvalidInput with the parser's message
+// when it is malformed.
 #pragma once
 #include <string>
 
@@ -7,6 +8,6 @@
 
 namespace inferscale {
 
-nlohmann::json read_json_file(const std::string& path);
+nlohmann::json read_tokenizer_json(const std::string& path);
 
 }  // namespace inferscale

@@ -9,6 +9,16 @@
 #include "tokenizer/spm_tokenizer.h"
 #include "util/check.h"
 
+// The GGUF reader (src/model/gguf.cpp) comes with branch model; byte_spans.h arrives in the same
+// commit. TODO(tok): drop this switch once the reader is on main.
+#if __has_include("model/byte_spans.h")
+#include "model/gguf.h"
+#include "tokenizer/gguf_vocab.h"
+#define INFERSCALE_HAVE_GGUF_READER 1
+#else
+#define INFERSCALE_HAVE_GGUF_READER 0
+#endif
+
 namespace inferscale {
 namespace {
 
@@ -62,12 +72,31 @@ ChatFamily guess_chat_family(const Tokenizer& tok) {
   return ChatFamily::kNone;
 }
 
+// A GGUF file carries its vocabulary, specials and chat template in its metadata.
+LoadedTokenizer load_gguf(const std::string& path) {
+#if INFERSCALE_HAVE_GGUF_READER
+  const GgufFile file = GgufFile::open(path);
+  LoadedTokenizer out;
+  out.tokenizer = make_gguf_tokenizer(file);
+  const std::string jinja = file.has("tokenizer.chat_template") ? file.get_string("tokenizer.chat_template") : "";
+  const ChatFamily family = jinja.empty() ? guess_chat_family(*out.tokenizer) : ChatTemplate::detect(jinja);
+  const auto bos = out.tokenizer->bos_id();
+  const auto eos = out.tokenizer->eos_ids();
+  out.chat = ChatTemplate(family, bos ? out.tokenizer->id_to_token(*bos) : "",
+                          eos.empty() ? "" : out.tokenizer->id_to_token(eos[0]));
+  return out;
+#else
+  IS_THROW(kUnsupported, "{}: GGUF tokenizers need the GGUF reader, which this build lacks", path);
+#endif
+}
+
 LoadedTokenizer load_tokenizer(const std::string& path) {
   const fs::path p(path);
   IS_REQUIRE(fs::exists(p), kNotFound, "tokenizer path {} does not exist", path);
+  if (!fs::is_directory(p) && p.extension() == ".gguf") return load_gguf(path);
   const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
   const fs::path config_path = dir / "tokenizer_config.json";
-  const json config = fs::exists(config_path) ? read_json_file(config_path.string()) : json::object();
+  const json config = fs::exists(config_path) ? read_tokenizer_json(config_path.string()) : json::object();
   IS_REQUIRE(config.is_object(), kInvalidInput, "{}: expected a JSON object", config_path.string());
 
   std::shared_ptr<TokenizerBase> tok;

@@ -1,6 +1,7 @@
 // Finds and loads a model's tokenizer and chat template.
 //
-// `path` is a model directory or a tokenizer file. In a directory, the first that exists wins:
+// `path` is a model directory, a tokenizer file or a .gguf model (its `llama` vocabulary, see
+// gguf_vocab.h, and tokenizer.chat_template). In a directory, the first that exists wins:
 //   tokenizer.json                       HF byte-level BPE (Llama 3, Qwen2.5)
 //   tokenizer.model, tokenizer.model.v3  SentencePiece (Mistral)
 //   vocab.json + merges.txt              Qwen2Tokenizer slow files (needs tokenizer_config.json)
