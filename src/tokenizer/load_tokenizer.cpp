@@ -129,8 +129,12 @@ LoadedTokenizer load_tokenizer(const std::string& path) {
     return id;
   };
   if (const auto bos = lookup("bos_token")) s.bos = bos;
-  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean() && tok->kind() != "bpe")
-    s.add_bos = config["add_bos_token"].get<bool>() && s.bos.has_value();  // HF's fast BPE follows its post-processor
+  // A tokenizer.json decides BOS by its post-processor (as HF's fast tokenizers do); otherwise the
+  // config's add_bos_token does.
+  const bool has_post_processor = dynamic_cast<const HfTokenizer*>(tok.get()) != nullptr &&
+                                  (fs::exists(dir / "tokenizer.json") || p.extension() == ".json");
+  if (!has_post_processor && config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+    s.add_bos = config["add_bos_token"].get<bool>() && s.bos.has_value();
   if (const auto eos = lookup("eos_token")) {
     std::vector<int32_t> ids{*eos};
     for (const int32_t id : s.eos)
