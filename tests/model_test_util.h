@@ -34,9 +34,11 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 class ScratchDir {
  public:
   ScratchDir() {
+    static int counter = 0;
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     path_ = std::filesystem::temp_directory_path() /
-            ("inferscale_" + std::string(info ? info->name() : "test") + "_" + std::to_string(::getpid()));
+            ("inferscale_" + std::string(info ? info->name() : "test") + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }
