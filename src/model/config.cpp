@@ -4,10 +4,9 @@
 #include "model/config.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "model/json_file.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -291,14 +290,7 @@ ModelConfig ModelConfig::from_hf_json(const json& j) {
 }
 
 ModelConfig ModelConfig::from_hf_file(const std::string& path) {
-  std::ifstream in(path);
-  IS_REQUIRE(in.good(), kNotFound, "cannot open model config {}", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    IS_THROW(kInvalidInput, "{}: not valid JSON: {}", path, e.what());
-  }
+  const json j = read_json_file(path);
   try {
     return from_hf_json(j);
   } catch (const Error& e) {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/json_file.h"
 #include "util/check.h"
 #include "util/mapped_file.h"
 
@@ -176,14 +176,7 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
     return c;
   }
 
-  std::ifstream in(index);
-  IS_REQUIRE(in.good(), kNotFound, "cannot open safetensors index {}", index);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    IS_THROW(kInvalidInput, "{}: not valid JSON: {}", index, e.what());
-  }
+  const json j = read_json_file(index);
   IS_REQUIRE(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), kInvalidInput,
              "{}: missing 'weight_map' object", index);
   const fs::path dir = fs::path(index).parent_path();
