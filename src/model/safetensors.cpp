@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "model/byte_spans.h"
 #include "model/json_file.h"
 #include "util/check.h"
 #include "util/mapped_file.h"
@@ -110,16 +111,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     f.entries_.emplace(name, std::move(e));
   }
 
-  // No two tensors may share bytes (a crafted header could otherwise alias one tensor onto another).
-  std::vector<std::pair<size_t, const std::string*>> spans;
-  for (const auto& [name, e] : f.entries_)
-    if (e.end > e.begin) spans.emplace_back(e.begin, &name);
-  std::sort(spans.begin(), spans.end());
-  for (size_t i = 1; i < spans.size(); ++i) {
-    const Entry& prev = f.entries_.at(*spans[i - 1].second);
-    IS_REQUIRE(spans[i].first >= prev.end, kInvalidInput, "{}: tensors '{}' and '{}' overlap in the data area", path,
-               *spans[i - 1].second, *spans[i].second);
-  }
+  std::vector<ByteSpan> spans;
+  for (const auto& [name, e] : f.entries_) spans.push_back({e.begin, e.end, name});
+  check_no_overlap(std::move(spans), path);
   return f;
 }
 
