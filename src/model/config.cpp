@@ -290,7 +290,7 @@ ModelConfig ModelConfig::from_hf_json(const json& j) {
 }
 
 ModelConfig ModelConfig::from_hf_file(const std::string& path) {
-  const json j = read_json_file(path);
+  const json j = load_json_file(path);
   try {
     return from_hf_json(j);
   } catch (const Error& e) {

@@ -6,7 +6,7 @@
 
 namespace inferscale {
 
-nlohmann::json read_json_file(const std::string& path) {
+nlohmann::json load_json_file(const std::string& path) {
   std::ifstream in(path);
   IS_REQUIRE(in.good(), kNotFound, "cannot open {}", path);
   try {

@@ -1,4 +1,4 @@
-// Reads a whole JSON file (config.json, safetensors index): kNotFound when it cannot be opened,
+// Reads a whole JSON file for the model loaders (config.json, safetensors index): kNotFound when it cannot be opened,
 // kInvalidInput naming the file when it is not valid JSON.
 #pragma once
 #include <nlohmann/json.hpp>
@@ -6,6 +6,6 @@
 
 namespace inferscale {
 
-nlohmann::json read_json_file(const std::string& path);
+nlohmann::json load_json_file(const std::string& path);
 
 }  // namespace inferscale

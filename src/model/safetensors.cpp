@@ -170,7 +170,7 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
     return c;
   }
 
-  const json j = read_json_file(index);
+  const json j = load_json_file(index);
   IS_REQUIRE(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), kInvalidInput,
              "{}: missing 'weight_map' object", index);
   const fs::path dir = fs::path(index).parent_path();
