@@ -1,0 +1,47 @@
+// CPU reference kernels (fp32). Each CUDA kernel has its twin here; parity tests compare them.
+#pragma once
+#include <cstdint>
+
+namespace inferscale::cpu {
+
+// y[T, out] = x[T, in] @ w[out, in]^T (+ bias[out] when non-null). OpenBLAS sgemm.
+void linear(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in, int64_t out);
+
+// Row-wise RMSNorm: y[r, :] = x[r, :] / sqrt(mean(x^2) + eps) * w. In place allowed (y == x).
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
+
+// out[T, inter] = silu(gate[T, inter]) * up[T, inter]
+void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+
+// Paged attention, causal by position. For token t of sequence s (q_indptr), head h:
+//   out[t, h] = softmax_j(q[t, h] . K[s, j, h / group] * scale) V[s, j, h / group],
+//   j in [kv_start[s], positions[t]]   (kv_start null = all 0)
+// where entry j of sequence s lives in slot kv_indices[kv_indptr[s] + j / bs] * bs + j % bs.
+//   q:   [T, num_heads, head_dim]
+//   k/v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
+//   out: [T, num_heads, head_dim]
+struct PagedAttentionArgs {
+  const float* q;
+  const float* k_cache;
+  const float* v_cache;
+  float* out;
+  const int32_t* positions;   // [T]
+  const int32_t* q_indptr;    // [S + 1]
+  const int32_t* kv_indptr;   // [S + 1]
+  const int32_t* kv_indices;  // block ids
+  const int32_t* kv_start;    // [S] or null
+  int32_t num_seqs;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t block_size;
+  float scale;
+};
+void paged_attention(const PagedAttentionArgs& a);
+
+// dst[slot[i], :] = src[i, :] for rows of `row` floats (K/V cache writes, pool captures).
+void scatter_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row);
+// dst[i, :] = src[slot[i], :]
+void gather_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row);
+
+}  // namespace inferscale::cpu

@@ -1,0 +1,199 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/sampler.h"
+#include "util/check.h"
+
+namespace inferscale {
+
+Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer> tokenizer, EngineOptions opts)
+    : backend_(std::move(backend)),
+      tokenizer_(std::move(tokenizer)),
+      opts_(opts),
+      max_model_len_(opts.max_model_len > 0 ? opts.max_model_len
+                                            : static_cast<int32_t>(backend_->config().max_position_embeddings)),
+      blocks_(backend_->num_cache_blocks(), backend_->block_size()),
+      scheduler_(blocks_, opts.scheduler) {
+  IS_CHECK(tokenizer_ != nullptr, "engine needs a tokenizer");
+  eos_ = tokenizer_->eos_ids();
+  for (int32_t id : backend_->config().eos_token_ids)
+    if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) eos_.push_back(id);
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& sp, std::optional<InjectedSpan> injected) {
+  const ModelConfig& cfg = backend_->config();
+  IS_REQUIRE(!prompt.empty(), kInvalidInput, "the prompt is empty (no tokens)");
+  for (int32_t id : prompt)
+    IS_REQUIRE(id >= 0 && id < cfg.vocab_size, kInvalidInput, "token id {} is outside the vocabulary of {}", id, cfg.vocab_size);
+  IS_REQUIRE(sp.max_tokens >= 1, kInvalidInput, "max_tokens must be at least 1, got {}", sp.max_tokens);
+  IS_REQUIRE(sp.temperature >= 0.0f, kInvalidInput, "temperature must be >= 0, got {}", sp.temperature);
+  IS_REQUIRE(sp.top_p > 0.0f && sp.top_p <= 1.0f, kInvalidInput, "top_p must be in (0, 1], got {}", sp.top_p);
+  IS_REQUIRE(sp.top_k >= 0, kInvalidInput, "top_k must be >= 0, got {}", sp.top_k);
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  IS_REQUIRE(n < max_model_len_, kInvalidInput, "the prompt has {} tokens; this model takes at most {} in all", n, max_model_len_);
+  if (injected) {
+    const InjectedSpan& s = *injected;
+    IS_REQUIRE(s.start >= 0 && s.start <= s.end && s.end < n, kInvalidInput,
+               "injected span [{}, {}) must lie inside the prompt and leave its last token to compute", s.start, s.end);
+    IS_REQUIRE(static_cast<int64_t>(s.pool_slots.size()) == s.end - s.start, kInvalidInput,
+               "injected span has {} tokens but {} pool slots", s.end - s.start, s.pool_slots.size());
+    if (s.start == s.end) injected.reset();
+  }
+  const int64_t total = std::min<int64_t>(max_model_len_, n + sp.max_tokens);
+  IS_REQUIRE(scheduler_.blocks_for(total) <= blocks_.num_blocks(), kResource,
+             "the request needs up to {} KV blocks but the cache holds {}", scheduler_.blocks_for(total), blocks_.num_blocks());
+
+  auto req = std::make_unique<Request>();
+  req->id = next_id_++;
+  req->tokens = std::move(prompt);
+  req->num_prompt_tokens = static_cast<int32_t>(n);
+  req->sampling = sp;
+  req->injected = std::move(injected);
+  req->rng.seed(sp.seed ? *sp.seed : std::random_device{}());
+  req->arrival = Request::Clock::now();
+  Live live{std::move(req), nullptr};
+  live.text = std::make_unique<TextStream>(*tokenizer_, sp.stop);
+  const int64_t id = live.req->id;
+  scheduler_.add(live.req.get());
+  live_.emplace(id, std::move(live));
+  return id;
+}
+
+void Engine::abort(int64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  scheduler_.remove(it->second.req.get());
+  live_.erase(it);
+}
+
+const Request* Engine::find(int64_t id) const {
+  auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second.req.get();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.preemptions = scheduler_.num_preemptions();
+  return s;
+}
+
+void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
+  if (reason != FinishReason::kStop || !live.text->stopped()) out.text += live.text->finish();
+  out.finished = true;
+  out.finish = reason;
+  live.req->finish = reason;
+  scheduler_.remove(live.req.get());
+}
+
+std::vector<RequestOutput> Engine::step() {
+  SchedulerOutput plan = scheduler_.schedule();
+  if (plan.seqs.empty()) return {};
+  const int32_t bs = blocks_.block_size();
+  auto slot_of = [bs](const Request* r, int32_t i) {
+    return static_cast<int64_t>(r->block_table[static_cast<size_t>(i / bs)]) * bs + i % bs;
+  };
+
+  // 1. Memory injection: pool KV -> this request's slots, K rotated to its positions.
+  InjectBatch inj;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.inject) continue;
+    const Request* r = s.req;
+    const InjectedSpan& span = *r->injected;
+    for (int32_t i = std::max(span.start, r->num_computed_tokens); i < span.end; ++i) {
+      inj.src_slots.push_back(span.pool_slots[static_cast<size_t>(i - span.start)]);
+      inj.dst_slots.push_back(slot_of(r, i));
+      inj.positions.push_back(i);
+    }
+  }
+  if (!inj.src_slots.empty()) backend_->inject(inj);
+  stats_.tokens_injected += static_cast<int64_t>(inj.src_slots.size());
+
+  // 2. One forward over every scheduled token.
+  ForwardBatch fb;
+  fb.q_indptr.push_back(0);
+  fb.kv_indptr.push_back(0);
+  for (const ScheduledSeq& s : plan.seqs) {
+    const Request* r = s.req;
+    for (int32_t p : s.positions) {
+      fb.token_ids.push_back(r->tokens[static_cast<size_t>(p)]);
+      fb.positions.push_back(p);
+      fb.slot_mapping.push_back(slot_of(r, p));
+    }
+    if (s.samples) fb.output_tokens.push_back(static_cast<int32_t>(fb.token_ids.size()) - 1);
+    fb.q_indptr.push_back(static_cast<int32_t>(fb.token_ids.size()));
+    fb.kv_indices.insert(fb.kv_indices.end(), r->block_table.begin(), r->block_table.end());
+    fb.kv_indptr.push_back(static_cast<int32_t>(fb.kv_indices.size()));
+  }
+  std::vector<float> logits;
+  backend_->forward(fb, logits);
+  scheduler_.finish_step(plan);
+  ++stats_.steps;
+  stats_.tokens_computed += plan.num_tokens;
+
+  // 3. Sample, stream, finish.
+  std::vector<RequestOutput> outs;
+  const int64_t V = backend_->config().vocab_size;
+  size_t row = 0;
+  for (const ScheduledSeq& s : plan.seqs) {
+    if (!s.samples) continue;
+    Live& live = live_.at(s.req->id);
+    Request* r = live.req.get();
+    std::span<const float> lg(logits.data() + static_cast<int64_t>(row++) * V, static_cast<size_t>(V));
+    const int32_t tok = sample_token(lg, r->sampling, r->rng);
+    r->tokens.push_back(tok);
+    RequestOutput o;
+    o.id = r->id;
+    o.new_tokens.push_back(tok);
+    if (!r->first_token_time) {
+      r->first_token_time = Request::Clock::now();
+      o.ttft_s = std::chrono::duration<double>(*r->first_token_time - r->arrival).count();
+      stats_.prefix_hit_tokens += r->num_cached_tokens;
+    }
+    const bool is_eos = !r->sampling.ignore_eos &&
+                        (std::find(eos_.begin(), eos_.end(), tok) != eos_.end() ||
+                         std::find(r->sampling.stop_token_ids.begin(), r->sampling.stop_token_ids.end(), tok) !=
+                             r->sampling.stop_token_ids.end());
+    if (!is_eos) o.text = live.text->push(tok);
+    o.num_prompt_tokens = r->num_prompt_tokens;
+    o.num_output_tokens = r->num_output_tokens();
+    o.num_cached_tokens = r->num_cached_tokens;
+    if (is_eos || live.text->stopped()) {
+      finish(live, FinishReason::kStop, o);
+    } else if (r->num_output_tokens() >= r->sampling.max_tokens || r->num_tokens() >= max_model_len_) {
+      finish(live, FinishReason::kLength, o);
+    }
+    outs.push_back(std::move(o));
+    if (outs.back().finished) live_.erase(r->id);
+  }
+  return outs;
+}
+
+std::vector<RequestOutput> Engine::run_to_completion() {
+  std::unordered_map<int64_t, RequestOutput> acc;
+  std::vector<int64_t> order;
+  while (has_unfinished()) {
+    for (RequestOutput& o : step()) {
+      auto [it, fresh] = acc.try_emplace(o.id, RequestOutput{});
+      if (fresh) order.push_back(o.id);
+      RequestOutput& a = it->second;
+      a.id = o.id;
+      a.new_tokens.insert(a.new_tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      a.text += o.text;
+      a.finished = o.finished;
+      a.finish = o.finish;
+      a.num_prompt_tokens = o.num_prompt_tokens;
+      a.num_output_tokens = o.num_output_tokens;
+      a.num_cached_tokens = o.num_cached_tokens;
+      if (o.ttft_s > 0) a.ttft_s = o.ttft_s;
+    }
+  }
+  std::vector<RequestOutput> out;
+  for (int64_t id : order) out.push_back(std::move(acc[id]));
+  return out;
+}
+
+}  // namespace inferscale

@@ -1,0 +1,93 @@
+// The engine: owns the backend, the block manager, the scheduler and the requests. Single-threaded
+// by design (the server runs it on one engine thread); callers add requests and call step().
+//
+// step():  schedule -> inject memory KV -> one forward over all scheduled tokens -> sample
+//          -> stream text (stop strings, EOS, max tokens) -> finish and free
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/block_manager.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/text_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferscale {
+
+struct EngineOptions {
+  SchedulerOptions scheduler;
+  int32_t max_model_len = 0;  // 0 = the model's max_position_embeddings
+};
+
+// What one step produced for one request.
+struct RequestOutput {
+  int64_t id = 0;
+  std::vector<int32_t> new_tokens;
+  std::string text;                  // newly completed text (stop strings applied)
+  bool finished = false;
+  FinishReason finish = FinishReason::kNone;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_output_tokens = 0;
+  int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache
+  double ttft_s = 0;                 // set with the first token
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t tokens_computed = 0;
+  int64_t tokens_injected = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer> tokenizer, EngineOptions opts);
+  ~Engine();
+
+  // Validates and queues a request; returns its id. Throws kInvalidInput (empty prompt, token ids
+  // outside the vocabulary, too long, bad sampling values) or kResource (can never fit the cache).
+  int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& sampling,
+                      std::optional<InjectedSpan> injected = std::nullopt);
+  void abort(int64_t id);
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return !scheduler_.empty(); }
+
+  // Runs every queued request to completion (CLI, tests, benchmarks).
+  std::vector<RequestOutput> run_to_completion();
+
+  Backend& backend() { return *backend_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  BlockManager& blocks() { return blocks_; }
+  const Scheduler& scheduler() const { return scheduler_; }
+  EngineStats stats() const;
+  int32_t max_model_len() const { return max_model_len_; }
+  // The full token list of a live request (tests).
+  const Request* find(int64_t id) const;
+
+ private:
+  struct Live {
+    std::unique_ptr<Request> req;
+    std::unique_ptr<TextStream> text;
+  };
+  void finish(Live& live, FinishReason reason, RequestOutput& out);
+
+  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  EngineOptions opts_;
+  int32_t max_model_len_;
+  BlockManager blocks_;
+  Scheduler scheduler_;
+  std::unordered_map<int64_t, Live> live_;
+  std::vector<int32_t> eos_;
+  int64_t next_id_ = 1;
+  EngineStats stats_;
+};
+
+}  // namespace inferscale

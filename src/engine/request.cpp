@@ -1,0 +1,26 @@
+#include "engine/request.h"
+
+#include <algorithm>
+
+namespace inferscale {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone: return "";
+  }
+  return "";
+}
+
+int32_t Request::num_remaining() const {
+  int32_t n = num_tokens() - num_computed_tokens;
+  if (injected) {
+    const int32_t lo = std::max(injected->start, num_computed_tokens);
+    if (injected->end > lo) n -= injected->end - lo;
+  }
+  return n;
+}
+
+}  // namespace inferscale

@@ -1,0 +1,73 @@
+// A request inside the engine. There is no separate prefill or decode path: a request has
+// `tokens` (prompt, then generated) and `num_computed_tokens` (a prefix whose KV is in the cache).
+// Chunked prefill, prefix-cache hits and injected memory are all "tokens already computed".
+//
+//   tokens:  [ prefix | header | f_k ... f_1 | footer | question | generated ... ]
+//                               ^ injected.start    ^ injected.end
+// Injected tokens have their KV copied in from the memory pool instead of being computed; the
+// scheduler skips them, and num_computed_tokens jumps from injected.start to injected.end.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace inferscale {
+
+struct SamplingParams {
+  float temperature = 1.0f;   // 0 = greedy
+  int32_t top_k = 0;          // 0 = off
+  float top_p = 1.0f;         // 1 = off
+  std::optional<uint64_t> seed;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;         // stop strings: output ends before the first match
+  std::vector<int32_t> stop_token_ids;   // besides the tokenizer's eos ids
+  bool ignore_eos = false;
+};
+
+// Precomputed KV for a token range, copied from memory-pool slots at the range's positions.
+struct InjectedSpan {
+  int32_t start = 0;
+  int32_t end = 0;                    // exclusive; tokens after it must remain to be computed
+  std::vector<int64_t> pool_slots;    // [end - start] memory-pool slot of each token
+  uint64_t cache_key = 0;             // joins the prefix hash of every block from `start` on
+};
+
+enum class RequestStatus { kWaiting, kRunning, kFinished };
+enum class FinishReason { kNone, kStop, kLength, kAbort };
+
+const char* finish_reason_name(FinishReason r);
+
+struct Request {
+  using Clock = std::chrono::steady_clock;
+
+  int64_t id = 0;
+  std::vector<int32_t> tokens;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_computed_tokens = 0;
+  SamplingParams sampling;
+  std::optional<InjectedSpan> injected;
+  bool injection_done = false;       // reset on preemption: the blocks are gone
+
+  RequestStatus status = RequestStatus::kWaiting;
+  FinishReason finish = FinishReason::kNone;
+  std::vector<int32_t> block_table;  // block ids; entry i holds tokens [i * bs, (i + 1) * bs)
+  int32_t num_published_blocks = 0;  // full blocks already offered to the prefix cache
+  uint64_t last_block_hash = 0;      // chain hash of block num_published_blocks - 1
+  int32_t num_cached_tokens = 0;     // prefix-cache hit at the latest admission
+  int32_t num_preemptions = 0;
+  std::mt19937_64 rng;
+
+  Clock::time_point arrival;
+  std::optional<Clock::time_point> first_token_time;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool is_injected(int32_t i) const { return injected && i >= injected->start && i < injected->end; }
+  // Tokens from num_computed_tokens on that still need a forward (injected ones do not).
+  int32_t num_remaining() const;
+};
+
+}  // namespace inferscale

@@ -1,0 +1,153 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <span>
+
+#include "engine/prefix_hash.h"
+#include "util/check.h"
+
+namespace inferscale {
+
+void Scheduler::add(Request* r) {
+  r->status = RequestStatus::kWaiting;
+  waiting_.push_back(r);
+}
+
+uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
+  // Blocks from the injected span on hold (or follow) injected KV.
+  if (r->injected && (block_index + 1) * blocks_.block_size() > r->injected->start) return r->injected->cache_key;
+  return 0;
+}
+
+void Scheduler::admit_prefix_hits(Request* r) {
+  if (!opts_.enable_prefix_caching || !r->block_table.empty()) return;
+  const int32_t bs = blocks_.block_size();
+  // At least the last token is always computed, so its logits exist.
+  const int32_t max_blocks = (r->num_tokens() - 1) / bs;
+  uint64_t h = 0;
+  for (int32_t b = 0; b < max_blocks; ++b) {
+    std::span<const int32_t> toks(r->tokens.data() + b * bs, static_cast<size_t>(bs));
+    const uint64_t hb = prefix_block_hash(h, extra_key(r, b), toks);
+    auto hit = blocks_.lookup(hb, toks);
+    if (!hit) break;
+    r->block_table.push_back(*hit);
+    h = hb;
+  }
+  r->num_published_blocks = static_cast<int32_t>(r->block_table.size());
+  r->last_block_hash = h;
+  r->num_computed_tokens = r->num_published_blocks * bs;
+  r->num_cached_tokens = r->num_computed_tokens;
+  if (r->injected && r->num_computed_tokens >= r->injected->end) r->injection_done = true;
+}
+
+bool Scheduler::plan_chunk(Request* r, int32_t budget, ScheduledSeq& seq) {
+  seq = ScheduledSeq{};
+  seq.req = r;
+  const InjectedSpan* inj = r->injected ? &*r->injected : nullptr;
+  seq.inject = inj && !r->injection_done;
+  const int32_t n = std::min(budget, r->num_remaining());
+  if (n <= 0) return false;
+  int32_t i = r->num_computed_tokens;
+  while (static_cast<int32_t>(seq.positions.size()) < n) {
+    if (inj && i >= inj->start && i < inj->end) {
+      i = inj->end;
+      continue;
+    }
+    seq.positions.push_back(i++);
+  }
+  int32_t last = seq.positions.back();
+  if (seq.inject) last = std::max(last, inj->end - 1);
+  const int64_t need = blocks_for(last + 1) - static_cast<int64_t>(r->block_table.size());
+  if (need > 0 && !blocks_.can_allocate(need)) return false;
+  for (int64_t k = 0; k < need; ++k) r->block_table.push_back(blocks_.allocate());
+  seq.samples = seq.positions.back() == r->num_tokens() - 1;
+  return true;
+}
+
+void Scheduler::release_blocks(Request* r) {
+  for (auto it = r->block_table.rbegin(); it != r->block_table.rend(); ++it) blocks_.release(*it);
+  r->block_table.clear();
+  r->num_published_blocks = 0;
+  r->last_block_hash = 0;
+}
+
+void Scheduler::preempt(Request* r) {
+  release_blocks(r);
+  r->num_computed_tokens = 0;
+  r->injection_done = false;
+  r->status = RequestStatus::kWaiting;
+  ++r->num_preemptions;
+  ++num_preemptions_;
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  waiting_.push_front(r);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  int32_t budget = opts_.max_num_batched_tokens;
+  // 1. Running requests, oldest first; preempt from the newest end when blocks run out.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    ScheduledSeq seq;
+    if (plan_chunk(r, budget, seq)) {
+      budget -= static_cast<int32_t>(seq.positions.size());
+      out.seqs.push_back(std::move(seq));
+      ++i;
+      continue;
+    }
+    Request* victim = running_.back();
+    out.preempted.push_back(victim);
+    preempt(victim);  // r itself when it is the newest: the loop then ends at i == size
+  }
+  // 2. Waiting requests, in order, unless this step had to preempt.
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < opts_.max_num_seqs) {
+    Request* r = waiting_.front();
+    admit_prefix_hits(r);
+    ScheduledSeq seq;
+    if (!plan_chunk(r, budget, seq)) {
+      release_blocks(r);  // give back the prefix hits; retry next step
+      r->num_computed_tokens = 0;
+      r->injection_done = false;
+      break;
+    }
+    waiting_.pop_front();
+    r->status = RequestStatus::kRunning;
+    running_.push_back(r);
+    budget -= static_cast<int32_t>(seq.positions.size());
+    out.seqs.push_back(std::move(seq));
+  }
+  for (const ScheduledSeq& s : out.seqs) out.num_tokens += static_cast<int32_t>(s.positions.size());
+  return out;
+}
+
+void Scheduler::finish_step(const SchedulerOutput& out) {
+  const int32_t bs = blocks_.block_size();
+  for (const ScheduledSeq& s : out.seqs) {
+    Request* r = s.req;
+    if (s.inject) r->injection_done = true;
+    r->num_computed_tokens = s.positions.back() + 1;
+    if (r->injected && r->injection_done && r->num_computed_tokens >= r->injected->start &&
+        r->num_computed_tokens < r->injected->end)
+      r->num_computed_tokens = r->injected->end;
+    if (!opts_.enable_prefix_caching) continue;
+    while ((r->num_published_blocks + 1) * bs <= r->num_computed_tokens) {
+      const int32_t b = r->num_published_blocks;
+      std::span<const int32_t> toks(r->tokens.data() + b * bs, static_cast<size_t>(bs));
+      r->last_block_hash = prefix_block_hash(r->last_block_hash, extra_key(r, b), toks);
+      blocks_.publish(r->block_table[static_cast<size_t>(b)], r->last_block_hash, toks);
+      ++r->num_published_blocks;
+    }
+  }
+}
+
+void Scheduler::remove(Request* r) {
+  release_blocks(r);
+  auto it = std::find(running_.begin(), running_.end(), r);
+  if (it != running_.end()) running_.erase(it);
+  auto wt = std::find(waiting_.begin(), waiting_.end(), r);
+  if (wt != waiting_.end()) waiting_.erase(wt);
+  r->status = RequestStatus::kFinished;
+}
+
+}  // namespace inferscale

@@ -1,0 +1,67 @@
+// The scheduler: every step it picks, within a token budget, the next tokens of running requests
+// (decodes and continued prefill chunks) and then admits waiting ones (with prefix-cache hits).
+// When blocks run out it preempts the most recently admitted running request: its blocks are
+// released (full ones stay cached) and it goes back to the front of the queue, to be recomputed.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/request.h"
+
+namespace inferscale {
+
+struct SchedulerOptions {
+  int32_t max_num_batched_tokens = 2048;  // tokens computed per step, all requests together
+  int32_t max_num_seqs = 64;
+  bool enable_prefix_caching = true;
+};
+
+struct ScheduledSeq {
+  Request* req = nullptr;
+  std::vector<int32_t> positions;  // token indices computed this step, increasing
+  bool inject = false;             // copy the injected span's KV in before the forward
+  bool samples = false;            // the chunk reaches the last token: sample from its logits
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledSeq> seqs;
+  std::vector<Request*> preempted;
+  int32_t num_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(BlockManager& blocks, SchedulerOptions opts) : blocks_(blocks), opts_(opts) {}
+
+  void add(Request* r);
+  SchedulerOutput schedule();
+  // After the forward: advance num_computed_tokens, publish newly full blocks to the prefix cache.
+  void finish_step(const SchedulerOutput& out);
+  // Removes a request (finished or aborted) and releases its blocks.
+  void remove(Request* r);
+
+  bool empty() const { return waiting_.empty() && running_.empty(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  // Blocks one request of `num_tokens` tokens needs at most.
+  int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + blocks_.block_size() - 1) / blocks_.block_size(); }
+
+ private:
+  // Plans the next chunk of at most `budget` tokens; allocates its blocks or returns false.
+  bool plan_chunk(Request* r, int32_t budget, ScheduledSeq& seq);
+  void admit_prefix_hits(Request* r);
+  void preempt(Request* r);
+  void release_blocks(Request* r);
+  uint64_t extra_key(const Request* r, int32_t block_index) const;
+
+  BlockManager& blocks_;
+  SchedulerOptions opts_;
+  std::deque<Request*> waiting_;
+  std::vector<Request*> running_;  // admission order: the last one is preempted first
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace inferscale
