@@ -16,8 +16,7 @@
 
 // Tokenizer files (HF tokenizer.json, SentencePiece, GGUF vocabularies) are loaded by branch tok.
 // TODO(model): drop this switch (keep the first branch) once tok's load_tokenizer is on main.
-#if __has_include("tokenizer/load_tokenizer.h") && __has_include("tokenizer/gguf_vocab.h")
-#include "tokenizer/gguf_vocab.h"
+#if __has_include("tokenizer/load_tokenizer.h")
 #include "tokenizer/load_tokenizer.h"
 #define INFERSCALE_HAVE_TOKENIZER_FILES 1
 #else
@@ -51,12 +50,15 @@ bool holds_tokenizer(const fs::path& p) {
   return false;
 }
 
-// The tokenizer in `path` (a directory or a tokenizer file). Hashes every tokenizer file it may read.
+// The tokenizer in `path` (a directory, a tokenizer file or a .gguf). Hashes every tokenizer file it
+// may read (a .gguf's vocabulary is in the header its loader hashed).
 TokenizerPick tokenizer_from(const fs::path& path, Fingerprinter& fp) {
-  const fs::path dir = fs::is_regular_file(path) ? path.parent_path() : path;
-  if (fs::is_regular_file(path)) fp.add(path.filename().string()).add_file(path.string());
-  for (const char* f : kTokenizerFiles)
-    if (fs::exists(dir / f)) fp.add(f).add_file((dir / f).string());
+  if (path.extension() != ".gguf") {
+    const fs::path dir = fs::is_regular_file(path) ? path.parent_path() : path;
+    if (fs::is_regular_file(path)) fp.add(path.filename().string()).add_file(path.string());
+    for (const char* f : kTokenizerFiles)
+      if (fs::exists(dir / f)) fp.add(f).add_file((dir / f).string());
+  }
 #if INFERSCALE_HAVE_TOKENIZER_FILES
   LoadedTokenizer lt = load_tokenizer(path.string());
   return {std::move(lt.tokenizer), std::move(lt.chat)};
@@ -169,20 +171,10 @@ Model load_gguf(const fs::path& path, const LoadOptions& opts) {
   Fingerprinter fp;
   fp.add("gguf").add(m.config.fingerprint()).add(g.file_size());
   fp.add(std::string_view(reinterpret_cast<const char*>(g.header_bytes()), g.header_size()));
-  if (!opts.tokenizer_path.empty()) {
-    IS_REQUIRE(fs::exists(opts.tokenizer_path), kNotFound, "tokenizer not found: {}", opts.tokenizer_path);
-    attach_tokenizer(m, tokenizer_from(opts.tokenizer_path, fp), fp);
-  } else {
-#if INFERSCALE_HAVE_TOKENIZER_FILES
-    std::shared_ptr<const Tokenizer> tok = make_gguf_tokenizer(g);
-    const ChatFamily family = g.has("tokenizer.chat_template")
-                                  ? ChatTemplate::detect(g.get_string("tokenizer.chat_template"))
-                                  : guess_chat_family(*tok);
-    attach_tokenizer(m, {std::move(tok), ChatTemplate(family)}, fp);
-#else
-    IS_THROW(kUnsupported, "{}: GGUF vocabularies are not supported by this build yet", path.string());
-#endif
-  }
+  // The vocabulary is inside the file (load_tokenizer reads it from a .gguf path); already hashed.
+  const fs::path tok = opts.tokenizer_path.empty() ? path : fs::path(opts.tokenizer_path);
+  IS_REQUIRE(fs::exists(tok), kNotFound, "tokenizer not found: {}", tok.string());
+  attach_tokenizer(m, tokenizer_from(tok, fp), fp);
   m.fingerprint = fp.hex();
   return m;
 }
