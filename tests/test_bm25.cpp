@@ -6,7 +6,6 @@
 #include <cmath>
 #include <map>
 #include <random>
-#include <set>
 
 #include "memory/bm25_index.h"
 #include "memory/bm25_retriever.h"
@@ -14,6 +13,7 @@
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
+using inferscale::testing::expect_top_k;
 
 namespace {
 
@@ -46,24 +46,6 @@ std::vector<ScoredFact> reference(const std::map<int64_t, std::string>& docs, co
   }
   std::sort(out.begin(), out.end(), ranks_before);
   return out;
-}
-
-// `got` must be the top k of `ref`: same scores position by position; a different id only where
-// its score ties (within rounding) with the reference's at that position.
-void expect_top_k(const std::vector<ScoredFact>& got, const std::vector<ScoredFact>& ref, size_t k,
-                  const std::string& ctx) {
-  ASSERT_EQ(got.size(), std::min(k, ref.size())) << ctx;
-  std::map<int64_t, double> ref_score;
-  for (const auto& r : ref) ref_score[r.id] = r.score;
-  std::set<int64_t> seen;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double tol = 1e-9 * std::max(1.0, std::fabs(ref[i].score));
-    EXPECT_NEAR(got[i].score, ref[i].score, tol) << ctx << " rank " << i;
-    ASSERT_TRUE(ref_score.count(got[i].id)) << ctx << " unexpected id " << got[i].id;
-    EXPECT_NEAR(ref_score[got[i].id], got[i].score, tol) << ctx << " id " << got[i].id;
-    EXPECT_TRUE(seen.insert(got[i].id).second) << ctx << " repeated id " << got[i].id;
-    if (i > 0) EXPECT_FALSE(ranks_before(got[i], got[i - 1])) << ctx << " out of order at " << i;
-  }
 }
 
 struct Corpus {
