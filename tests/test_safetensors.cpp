@@ -167,6 +167,10 @@ TEST(Safetensors, BadHeaders) {
   h["b"]["shape"] = {4};  // 16 bytes needed, 12 given
   expect_bad(h, {"'b'", "needs 16 bytes"});
   h = good_header();
+  h["b"]["shape"] = {1ll << 40, 1ll << 21};  // 2^61 elements: no overflow in the size check
+  h["b"]["dtype"] = "F64";
+  expect_bad(h, {"'b'", "larger than the data area"});
+  h = good_header();
   h["b"]["shape"] = {-3};
   expect_bad(h, {"'b'", "shape"});
   h = good_header();

@@ -77,6 +77,18 @@ TEST(ByteTokenizer, InvalidUtf8BecomesReplacementCharacter) {
   EXPECT_EQ(t.decode(std::vector<int32_t>{0xf0, 0x9f, 0x98, 0x80, 0xf0, 0x9f}), "\xF0\x9F\x98\x80" + fffd);
 }
 
+TEST(ByteTokenizer, IncrementalDecoderHoldsBackPartialCharacters) {
+  const ByteTokenizer t;
+  IncrementalDecoder dec(t);
+  EXPECT_EQ(dec.push('a'), "a");
+  EXPECT_EQ(dec.push(0xe2), "");  // the first two bytes of the euro sign
+  EXPECT_EQ(dec.push(0x82), "");
+  EXPECT_EQ(dec.push(0xac), "\xE2\x82\xAC");
+  EXPECT_EQ(dec.push(ByteTokenizer::kImEnd), "");  // special, skipped
+  EXPECT_EQ(dec.push(0xc3), "");
+  EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");
+}
+
 TEST(ByteTokenizer, Vocabulary) {
   const ByteTokenizer t;
   EXPECT_EQ(t.bos_id(), 256);

@@ -12,16 +12,8 @@
 #include "model/safetensors.h"
 #include "model/weight_loader.h"
 #include "tokenizer/byte_tokenizer.h"
-#include "util/check.h"
-
-// Tokenizer files (HF tokenizer.json, SentencePiece, GGUF vocabularies) are loaded by branch tok.
-// TODO(model): drop this switch (keep the first branch) once tok's load_tokenizer is on main.
-#if __has_include("tokenizer/load_tokenizer.h")
 #include "tokenizer/load_tokenizer.h"
-#define INFERSCALE_HAVE_TOKENIZER_FILES 1
-#else
-#define INFERSCALE_HAVE_TOKENIZER_FILES 0
-#endif
+#include "util/check.h"
 
 namespace inferscale {
 
@@ -59,13 +51,8 @@ TokenizerPick tokenizer_from(const fs::path& path, Fingerprinter& fp) {
     for (const char* f : kTokenizerFiles)
       if (fs::exists(dir / f)) fp.add(f).add_file((dir / f).string());
   }
-#if INFERSCALE_HAVE_TOKENIZER_FILES
   LoadedTokenizer lt = load_tokenizer(path.string());
   return {std::move(lt.tokenizer), std::move(lt.chat)};
-#else
-  IS_THROW(kUnsupported, "cannot load the tokenizer in {}: tokenizer files are not supported by this build yet",
-           path.string());
-#endif
 }
 
 // For HF directories and configs: an explicit tokenizer path, else the directory's own tokenizer,

@@ -101,6 +101,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                "{}: tensor '{}': data_offsets [{}, {}] out of range (data area is {} bytes)", path, name, begin, end,
                data_size);
     if (const int bits = dtype_bits(e.dtype); bits > 0) {
+      // Every known dtype takes at least a byte, so numel <= data_size keeps the product in range.
+      IS_REQUIRE(numel <= data_size, kInvalidInput, "{}: tensor '{}': shape {} is larger than the data area", path,
+                 name, info["shape"].dump());
       const uint64_t want = numel * static_cast<uint64_t>(bits) / 8;
       IS_REQUIRE(end - begin == want, kInvalidInput,
                  "{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", path, name,

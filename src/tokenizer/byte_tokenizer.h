@@ -19,10 +19,9 @@ class ByteTokenizer : public Tokenizer {
   static constexpr int32_t kVocabSize = 260;
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opts = {}) const override;
-  std::string decode(std::span<const int32_t> ids, bool skip_special = true) const override;
-  // The bytes `id` adds to decoded text (empty for a special when skip_special); kInvalidInput out
-  // of range. TODO(model): becomes an override of Tokenizer::token_bytes when branch tok lands.
-  std::string token_bytes(int32_t id, bool skip_special) const;
+  // One byte, or the special's text (empty when skip_special); kInvalidInput out of range. Decoding
+  // is Tokenizer's fold over these (invalid UTF-8 becomes U+FFFD).
+  std::string token_bytes(int32_t id, bool skip_special) const override;
 
   int32_t vocab_size() const override { return kVocabSize; }
   std::optional<int32_t> bos_id() const override { return kBos; }
