@@ -6,6 +6,8 @@
 namespace inferscale::cli {
 
 // `memory add|import|import-locomo|search|list|delete|users` (cmd_memory.cpp).
+void register_generate(CLI::App& app);
+void register_info(CLI::App& app);
 void register_memory(CLI::App& app);
 
 }  // namespace inferscale::cli

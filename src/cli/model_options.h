@@ -1,0 +1,38 @@
+// Options every model-running subcommand shares (generate, info, chat, serve, memory import):
+// which model, random weights, KV cache size, threads. Parsed into native structs once.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace inferscale::cli {
+
+struct ModelArgs {
+  std::string model = "demo";
+  bool random_weights = false;
+  uint64_t weights_seed = 0;
+  std::string random_dtype = "f32";
+  std::string tokenizer;
+  int32_t block_size = 16;
+  int64_t kv_cache_mb = 512;
+  int64_t memory_pool_mb = 128;
+  int32_t threads = 0;
+  int32_t max_batched_tokens = 2048;
+  int32_t max_num_seqs = 64;
+  int32_t max_model_len = 0;
+};
+
+void add_model_options(CLI::App& cmd, ModelArgs& args);
+// Loads the model; logs what was loaded and says plainly when its text is meaningless.
+Model load_model_from_args(const ModelArgs& args);
+BackendOptions backend_options(const ModelArgs& args, const ModelConfig& cfg);
+EngineOptions engine_options(const ModelArgs& args);
+// The CPU backend (the only one this build runs; the CUDA backend plugs in here).
+std::unique_ptr<Backend> make_backend(const ModelArgs& args, const Model& model);
+
+}  // namespace inferscale::cli
