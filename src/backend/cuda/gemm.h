@@ -1,0 +1,49 @@
+// Linear layers through cuBLASLt: bf16 operands, f32 accumulate, f32 or bf16 output.
+//
+//   y[M, N] (+)= x[M, K] @ w[N, K]^T        (row-major, w in HF [out, in] layout)
+//
+// cuBLASLt is column-major: the same memory is y^T [N, M] = w^T-op(A = w as [K, N]) * B (x as [K, M]),
+// i.e. a "TN" GEMM with m = N, n = M, k = K. `accumulate` adds into y (beta = 1, f32 output only):
+// the residual add of o_proj and down_proj happens inside the GEMM.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "backend/cuda/device_buffer.h"
+
+namespace inferscale {
+
+class Gemm {
+ public:
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t M, int64_t N, int64_t K, bool accumulate,
+           cudaStream_t stream);
+  void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t M, int64_t N, int64_t K,
+           cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // M, N, K, f32 out, accumulate
+  const Plan& plan(int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate);
+  void launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate,
+              cudaStream_t stream);
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace inferscale
