@@ -40,6 +40,7 @@ struct AttnBench {
 };
 
 // S sequences of `q_len` new tokens each after `ctx` cached entries; prefill or decode kernel.
+// decode: the CUDA-core decode kernel (q_len 1); otherwise the tensor-core tiles.
 AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, bool decode,
                           int num_sms, int iters) {
   const int32_t bs = 16, group = NH / NKV;
@@ -59,7 +60,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   }
   std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
   const int64_t T = static_cast<int64_t>(positions.size()), slots = static_cast<int64_t>(next) * bs;
-  const AttnPlanOptions po = cuda::attention_plan_options(decode, group, NKV, num_sms);
+  const AttnPlanOptions po = cuda::attention_plan_options(decode, q_len == 1, group, NKV, num_sms);
   const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), group, po);
   auto q = random_bf16(T * NH * D, 1), k = random_bf16(slots * NKV * D, 2), v = random_bf16(slots * NKV * D, 3);
   DeviceBuffer out(static_cast<size_t>(T * NH * D) * 2);
@@ -82,6 +83,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   a.num_items = static_cast<int32_t>(plan.items.size());
   a.num_merges = static_cast<int32_t>(plan.merges.size());
   a.rows_per_tile = plan.rows_per_tile;
+  a.merge_rows = plan.max_merge_rows;
   a.num_heads = NH;
   a.num_kv_heads = NKV;
   a.head_dim = D;
@@ -177,11 +179,17 @@ int main(int argc, char** argv) {
     bool decode;
   };
   const Shape shapes[] = {
-      {"prefill", 1, 0, 1532, 128, 32, 8, false},   {"prefill", 4, 0, 2048, 128, 32, 8, false},
-      {"prefill", 1, 0, 8192, 128, 32, 8, false},   {"prefill", 4, 0, 2048, 64, 32, 8, false},
-      {"prefill", 1, 1500, 32, 128, 32, 8, false},  // the injected request's question over 1,532 entries
-      {"decode", 1, 1532, 1, 128, 32, 8, true},     {"decode", 32, 1088, 1, 128, 32, 8, true},
-      {"decode", 32, 4096, 1, 128, 32, 8, true},    {"prefill-kernel decode", 32, 4096, 1, 128, 32, 8, false},
+      {"prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false},
+      {"prefill (tensor cores)", 4, 0, 2048, 128, 32, 8, false},
+      {"prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, false},
+      {"prefill (tensor cores)", 4, 0, 2048, 64, 32, 8, false},
+      {"question over injected facts", 1, 1500, 32, 128, 32, 8, false},
+      {"decode, CUDA-core kernel", 1, 1532, 1, 128, 32, 8, true},
+      {"decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false},
+      {"decode, CUDA-core kernel", 32, 1088, 1, 128, 32, 8, true},
+      {"decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false},
+      {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, true},
+      {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
   };
   for (const Shape& s : shapes) {
     const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters);

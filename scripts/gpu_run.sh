@@ -41,6 +41,17 @@ timeout 120 "$HERE/bench_cuda_serving" $QUICK > "$OUT/bench_serving.log" 2>&1
 serv_rc=$?
 t3=$(date +%s)
 
+# Memory checker over the fast suites (Firecracker machines support it); skipped when absent.
+if command -v compute-sanitizer >/dev/null 2>&1 && [ -z "${GPU_RUN_NO_SANITIZER:-}" ]; then
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$HERE/test_cuda" \
+    --gtest_filter='CudaKernels.*:CudaBackend.*:CudaAttention.PrefillSplitKv' > "$OUT/sanitizer.log" 2>&1
+  san_rc=$?
+else
+  echo "compute-sanitizer not run" > "$OUT/sanitizer.log"
+  san_rc=-1
+fi
+t4=$(date +%s)
+
 echo "== test_cuda (last failing rc $test_rc, $((t1 - t0)) s)"
 for suite in CudaKernels CudaAttention CudaBackend; do
   log="$OUT/test_$suite.log"
@@ -49,6 +60,8 @@ for suite in CudaKernels CudaAttention CudaBackend; do
   grep -E "CUDA error|cuBLAS status|what\(\)|Segmentation|Aborted" "$log" | head -5
   sed -n '/== parity summary/,$p' "$log"
 done
+echo "== compute-sanitizer memcheck (rc $san_rc, $((t4 - t3)) s)"
+grep -E "ERROR SUMMARY|Invalid|out of bounds|PASSED|FAILED" "$OUT/sanitizer.log" | head -12
 echo "== bench_cuda_kernels (rc $kern_rc, $((t2 - t1)) s)"
 cat "$OUT/bench_kernels.log" | tail -40
 echo "== bench_cuda_serving (rc $serv_rc, $((t3 - t2)) s)"

@@ -26,6 +26,7 @@ struct AttnCase {
   bool decode;      // every sequence has one new token; the decode kernel
   int32_t num_sms;  // planner's SM count: 132 (split when small) or 1 (never split)
   bool jumps;       // a sequence's new tokens skip a range of positions
+  bool tensor_core = false;  // decode cases: the tensor-core tiles instead of the decode kernel
 };
 
 std::string case_name(const char* fam, const AttnCase& c) {
@@ -74,7 +75,8 @@ void run_case(const AttnCase& c, uint64_t seed) {
                              kv_indptr.data(),  kv_indices.data(), c.num_seqs, NH, NKV, D, bs, scale};
   cpu::paged_attention(pa);
 
-  const AttnPlanOptions po = cuda::attention_plan_options(c.decode, group, NKV, c.num_sms);
+  const bool simt = c.decode && !c.tensor_core;  // which kernel
+  const AttnPlanOptions po = cuda::attention_plan_options(simt, c.decode, group, NKV, c.num_sms);
   const AttnPlan plan = plan_attention(q_indptr.data(), c.num_seqs, positions.data(), group, po);
 
   auto d_q = upload(test::to_bf16(q)), d_k = upload(test::to_bf16(kc)), d_v = upload(test::to_bf16(vc));
@@ -98,14 +100,15 @@ void run_case(const AttnCase& c, uint64_t seed) {
   a.num_items = static_cast<int32_t>(plan.items.size());
   a.num_merges = static_cast<int32_t>(plan.merges.size());
   a.rows_per_tile = plan.rows_per_tile;
+  a.merge_rows = plan.max_merge_rows;
   a.num_heads = NH;
   a.num_kv_heads = NKV;
   a.head_dim = D;
   a.block_size = bs;
   a.scale = scale;
-  cuda::attention(a, c.decode, nullptr);
+  cuda::attention(a, simt, nullptr);
   const auto got = test::from_bf16(download<uint16_t>(d_out, ref.size()));
-  test::record(case_name(c.decode ? "attn_decode" : "attn_prefill", c) + "/splits" + std::to_string(plan.num_partials),
+  test::record(case_name(c.decode ? (simt ? "attn_decode_simt" : "attn_decode_tc") : "attn_prefill", c) + "/splits" + std::to_string(plan.num_partials),
                test::compare(got, ref), 1e-2);
 }
 
@@ -138,7 +141,8 @@ TEST(CudaAttention, DecodeOddShapes) {
     for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}, std::pair{32, 4}}) {
       for (int32_t S : {1, 7, 17}) {
         for (int32_t bs : {16, 7}) {
-          for (int32_t sms : {132, 1}) run_case({S, D, nh, nkv, bs, true, sms, false}, seed += 10);
+          for (int32_t sms : {132, 1})
+            for (bool tc : {false, true}) run_case({S, D, nh, nkv, bs, true, sms, false, tc}, seed += 10);
         }
       }
     }

@@ -138,7 +138,8 @@ std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
 int32_t argmax(const float* p, int64_t n) { return static_cast<int32_t>(std::max_element(p, p + n) - p); }
 
 struct Pair {
-  std::unique_ptr<Backend> cpu, gpu;
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<CudaBackend> gpu;
   ModelConfig cfg;
 };
 
@@ -185,13 +186,15 @@ TEST(CudaBackend, ForwardPrefillDecodeChunkedMatchesCpu) {
     Builder b(v.block_size, &next_block);
     for (size_t s = 0; s < 3; ++s) b.add(seqs[s], random_tokens(lens[s], 50 + s, static_cast<int32_t>(V)));
     step(b.fb, "prefill");
-    // 2. Decode 4 steps (teacher-forced with the CPU's greedy tokens so both stay on one path).
+    // 2. Decode 4 steps (teacher-forced with the CPU's greedy tokens so both stay on one path):
+    //    two with the tensor-core tiles, two with the CUDA-core decode kernel.
     for (int it = 0; it < 4; ++it) {
+      p.gpu->set_decode_attention(it < 2 ? DecodeAttention::kTensorCore : DecodeAttention::kSimt);
       std::vector<int32_t> next;
       for (size_t s = 0; s < 3; ++s) next.push_back(argmax(&lc[s * V], V));
       Builder d(v.block_size, &next_block);
       for (size_t s = 0; s < 3; ++s) d.add(seqs[s], {next[s]});
-      step(d.fb, "decode" + std::to_string(it));
+      step(d.fb, std::string(it < 2 ? "decode_tc" : "decode_simt") + std::to_string(it));
     }
     // 3. A mixed batch: a 20-token chunk continuing seq 0, a decode of seq 1, a new 33-token prompt.
     Seq fresh;
@@ -306,12 +309,12 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
       same.dst_slots.push_back(static_cast<int64_t>(950) * bs + static_cast<int64_t>(i));
       same.positions.push_back(30 + static_cast<int32_t>(i));
     }
-    for (Backend* be : {p.cpu.get(), p.gpu.get()}) {
+    for (Backend* be : {p.cpu.get(), static_cast<Backend*>(p.gpu.get())}) {
       be->forward(one, lc);
       be->inject(same);
       be->read_cache(prefilled, kc, vc);
       be->read_cache(same.dst_slots, kg, vg);
-      const bool gpu = be == p.gpu.get();
+      const bool gpu = be != p.cpu.get();
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_k", test::compare(kg, kc), gpu ? 4e-3 : 1e-6);
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_v", test::compare(vg, vc), gpu ? 0.0 : 1e-7);
     }

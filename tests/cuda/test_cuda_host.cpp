@@ -49,8 +49,12 @@ void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const A
     }
   }
   for (int32_t u : partial_used) EXPECT_EQ(u, 1);
-  int32_t merged = 0;
-  for (const AttnMergeItem& m : p.merges) merged += m.num_splits;
+  int32_t merged = 0, max_rows = 0;
+  for (const AttnMergeItem& m : p.merges) {
+    merged += m.num_splits;
+    max_rows = std::max(max_rows, m.row_end - m.row_begin);
+  }
+  EXPECT_EQ(p.max_merge_rows, max_rows);
   EXPECT_EQ(merged, p.num_partials);
   // Rows: every packed row of every sequence in exactly one tile; kv ranges tile [0, kv_len).
   for (int32_t s = 0; s < b.seqs(); ++s) {

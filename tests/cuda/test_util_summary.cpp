@@ -1,5 +1,6 @@
 // The summary table of every parity check, printed when the test program ends (the GPU run's
 // reply shows the end of the output), and written to $PARITY_OUT when set.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -39,8 +40,9 @@ class SummaryEnv : public ::testing::Environment {
       std::snprintf(line, sizeof line, "%s | %s | %s\n", r.name.c_str(), r.value.c_str(), r.ok ? "yes" : "NO");
       full += line;
       const std::string fam = r.name.substr(0, r.name.find('/'));
-      if (fams.empty() || fams.back().name != fam) fams.push_back({fam, "", 0, 0, -2});
-      Fam& f = fams.back();
+      auto it = std::find_if(fams.begin(), fams.end(), [&](const Fam& x) { return x.name == fam; });
+      if (it == fams.end()) it = fams.insert(fams.end(), Fam{fam, "", 0, 0, -2});
+      Fam& f = *it;
       ++f.n;
       if (!r.ok) ++f.bad;
       // Worst = the first failure, else the largest rel_l2 (notes: the last one).

@@ -1,6 +1,7 @@
 // Decode path of paged attention (CUDA cores, split-KV) and the merge of split pieces.
 //
-// Decode: CTA = one token's tile (its `group` query heads of kv head blockIdx.y) x one kv piece.
+// Decode: CTA = one token's tile (its `group` <= 8 query heads of kv head blockIdx.y) x one kv
+// piece; register arrays are sized for the group rounded up to a power of two.
 // Lanes are grouped LPR = D/8 to a kv row (one 16-byte chunk each); a warp walks 32/LPR rows at a
 // time, so a 4-warp CTA has NS = 4 * 32/LPR independent "streams" over the piece:
 //   stream s visits kv entries kv_begin + s, + NS, + 2 NS, ...
@@ -17,11 +18,11 @@ namespace inferscale::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kG = kDecodeMaxGroup;
-constexpr int kUnroll = 2;  // kv entries per stream in flight
+constexpr int kUnroll = 4;  // kv entries per stream in flight (4 x 2 x 16 bytes per thread)
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <int D>
+// G: the group rounded up to a power of two (register arrays sized at compile time).
+template <int D, int kG>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArgs a) {
   constexpr int LPR = D / 8;
   constexpr int RPW = 32 / LPR;
@@ -135,33 +136,43 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
   }
 }
 
-// CTA = one merge item x one kv head; thread per (row, dim).
+// CTA = one (merge item, row r < merge_rows) x one kv head; one thread per dim (blockDim = D).
+// Every row is its own CTA so a few long-context tiles still spread over the GPU.
 __global__ void attention_merge_kernel(AttentionArgs a) {
-  const AttnMergeItem mi = a.merges[blockIdx.x];
-  const int kvh = blockIdx.y;
-  const int D = a.head_dim;
+  const AttnMergeItem mi = a.merges[blockIdx.x / a.merge_rows];
+  const int r = blockIdx.x % a.merge_rows;
+  if (r >= mi.row_end - mi.row_begin) return;
+  const int kvh = blockIdx.y, d = threadIdx.x, D = a.head_dim;
   const int group = a.num_heads / a.num_kv_heads;
-  const int rows = mi.row_end - mi.row_begin;
-  for (int idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
-    const int r = idx / D, d = idx % D;
-    float M = -INFINITY;
+  auto prow = [&](int p) {
+    return (static_cast<int64_t>(mi.first_partial + p) * a.num_kv_heads + kvh) * a.rows_per_tile + r;
+  };
+  float M = -INFINITY;
+  for (int p = 0; p < mi.num_splits; ++p) M = fmaxf(M, a.partial_lse[prow(p)]);
+  float W = 0.0f, O = 0.0f;
+  if (M != -INFINITY) {
     for (int p = 0; p < mi.num_splits; ++p) {
-      const int64_t prow = (static_cast<int64_t>(mi.first_partial + p) * a.num_kv_heads + kvh) * a.rows_per_tile + r;
-      M = fmaxf(M, a.partial_lse[prow]);
+      const float w = exp2f(a.partial_lse[prow(p)] - M);
+      W += w;
+      O += w * a.partial_o[prow(p) * D + d];
     }
-    float W = 0.0f, O = 0.0f;
-    if (M != -INFINITY) {
-      for (int p = 0; p < mi.num_splits; ++p) {
-        const int64_t prow = (static_cast<int64_t>(mi.first_partial + p) * a.num_kv_heads + kvh) * a.rows_per_tile + r;
-        const float w = exp2f(a.partial_lse[prow] - M);
-        W += w;
-        O += w * a.partial_o[prow * D + d];
-      }
-    }
-    const int pr = mi.row_begin + r;
-    const int64_t tok = mi.q_start + pr / group;
-    const int head = kvh * group + pr % group;
-    a.out[(tok * a.num_heads + head) * D + d] = __float2bfloat16_rn(W > 0.0f ? O / W : 0.0f);
+  }
+  const int pr = mi.row_begin + r;
+  const int64_t tok = mi.q_start + pr / group;
+  const int head = kvh * group + pr % group;
+  a.out[(tok * a.num_heads + head) * D + d] = __float2bfloat16_rn(W > 0.0f ? O / W : 0.0f);
+}
+
+template <int D>
+void launch_decode(const AttentionArgs& a, int group, dim3 grid, cudaStream_t stream) {
+  if (group <= 1) {
+    attention_decode_kernel<D, 1><<<grid, kThreads, 0, stream>>>(a);
+  } else if (group <= 2) {
+    attention_decode_kernel<D, 2><<<grid, kThreads, 0, stream>>>(a);
+  } else if (group <= 4) {
+    attention_decode_kernel<D, 4><<<grid, kThreads, 0, stream>>>(a);
+  } else {
+    attention_decode_kernel<D, 8><<<grid, kThreads, 0, stream>>>(a);
   }
 }
 
@@ -170,12 +181,12 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
 void attention_decode(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_items == 0) return;
   const int group = a.num_heads / a.num_kv_heads;
-  KERNEL_REQUIRE(a.num_heads % a.num_kv_heads == 0 && group <= kG, "attention_decode: group must be <= 8");
+  KERNEL_REQUIRE(a.num_heads % a.num_kv_heads == 0 && group <= kDecodeMaxGroup, "attention_decode: group must be <= 8");
   KERNEL_REQUIRE(a.rows_per_tile == group, "attention_decode: plan with rows_per_tile == group");
   const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
   switch (a.head_dim) {
-    case 64: attention_decode_kernel<64><<<grid, kThreads, 0, stream>>>(a); break;
-    case 128: attention_decode_kernel<128><<<grid, kThreads, 0, stream>>>(a); break;
+    case 64: launch_decode<64>(a, group, grid, stream); break;
+    case 128: launch_decode<128>(a, group, grid, stream); break;
     default: KERNEL_REQUIRE(false, "attention_decode: head_dim must be 64 or 128");
   }
   CUDA_CHECK_LAUNCH("attention_decode_kernel");
@@ -183,8 +194,11 @@ void attention_decode(const AttentionArgs& a, cudaStream_t stream) {
 
 void attention_merge(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_merges == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.num_merges), static_cast<unsigned>(a.num_kv_heads));
-  attention_merge_kernel<<<grid, 128, 0, stream>>>(a);
+  KERNEL_REQUIRE(a.merge_rows >= 1 && a.merge_rows <= a.rows_per_tile, "attention_merge: merge_rows");
+  const int64_t blocks = static_cast<int64_t>(a.num_merges) * a.merge_rows;
+  KERNEL_REQUIRE(blocks <= 0x7fffffff && a.head_dim <= 1024, "attention_merge: too many rows");
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.num_kv_heads));
+  attention_merge_kernel<<<grid, static_cast<unsigned>(a.head_dim), 0, stream>>>(a);
   CUDA_CHECK_LAUNCH("attention_merge_kernel");
 }
 

@@ -53,6 +53,7 @@ AttnPlan plan_attention(const int32_t* q_indptr, int32_t num_seqs, const int32_t
       continue;
     }
     plan.merges.push_back({t.q_start, t.row_begin, t.row_end, plan.num_partials, static_cast<int32_t>(n)});
+    plan.max_merge_rows = std::max(plan.max_merge_rows, t.row_end - t.row_begin);
     for (int64_t i = 0; i < n; ++i) {
       const int32_t b = static_cast<int32_t>(i * len);
       const int32_t e = static_cast<int32_t>(std::min<int64_t>(t.kv_len, (i + 1) * len));

@@ -57,6 +57,7 @@ struct AttnPlan {
   int32_t num_partials = 0;  // partial slots: o [num_partials, num_kv_heads, rows_per_tile, head_dim] f32,
                              //                lse [num_partials, num_kv_heads, rows_per_tile] f32
   int32_t rows_per_tile = 0;
+  int32_t max_merge_rows = 0;  // most rows of any merged tile (sizes the merge grid)
 };
 
 // q_indptr: [S + 1]; positions: [T] (increasing inside each sequence).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
@@ -71,6 +72,7 @@ class CudaBackendImpl final : public CudaBackend {
   int64_t num_cache_blocks() const override { return num_blocks_; }
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
   cudaStream_t stream() const override { return stream_; }
+  void set_decode_attention(DecodeAttention kind) override { decode_attention_ = kind; }
   float last_gpu_ms() const override { return last_gpu_ms_; }
   int64_t weight_bytes() const override { return static_cast<int64_t>(w_.bytes()); }
   int64_t kv_bytes() const override {
@@ -122,7 +124,9 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
   float last_gpu_ms_ = 0.0f;
+  DecodeAttention decode_attention_ = DecodeAttention::kTensorCore;
   Gemm gemm_;
+  PinnedBuffer out_host_;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
   MetaUpload meta_;
   // Activations, grown on demand.
   DeviceBuffer x_, hn_, qkv_, q_, attn_, gu_, act_, rows_, logits_, part_o_, part_lse_, io_;
@@ -149,10 +153,12 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
   rope_.ensure(max_pos);
 
-  // Attention plan: the decode path when every sequence has one query token.
-  bool decode = group <= cuda::kDecodeMaxGroup;
-  for (int32_t s = 0; s < S && decode; ++s) decode = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  const AttnPlanOptions po = cuda::attention_plan_options(decode, group, static_cast<int32_t>(NKV), num_sms_);
+  // Attention plan: the decode kernel (when selected) if every sequence has one query token.
+  bool single_token = true;
+  for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
+  const bool decode = single_token && decode_attention_ == DecodeAttention::kSimt && group <= cuda::kDecodeMaxGroup;
+  const AttnPlanOptions po =
+      cuda::attention_plan_options(decode, single_token, group, static_cast<int32_t>(NKV), num_sms_);
   const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(), group, po);
 
   std::vector<int64_t> capture(b.capture_tokens.empty() ? 0 : static_cast<size_t>(T), -1);  // [T] pool slot or -1
@@ -220,6 +226,7 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   aa.num_items = static_cast<int32_t>(plan.items.size());
   aa.num_merges = static_cast<int32_t>(plan.merges.size());
   aa.rows_per_tile = plan.rows_per_tile;
+  aa.merge_rows = plan.max_merge_rows;
   aa.num_heads = static_cast<int32_t>(NH);
   aa.num_kv_heads = static_cast<int32_t>(NKV);
   aa.head_dim = static_cast<int32_t>(D);
@@ -250,21 +257,31 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
 
   // Output rows: final norm of the gathered rows, then the LM head unless hidden states were asked for.
   const int32_t* out_rows = meta_.dev<int32_t>(o_out);
+  const void* result = nullptr;
   if (hidden_out) {
     cuda::rmsnorm(x, out_rows, w_.final_norm, rows_.as<float>(), R, H, eps, stream_);  // [R, H] f32
     out.resize(static_cast<size_t>(R * H));
-    CUDA_CHECK(cudaEventRecord(ev_stop_, stream_));
-    if (!out.empty())
-      CUDA_CHECK(cudaMemcpyAsync(out.data(), rows_.data(), out.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    result = rows_.data();
   } else {
     cuda::rmsnorm(x, out_rows, w_.final_norm, rows_.as<bf16>(), R, H, eps, stream_);  // [R, H] bf16
     gemm_.run(rows_.as<bf16>(), w_.lm_head, logits_.as<float>(), R, V, H, false, stream_);  // [R, V] f32
     out.resize(static_cast<size_t>(R * V));
-    CUDA_CHECK(cudaEventRecord(ev_stop_, stream_));
-    if (!out.empty())
-      CUDA_CHECK(cudaMemcpyAsync(out.data(), logits_.data(), out.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    result = logits_.data();
   }
+  CUDA_CHECK(cudaEventRecord(ev_stop_, stream_));
+  const size_t out_bytes = out.size() * 4;
+  out_host_.reserve(std::max<size_t>(out_bytes, 4));
+  if (out_bytes > 0)
+    CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), result, out_bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Pinned -> the caller's vector, in parallel (32 rows of logits are 16 MB).
+  const int64_t chunk = 1 << 20, n_chunks = static_cast<int64_t>((out_bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const size_t off = static_cast<size_t>(c * chunk);
+    std::memcpy(reinterpret_cast<char*>(out.data()) + off, out_host_.as<char>() + off,
+                std::min<size_t>(static_cast<size_t>(chunk), out_bytes - off));
+  }
   CUDA_CHECK(cudaEventElapsedTime(&last_gpu_ms_, ev_start_, ev_stop_));
 }
 

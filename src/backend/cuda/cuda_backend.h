@@ -20,8 +20,15 @@
 
 namespace inferscale {
 
+// Attention kernel for batches where every sequence has one new token.
+enum class DecodeAttention {
+  kSimt,        // the CUDA-core decode kernel (attention_decode.cu)
+  kTensorCore,  // the tensor-core prefill tiles (one token's group rows per tile; idle rows skip the math)
+};
+
 class CudaBackend : public Backend {
  public:
+  virtual void set_decode_attention(DecodeAttention kind) = 0;
   virtual cudaStream_t stream() const = 0;
   // GPU time of the last forward() or inject() (events on the stream), milliseconds.
   virtual float last_gpu_ms() const = 0;

@@ -94,6 +94,7 @@ struct AttentionArgs {
   float* partial_o;            // [num_partials, NKV, rows_per_tile, D]
   float* partial_lse;          // [num_partials, NKV, rows_per_tile]
   int32_t num_items = 0, num_merges = 0, rows_per_tile = 0;
+  int32_t merge_rows = 0;      // AttnPlan::max_merge_rows
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
 };
@@ -117,16 +118,19 @@ inline void attention(const AttentionArgs& a, bool decode, cudaStream_t stream) 
   attention_merge(a, stream);
 }
 bool attention_supports_head_dim(int32_t head_dim);
-// Planner settings of each path: prefill tiles of 64 packed rows (split at 64-entry chunks, pieces
-// >= 256); decode tiles of one token (pieces >= 128), splitting until ~4 CTAs per SM.
-inline AttnPlanOptions attention_plan_options(bool decode, int32_t group, int32_t num_kv_heads, int32_t num_sms) {
+// Planner settings: prefill tiles of 64 packed rows split at 64-entry chunks into pieces >= 256
+// entries (~2 CTAs per SM); the decode kernel's one-token tiles split into pieces >= 128 (~4 CTAs
+// per SM). `single_token` (every sequence has one new token) with the tensor-core kernel uses the
+// decode split rule too: its tiles are few and long.
+inline AttnPlanOptions attention_plan_options(bool decode_kernel, bool single_token, int32_t group,
+                                              int32_t num_kv_heads, int32_t num_sms) {
   AttnPlanOptions o;
   o.num_kv_heads = num_kv_heads;
   o.num_sms = num_sms;
-  o.rows_per_tile = decode ? group : kPrefillRowsPerTile;
-  o.kv_granule = decode ? 32 : kPrefillKvChunk;
-  o.min_split_len = decode ? 128 : 256;
-  o.ctas_per_sm = decode ? 4 : 2;
+  o.rows_per_tile = decode_kernel ? group : kPrefillRowsPerTile;
+  o.kv_granule = decode_kernel ? 32 : kPrefillKvChunk;
+  o.min_split_len = single_token ? 128 : 256;
+  o.ctas_per_sm = single_token ? 4 : 2;
   return o;
 }
 
