@@ -1,5 +1,6 @@
 // Kernel benchmarks at Llama-3.1-8B shapes (32 layers, 8 kv heads, head_dim 128, GQA 4):
 //   ceilings    device-to-device copy (bytes read + written) and an 8192^3 bf16 GEMM (cuBLASLt)
+//   GEMMs       the forward's per-layer GEMMs at M = 1 / 32 / 1532, heuristic vs autotuned
 //   (c) injection kernel bandwidth vs the copy ceiling
 //   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs) and the
 //       decode kernel's KV bandwidth
@@ -123,6 +124,51 @@ int main(int argc, char** argv) {
       bench::time_gpu_ms(nullptr, 3, iters, [&] { gemm.run(ga.as<bf16>(), gb.as<bf16>(), gc.as<bf16>(), G, G, G, nullptr); });
   const double gemm_tf = 2.0 * G * G * G / gemm_ms / 1e9;
   std::printf("\nceilings: D2D copy %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt)\n", copy_gbs, gemm_tf);
+
+  // Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic vs the fastest of
+  // its top 8 (Gemm's autotuning). A ring of 8 weight copies per shape keeps them out of L2, as in
+  // a real forward where 16 GB pass between two uses of one layer.
+  std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
+  std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | autotuned GB/s (weights) | autotuned TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  {
+    struct G {
+      const char* name;
+      int64_t N, K;
+      bool f32_out, acc;
+    };
+    const G gemms[] = {{"qkv", 6144, 4096, true, false},
+                       {"o_proj (+residual)", 4096, 4096, true, true},
+                       {"gate_up", 28672, 4096, false, false},
+                       {"down (+residual)", 4096, 14336, true, true},
+                       {"lm_head", 128256, 4096, true, false}};
+    constexpr int kRing = 8;
+    Gemm g0, g1;
+    g0.set_autotune(false);
+    for (const G& gm : gemms) {
+      std::vector<DeviceBuffer> ws;
+      for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
+      for (int64_t M : {1l, 32l, 1532l}) {
+        DeviceBuffer x = random_bf16(M * gm.K, 99);
+        DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
+        CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+        auto ring = [&](Gemm& g) {
+          for (int r = 0; r < kRing; ++r) {
+            if (gm.f32_out) {
+              g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
+            } else {
+              g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
+            }
+          }
+        };
+        const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
+        const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
+        std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
+                    static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3,
+                    gm.N * gm.K * 2.0 / t1 / 1e6, 2.0 * M * gm.N * gm.K / t1 / 1e9);
+      }
+    }
+  }
 
   // (c) Injection: all 32 layers in one launch, Llama-3.1-8B rows (8 kv heads x 128).
   std::printf("\n(c) injection kernel (gather pool -> rotate K -> scatter cache), 32 layers per launch\n");

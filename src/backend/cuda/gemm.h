@@ -5,6 +5,10 @@
 // cuBLASLt is column-major: the same memory is y^T [N, M] = w^T-op(A = w as [K, N]) * B (x as [K, M]),
 // i.e. a "TN" GEMM with m = N, n = M, k = K. `accumulate` adds into y (beta = 1, f32 output only):
 // the residual add of o_proj and down_proj happens inside the GEMM.
+//
+// Autotuning (on by default): the first call of each shape times cuBLASLt's top heuristic
+// candidates on the real operands (into a scratch output) and keeps the fastest; later calls of
+// that shape reuse it. The first call of a new shape therefore synchronises the stream.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -29,6 +33,8 @@ class Gemm {
            cudaStream_t stream);
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t M, int64_t N, int64_t K,
            cudaStream_t stream);
+  // Takes effect for shapes not planned yet.
+  void set_autotune(bool on) { autotune_ = on; }
 
  private:
   struct Plan {
@@ -37,12 +43,18 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // M, N, K, f32 out, accumulate
-  const Plan& plan(int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate);
+  static constexpr int kMaxAlgos = 8;
+  const Plan& plan(const void* x, const void* w, int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate,
+                   cudaStream_t stream);
+  cublasLtMatmulAlgo_t fastest(const Plan& p, const cublasLtMatmulHeuristicResult_t* cands, int n, const void* x,
+                               const void* w, int64_t M, int64_t N, bool f32_out, bool accumulate, cudaStream_t stream);
   void launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate,
               cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
+  DeviceBuffer scratch_;  // autotuning output
+  bool autotune_ = true;
   std::map<Key, Plan> plans_;
 };
 
