@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
                        {"lm_head", 128256, 4096, true, false}};
     constexpr int kRing = 8;
     Gemm g0, g1;
-    g0.set_autotune(false);
+    g1.set_autotune(true);
     for (const G& gm : gemms) {
       std::vector<DeviceBuffer> ws;
       for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
