@@ -5,4 +5,7 @@
 
 namespace inferscale::cli {
 
+// `memory add|import|import-locomo|search|list|delete|users` (cmd_memory.cpp).
+void register_memory(CLI::App& app);
+
 }  // namespace inferscale::cli
