@@ -62,7 +62,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
   const int64_t T = static_cast<int64_t>(positions.size()), slots = static_cast<int64_t>(next) * bs;
   const AttnPlanOptions po = cuda::attention_plan_options(decode, q_len == 1, group, NKV, num_sms);
-  const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), group, po);
+  const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), nullptr, group, po);
   auto q = random_bf16(T * NH * D, 1), k = random_bf16(slots * NKV * D, 2), v = random_bf16(slots * NKV * D, 3);
   DeviceBuffer out(static_cast<size_t>(T * NH * D) * 2);
   auto d_pos = upload(positions), d_kvp = upload(kv_indptr), d_kvi = upload(kv_indices), d_items = upload(plan.items),

@@ -27,12 +27,13 @@ struct AttnCase {
   int32_t num_sms;  // planner's SM count: 132 (split when small) or 1 (never split)
   bool jumps;       // a sequence's new tokens skip a range of positions
   bool tensor_core = false;  // decode cases: the tensor-core tiles instead of the decode kernel
+  bool kv_start = false;     // each sequence attends from entry ctx / 2 on (ForwardBatch::kv_start)
 };
 
 std::string case_name(const char* fam, const AttnCase& c) {
   return std::string(fam) + "/S" + std::to_string(c.num_seqs) + "/D" + std::to_string(c.head_dim) + "/g" +
          std::to_string(c.num_heads / c.num_kv_heads) + "/bs" + std::to_string(c.block_size) + "/sms" +
-         std::to_string(c.num_sms) + (c.jumps ? "/jumps" : "");
+         std::to_string(c.num_sms) + (c.jumps ? "/jumps" : "") + (c.kv_start ? "/kv_start" : "");
 }
 
 void run_case(const AttnCase& c, uint64_t seed) {
@@ -42,13 +43,14 @@ void run_case(const AttnCase& c, uint64_t seed) {
   const int32_t group = NH / NKV;
   // Per sequence: cached context length and new tokens. Prefill: the first sequence gets 1000 new
   // tokens (every case has a long causal tile), the others 1/15/16/17 (keeps the CPU reference fast).
-  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions, kv_start;
   int32_t next_block = 0;
   std::vector<int32_t> seq_blocks_total;
   for (int32_t s = 0; s < c.num_seqs; ++s) {
     const int32_t n_new = c.decode ? 1 : (s == 0 ? 1000 : lens[g() % 4]);
     const int32_t ctx = static_cast<int32_t>(g() % (c.decode ? 3000 : 600));
     const int32_t gap = (c.jumps && n_new > 1) ? 37 : 0;
+    kv_start.push_back(c.kv_start ? ctx / 2 : 0);
     for (int32_t i = 0; i < n_new; ++i) positions.push_back(ctx + i + (i >= n_new / 2 ? gap : 0));
     const int32_t kv_len = positions.back() + 1;
     const int32_t nblk = (kv_len + bs - 1) / bs;
@@ -72,12 +74,12 @@ void run_case(const AttnCase& c, uint64_t seed) {
 
   std::vector<float> ref(static_cast<size_t>(T * NH * D));
   cpu::PagedAttentionArgs pa{q.data(),          kc.data(), vc.data(), ref.data(), positions.data(), q_indptr.data(),
-                             kv_indptr.data(),  kv_indices.data(), c.num_seqs, NH, NKV, D, bs, scale};
+                             kv_indptr.data(),  kv_indices.data(), kv_start.data(), c.num_seqs, NH, NKV, D, bs, scale};
   cpu::paged_attention(pa);
 
   const bool simt = c.decode && !c.tensor_core;  // which kernel
   const AttnPlanOptions po = cuda::attention_plan_options(simt, c.decode, group, NKV, c.num_sms);
-  const AttnPlan plan = plan_attention(q_indptr.data(), c.num_seqs, positions.data(), group, po);
+  const AttnPlan plan = plan_attention(q_indptr.data(), c.num_seqs, positions.data(), kv_start.data(), group, po);
 
   auto d_q = upload(test::to_bf16(q)), d_k = upload(test::to_bf16(kc)), d_v = upload(test::to_bf16(vc));
   auto d_pos = upload(positions), d_kvp = upload(kv_indptr), d_kvi = upload(kv_indices);
@@ -132,6 +134,17 @@ TEST(CudaAttention, PrefillSplitKv) {
   // the merge must recombine the pieces.
   run_case({1, 128, 32, 8, 16, false, 1000, false}, 900);
   run_case({1, 64, 8, 8, 7, false, 1000, true}, 910);
+}
+
+TEST(CudaAttention, KvStart) {
+  REQUIRE_GPU();
+  // Sequences that attend from entry ctx / 2 on (a fact encoded at its serving position).
+  uint64_t seed = 3000;
+  for (int32_t sms : {1, 1000}) {
+    run_case({7, 128, 32, 8, 16, false, sms, false, false, true}, seed += 10);
+    run_case({7, 64, 8, 2, 7, true, sms, false, false, true}, seed += 10);
+    run_case({7, 64, 8, 2, 7, true, sms, false, true, true}, seed += 10);
+  }
 }
 
 TEST(CudaAttention, DecodeOddShapes) {

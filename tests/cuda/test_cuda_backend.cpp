@@ -271,6 +271,28 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
     p.gpu->forward(qb.fb, lg);
     test::record(tag + "/question_logits", test::compare(lg, lc), 2e-2);
 
+    // b2. Chunked RoPE exactness (DESIGN invariant 1, w = 0): the same fact encoded alone at its
+    //     serving position 100 (kv_start = 100: nothing before it) gives the injected K and V.
+    {
+      Seq alone;
+      Builder ab(bs, &next_block);
+      ab.add(alone, fact, true, p0);
+      ab.fb.kv_start = {p0};
+      std::vector<int64_t> at_p0;
+      for (int32_t i = 0; i < static_cast<int32_t>(fact.size()); ++i) at_p0.push_back(ab.fb.slot_mapping[static_cast<size_t>(i)]);
+      for (Backend* be : {p.cpu.get(), static_cast<Backend*>(p.gpu.get())}) {
+        const bool gpu = be != p.cpu.get();
+        be->forward(ab.fb, gpu ? lg : lc);
+        std::vector<float> ki, vi, ke, ve;
+        be->read_cache(inj.dst_slots, ki, vi);
+        be->read_cache(at_p0, ke, ve);
+        // CPU: f32, only summation order differs; GPU: bf16 activations on two paths.
+        test::record(tag + (gpu ? "/gpu" : "/cpu") + "_chunked_rope_k", test::compare(ki, ke), gpu ? 2e-2 : 1e-4);
+        test::record(tag + (gpu ? "/gpu" : "/cpu") + "_chunked_rope_v", test::compare(vi, ve), gpu ? 2e-2 : 1e-4);
+      }
+      test::record(tag + "/fact_at_p_logits", test::compare(lg, lc), 2e-2);
+    }
+
     // c. Far positions (past 8192; llama3 scaling on the llama variants) into scratch slots.
     for (int32_t far : {9000, 70000}) {
       InjectBatch f;

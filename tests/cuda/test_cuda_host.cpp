@@ -17,12 +17,18 @@ namespace {
 struct Batch {
   std::vector<int32_t> q_indptr{0};
   std::vector<int32_t> positions;
-  // Sequence with `ctx` cached entries and `n` new tokens at positions ctx .. ctx + n - 1.
-  void add(int32_t ctx, int32_t n) {
+  std::vector<int32_t> kv_start;  // [S], first attended entry
+  // Sequence with `ctx` cached entries and `n` new tokens at positions ctx .. ctx + n - 1,
+  // attending from entry `start` (<= ctx) on.
+  void add(int32_t ctx, int32_t n, int32_t start = 0) {
     for (int32_t i = 0; i < n; ++i) positions.push_back(ctx + i);
     q_indptr.push_back(q_indptr.back() + n);
+    kv_start.push_back(start);
   }
   int32_t seqs() const { return static_cast<int32_t>(q_indptr.size()) - 1; }
+  AttnPlan plan(int32_t group, const AttnPlanOptions& o) const {
+    return plan_attention(q_indptr.data(), seqs(), positions.data(), kv_start.data(), group, o);
+  }
 };
 
 // Every (sequence, packed row, kv entry <= its position) is covered exactly once across the
@@ -45,7 +51,7 @@ void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const A
     if (it.partial >= 0) {
       ASSERT_LT(it.partial, p.num_partials);
       ++partial_used[static_cast<size_t>(it.partial)];
-      EXPECT_EQ(it.kv_begin % o.kv_granule, 0);
+      EXPECT_EQ((it.kv_begin - b.kv_start[static_cast<size_t>(it.kv_seq)]) % o.kv_granule, 0);
     }
   }
   for (int32_t u : partial_used) EXPECT_EQ(u, 1);
@@ -56,7 +62,7 @@ void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const A
   }
   EXPECT_EQ(p.max_merge_rows, max_rows);
   EXPECT_EQ(merged, p.num_partials);
-  // Rows: every packed row of every sequence in exactly one tile; kv ranges tile [0, kv_len).
+  // Rows: every packed row of every sequence in exactly one tile; kv ranges tile [kv_start, kv_len).
   for (int32_t s = 0; s < b.seqs(); ++s) {
     const int32_t rows = (b.q_indptr[s + 1] - b.q_indptr[s]) * group;
     for (int32_t r = 0; r < rows; r += o.rows_per_tile) {
@@ -64,10 +70,8 @@ void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const A
       ASSERT_NE(it, tiles.end()) << "seq " << s << " row " << r << " not covered";
       auto ranges = it->second;
       std::sort(ranges.begin(), ranges.end());
-      const int32_t last_tok = b.q_indptr[s] + std::min(rows, r + o.rows_per_tile) - 1;
       const int32_t kv_len = b.positions[b.q_indptr[s] + (std::min(rows, r + o.rows_per_tile) - 1) / group] + 1;
-      (void)last_tok;
-      int32_t at = 0;
+      int32_t at = b.kv_start[static_cast<size_t>(s)];
       for (auto [kb, ke] : ranges) {
         EXPECT_EQ(kb, at);
         at = ke;
@@ -84,7 +88,7 @@ TEST(HostAttentionPlan, PrefillTilesWithoutSplitWhenGpuIsFull) {
   for (int i = 0; i < 17; ++i) b.add(i * 3, 1000);
   AttnPlanOptions o;
   o.num_kv_heads = 8;
-  const AttnPlan p = plan_attention(b.q_indptr.data(), b.seqs(), b.positions.data(), 4, o);
+  const AttnPlan p = b.plan(4, o);
   check_plan(b, 4, o, p);
   EXPECT_EQ(p.num_partials, 0);
   EXPECT_EQ(p.items.size(), 17u * ((1000 * 4 + 63) / 64));
@@ -98,7 +102,7 @@ TEST(HostAttentionPlan, DecodeSplitsLongContexts) {
   o.rows_per_tile = 4;
   o.kv_granule = 32;
   o.min_split_len = 128;
-  const AttnPlan p = plan_attention(b.q_indptr.data(), b.seqs(), b.positions.data(), 4, o);
+  const AttnPlan p = b.plan(4, o);
   check_plan(b, 4, o, p);
   EXPECT_GT(p.num_partials, 8);
   EXPECT_LE(p.num_partials, o.max_splits);
@@ -116,11 +120,11 @@ TEST(HostAttentionPlan, OddShapesAndGroups) {
         AttnPlanOptions o;
         o.num_kv_heads = 2;
         o.num_sms = sms;
-        check_plan(b, group, o, plan_attention(b.q_indptr.data(), b.seqs(), b.positions.data(), group, o));
+        check_plan(b, group, o, b.plan(group, o));
         o.rows_per_tile = group;  // decode-style tiles
         o.kv_granule = 32;
         o.min_split_len = 128;
-        check_plan(b, group, o, plan_attention(b.q_indptr.data(), b.seqs(), b.positions.data(), group, o));
+        check_plan(b, group, o, b.plan(group, o));
       }
     }
   }
@@ -131,9 +135,26 @@ TEST(HostAttentionPlan, PositionsThatJump) {
   for (int32_t i = 0; i < 10; ++i) b.positions.push_back(i);
   for (int32_t i = 0; i < 32; ++i) b.positions.push_back(500 + i);
   b.q_indptr.push_back(42);
+  b.kv_start.push_back(0);
   AttnPlanOptions o;
   o.num_kv_heads = 8;
-  check_plan(b, 4, o, plan_attention(b.q_indptr.data(), b.seqs(), b.positions.data(), 4, o));
+  check_plan(b, 4, o, b.plan(4, o));
+}
+
+TEST(HostAttentionPlan, KvStartSkipsLeadingEntries) {
+  // A fact encoded at its serving position p with nothing before it (ForwardBatch::kv_start).
+  for (int32_t sms : {1, 132, 1000}) {
+    Batch b;
+    b.add(9000, 30, 9000);
+    b.add(100, 1000, 40);
+    b.add(5000, 1, 4990);
+    AttnPlanOptions o;
+    o.num_kv_heads = 8;
+    o.num_sms = sms;
+    const AttnPlan p = b.plan(4, o);
+    check_plan(b, 4, o, p);
+    for (const AttnWorkItem& it : p.items) EXPECT_GE(it.kv_begin, b.kv_start[static_cast<size_t>(it.kv_seq)]);
+  }
 }
 
 TEST(HostRopeTable, RowsEqualRopeAngles) {

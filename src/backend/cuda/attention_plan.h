@@ -9,7 +9,8 @@
 //   seq s, group 4, 3 tokens:  rows  t0g0 t0g1 t0g2 t0g3 t1g0 ... t2g3   (12 rows)
 //
 // A tile is `rows_per_tile` consecutive packed rows of one sequence. Its kv range is
-// [0, positions[last token of the tile]] (positions increase inside a sequence). When the tiles
+// [kv_start[s], positions[last token of the tile]] (positions increase inside a sequence;
+// kv_start is ForwardBatch::kv_start, null = all 0). When the tiles
 // alone cannot fill the GPU, a tile's kv range is split into pieces that run as separate work
 // items writing partial results (output normalised by its own softmax sum, plus log2-sum-exp);
 // a merge pass combines them (flash-decoding).
@@ -25,7 +26,7 @@ struct AttnWorkItem {
   int32_t kv_seq;     // sequence index: block table at kv_indptr[kv_seq]
   int32_t row_begin;  // packed rows [row_begin, row_end) of that sequence
   int32_t row_end;
-  int32_t kv_begin;   // kv entries [kv_begin, kv_end) of this piece
+  int32_t kv_begin;   // kv entries [kv_begin, kv_end) of this piece (the first starts at kv_start)
   int32_t kv_end;
   int32_t partial;    // -1: write the final output; else partial slot (see AttnPlan)
   int32_t pad = 0;
@@ -60,8 +61,8 @@ struct AttnPlan {
   int32_t max_merge_rows = 0;  // most rows of any merged tile (sizes the merge grid)
 };
 
-// q_indptr: [S + 1]; positions: [T] (increasing inside each sequence).
-AttnPlan plan_attention(const int32_t* q_indptr, int32_t num_seqs, const int32_t* positions, int32_t group,
-                        const AttnPlanOptions& opts);
+// q_indptr: [S + 1]; positions: [T] (increasing inside each sequence); kv_start: [S] or null.
+AttnPlan plan_attention(const int32_t* q_indptr, int32_t num_seqs, const int32_t* positions, const int32_t* kv_start,
+                        int32_t group, const AttnPlanOptions& opts);
 
 }  // namespace inferscale

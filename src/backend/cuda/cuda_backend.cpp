@@ -159,7 +159,8 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   const bool decode = single_token && decode_attention_ == DecodeAttention::kSimt && group <= cuda::kDecodeMaxGroup;
   const AttnPlanOptions po =
       cuda::attention_plan_options(decode, single_token, group, static_cast<int32_t>(NKV), num_sms_);
-  const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(), group, po);
+  const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(),
+                                       b.kv_start.empty() ? nullptr : b.kv_start.data(), group, po);
 
   std::vector<int64_t> capture(b.capture_tokens.empty() ? 0 : static_cast<size_t>(T), -1);  // [T] pool slot or -1
   for (size_t c = 0; c < b.capture_tokens.size(); ++c) capture[static_cast<size_t>(b.capture_tokens[c])] = b.capture_slots[c];
