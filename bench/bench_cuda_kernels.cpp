@@ -1,0 +1,246 @@
+// Kernel benchmarks at Llama-3.1-8B shapes (32 layers, 8 kv heads, head_dim 128, GQA 4):
+//   ceilings    device-to-device copy (bytes read + written) and an 8192^3 bf16 GEMM (cuBLASLt)
+//   GEMMs       the forward's per-layer GEMMs at M = 1 / 32 / 1532, heuristic vs autotuned
+//   (c) injection kernel bandwidth vs the copy ceiling
+//   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs) and the
+//       decode kernel's KV bandwidth
+// Usage: bench_cuda_kernels [--quick]
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/attention_plan.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/rope_table.h"
+#include "cuda_bench_common.h"
+
+namespace inferscale {
+namespace {
+
+using bf16 = cuda::bf16;
+
+DeviceBuffer random_bf16(int64_t n, uint64_t seed) {
+  DeviceBuffer b(static_cast<size_t>(n) * 2);
+  cuda::fill_random_bf16(b.as<bf16>(), n, seed, 0.0f, 1.0f, nullptr);
+  return b;
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
+  CUDA_CHECK(cudaMemcpy(b.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+struct AttnBench {
+  double ms, tflops, gbs;
+};
+
+// S sequences of `q_len` new tokens each after `ctx` cached entries; prefill or decode kernel.
+// decode: the CUDA-core decode kernel (q_len 1); otherwise the tensor-core tiles.
+AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, bool decode,
+                          int num_sms, int iters) {
+  const int32_t bs = 16, group = NH / NKV;
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
+  int32_t next = 0;
+  double pairs = 0, kv_bytes = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    for (int32_t i = 0; i < q_len; ++i) {
+      positions.push_back(ctx + i);
+      pairs += ctx + i + 1;
+    }
+    const int32_t len = ctx + q_len, nb = (len + bs - 1) / bs;
+    kv_bytes += static_cast<double>(len) * NKV * D * 2 * 2;
+    for (int32_t b = 0; b < nb; ++b) kv_indices.push_back(next++);
+    q_indptr.push_back(static_cast<int32_t>(positions.size()));
+    kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
+  }
+  std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
+  const int64_t T = static_cast<int64_t>(positions.size()), slots = static_cast<int64_t>(next) * bs;
+  const AttnPlanOptions po = cuda::attention_plan_options(decode, q_len == 1, group, NKV, num_sms);
+  const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), nullptr, group, po);
+  auto q = random_bf16(T * NH * D, 1), k = random_bf16(slots * NKV * D, 2), v = random_bf16(slots * NKV * D, 3);
+  DeviceBuffer out(static_cast<size_t>(T * NH * D) * 2);
+  auto d_pos = upload(positions), d_kvp = upload(kv_indptr), d_kvi = upload(kv_indices), d_items = upload(plan.items),
+       d_merges = upload(plan.merges);
+  const size_t np = static_cast<size_t>(std::max(plan.num_partials, 1));
+  DeviceBuffer po_buf(np * NKV * plan.rows_per_tile * D * 4), pl_buf(np * NKV * plan.rows_per_tile * 4);
+  cuda::AttentionArgs a;
+  a.q = q.as<bf16>();
+  a.k_cache = k.as<bf16>();
+  a.v_cache = v.as<bf16>();
+  a.out = out.as<bf16>();
+  a.positions = d_pos.as<int32_t>();
+  a.kv_indptr = d_kvp.as<int32_t>();
+  a.kv_indices = d_kvi.as<int32_t>();
+  a.items = d_items.as<AttnWorkItem>();
+  a.merges = d_merges.as<AttnMergeItem>();
+  a.partial_o = po_buf.as<float>();
+  a.partial_lse = pl_buf.as<float>();
+  a.num_items = static_cast<int32_t>(plan.items.size());
+  a.num_merges = static_cast<int32_t>(plan.merges.size());
+  a.rows_per_tile = plan.rows_per_tile;
+  a.merge_rows = plan.max_merge_rows;
+  a.num_heads = NH;
+  a.num_kv_heads = NKV;
+  a.head_dim = D;
+  a.block_size = bs;
+  a.scale = 0.08838834764f;
+  const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::attention(a, decode, nullptr); });
+  const double flops = 4.0 * D * NH * pairs;  // QK^T and PV, 2 flops per multiply-add each
+  return {ms, flops / ms / 1e9, kv_bytes / ms / 1e6};
+}
+
+}  // namespace
+}  // namespace inferscale
+
+int main(int argc, char** argv) {
+  using namespace inferscale;
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int iters = quick ? 5 : 20;
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  std::printf("device: %s\n", bench::device_name().c_str());
+
+  // Ceilings.
+  const size_t copy_bytes = 2ull << 30;
+  DeviceBuffer c1(copy_bytes), c2(copy_bytes);
+  CUDA_CHECK(cudaMemset(c1.data(), 1, copy_bytes));
+  const double copy_ms = bench::time_gpu_ms(nullptr, 2, iters, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(c2.data(), c1.data(), copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
+  });
+  const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
+  c1.resize(0);
+  c2.resize(0);
+  Gemm gemm;
+  const int64_t G = 8192;
+  DeviceBuffer ga = random_bf16(G * G, 5), gb = random_bf16(G * G, 6), gc(static_cast<size_t>(G * G) * 2);
+  const double gemm_ms =
+      bench::time_gpu_ms(nullptr, 3, iters, [&] { gemm.run(ga.as<bf16>(), gb.as<bf16>(), gc.as<bf16>(), G, G, G, nullptr); });
+  const double gemm_tf = 2.0 * G * G * G / gemm_ms / 1e9;
+  std::printf("\nceilings: D2D copy %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt)\n", copy_gbs, gemm_tf);
+
+  // Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic vs the fastest of
+  // its top 8 (Gemm's autotuning). A ring of 8 weight copies per shape keeps them out of L2, as in
+  // a real forward where 16 GB pass between two uses of one layer.
+  std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
+  std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | autotuned GB/s (weights) | autotuned TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  {
+    struct G {
+      const char* name;
+      int64_t N, K;
+      bool f32_out, acc;
+    };
+    const G gemms[] = {{"qkv", 6144, 4096, true, false},
+                       {"o_proj (+residual)", 4096, 4096, true, true},
+                       {"gate_up", 28672, 4096, false, false},
+                       {"down (+residual)", 4096, 14336, true, true},
+                       {"lm_head", 128256, 4096, true, false}};
+    constexpr int kRing = 8;
+    Gemm g0, g1;
+    g1.set_autotune(true);
+    for (const G& gm : gemms) {
+      std::vector<DeviceBuffer> ws;
+      for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
+      for (int64_t M : {1l, 32l, 1532l}) {
+        DeviceBuffer x = random_bf16(M * gm.K, 99);
+        DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
+        CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+        auto ring = [&](Gemm& g) {
+          for (int r = 0; r < kRing; ++r) {
+            if (gm.f32_out) {
+              g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
+            } else {
+              g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
+            }
+          }
+        };
+        const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
+        const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
+        std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
+                    static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3,
+                    gm.N * gm.K * 2.0 / t1 / 1e6, 2.0 * M * gm.N * gm.K / t1 / 1e9);
+      }
+    }
+  }
+
+  // (c) Injection: all 32 layers in one launch, Llama-3.1-8B rows (8 kv heads x 128).
+  std::printf("\n(c) injection kernel (gather pool -> rotate K -> scatter cache), 32 layers per launch\n");
+  std::printf("| tokens | bytes moved | GPU us | GB/s | of copy ceiling |\n|---|---|---|---|---|\n");
+  {
+    const ModelConfig cfg = bench::llama31_8b();
+    RopeTable table(cfg);
+    table.ensure(16383);
+    const int32_t L = 32, NKV = 8, D = 128;
+    const int64_t row = NKV * D;
+    for (int64_t N : {150l, 1500l, 8192l}) {
+      const int64_t pool_slots = N + 64, cache_slots = 2 * N + 64;
+      auto kp = random_bf16(L * pool_slots * row, 7), vp = random_bf16(L * pool_slots * row, 8);
+      DeviceBuffer kc(static_cast<size_t>(L * cache_slots * row) * 2), vc(kc.bytes());
+      std::vector<int64_t> src(static_cast<size_t>(N)), dst(static_cast<size_t>(N));
+      std::vector<int32_t> pos(static_cast<size_t>(N));
+      std::mt19937 g(9);
+      std::iota(src.begin(), src.end(), 0);
+      std::shuffle(src.begin(), src.end(), g);
+      for (int64_t i = 0; i < N; ++i) {
+        dst[static_cast<size_t>(i)] = 2 * i;  // every other slot: a request's blocks are not contiguous either
+        pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      }
+      auto d_src = upload(src), d_dst = upload(dst), d_pos = upload(pos);
+      cuda::InjectArgs a;
+      a.k_pool = kp.as<bf16>();
+      a.v_pool = vp.as<bf16>();
+      a.k_cache = kc.as<bf16>();
+      a.v_cache = vc.as<bf16>();
+      a.pool_layer_stride = pool_slots * row;
+      a.cache_layer_stride = cache_slots * row;
+      a.src_slots = d_src.as<int64_t>();
+      a.dst_slots = d_dst.as<int64_t>();
+      a.positions = d_pos.as<int32_t>();
+      a.cos_table = table.cos();
+      a.sin_table = table.sin();
+      a.N = N;
+      a.num_layers = L;
+      a.num_kv_heads = NKV;
+      a.head_dim = D;
+      const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::inject(a, nullptr); });
+      const double bytes = static_cast<double>(N) * L * row * 2 /*bf16*/ * 2 /*K,V*/ * 2 /*read+write*/;
+      std::printf("| %ld | %.0f MB | %.1f | %.0f | %.0f%% |\n", static_cast<long>(N), bytes / 1e6, ms * 1e3,
+                  bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
+    }
+  }
+
+  // (d) Attention.
+  std::printf("\n(d) attention at Llama-3.1-8B heads (32 q / 8 kv, GQA 4), one layer\n");
+  std::printf("| kernel | shape | GPU ms | TFLOP/s | KV GB/s |\n|---|---|---|---|---|\n");
+  struct Shape {
+    const char* label;
+    int32_t S, ctx, q, D, NH, NKV;
+    bool decode;
+  };
+  const Shape shapes[] = {
+      {"prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false},
+      {"prefill (tensor cores)", 4, 0, 2048, 128, 32, 8, false},
+      {"prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, false},
+      {"prefill (tensor cores)", 4, 0, 2048, 64, 32, 8, false},
+      {"question over injected facts", 1, 1500, 32, 128, 32, 8, false},
+      {"decode, CUDA-core kernel", 1, 1532, 1, 128, 32, 8, true},
+      {"decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false},
+      {"decode, CUDA-core kernel", 32, 1088, 1, 128, 32, 8, true},
+      {"decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false},
+      {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, true},
+      {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
+  };
+  for (const Shape& s : shapes) {
+    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters);
+    std::printf("| %s | S=%d ctx=%d q=%d D=%d | %.3f | %.1f | %.0f |\n", s.label, s.S, s.ctx, s.q, s.D, r.ms, r.tflops,
+                r.gbs);
+  }
+  return 0;
+}

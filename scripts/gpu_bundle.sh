@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the CUDA build here (sm_90) and gathers what the GPU machine needs into .gpu/cuda/:
+# the test and benchmark binaries, the shared libraries they need that the GPU machine lacks
+# (found with ldd; the binaries carry an $ORIGIN rpath), and gpu_run.sh. The folder is ignored
+# by .gitignore (/.gpu/) and travels with the `run` tool's carry: [".gpu/cuda"] (64 MiB limit).
+#
+# Usage: scripts/gpu_bundle.sh [MIRROR_REPO_ROOT ...]
+#   Each MIRROR_REPO_ROOT also gets a copy at <root>/.gpu/cuda (the device tool sends the checkout
+#   its session started in, which may be another worktree of this repository).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=${BUILD:-build-cuda}
+NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
+JOBS=${JOBS:-2}
+
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
+      -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
+cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving
+
+DEST="$ROOT/.gpu/cuda"
+rm -rf "$DEST"
+mkdir -p "$DEST"
+BINS=("$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_cuda_kernels" "$BUILD/bench/bench_cuda_serving")
+cp "${BINS[@]}" "$DEST/"
+cp scripts/gpu_run.sh "$DEST/"
+
+# Libraries the GPU machine has (or that must come from its driver/toolkit): not copied.
+SKIP='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcudart|libsqlite3|libpcre2-8|libxxhash|libzstd)'
+for b in "${BINS[@]}"; do
+  ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$DEST/$name"; fi
+  done
+done
+echo "bundle: $DEST"
+ls -la "$DEST"
+du -sh "$DEST"
+
+for mirror in "$@"; do
+  mkdir -p "$mirror/.gpu"
+  rm -rf "$mirror/.gpu/cuda"
+  cp -r "$DEST" "$mirror/.gpu/cuda"
+  echo "mirrored to $mirror/.gpu/cuda"
+done

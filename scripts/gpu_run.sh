@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the `run` tool), from the repository root, with the bundle carried:
+#   run(command="bash .gpu/cuda/gpu_run.sh", carry=[".gpu/cuda"])
+# Every parity test, then every benchmark; logs under $OUT; a short table at the end.
+# GPU_RUN_QUICK=1 shortens the benchmarks.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+QUICK=${GPU_RUN_QUICK:+--quick}
+
+# cuBLASLt comes from the machine's CUDA toolkit (too large to carry).
+CUBLAS_DIR=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13.0/lib64 /usr/lib/x86_64-linux-gnu; do
+  if [ -e "$d/libcublasLt.so.13" ]; then CUBLAS_DIR=$d; break; fi
+done
+if [ -z "$CUBLAS_DIR" ]; then
+  f=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
+  [ -n "$f" ] && CUBLAS_DIR=$(dirname "$f")
+fi
+export LD_LIBRARY_PATH="$CUBLAS_DIR:$HERE:${LD_LIBRARY_PATH:-}"
+{
+  date -u +"%Y-%m-%dT%H:%M:%SZ"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+  echo "cublasLt from: $CUBLAS_DIR"
+  for b in test_cuda bench_cuda_kernels bench_cuda_serving; do ldd "$HERE/$b" | grep -E "not found|cublas|fmt" | sed "s/^/$b: /"; done
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# One process per test suite: a crash or sticky CUDA error in one leaves the others running.
+t0=$(date +%s)
+test_rc=0
+for suite in CudaKernels CudaAttention CudaBackend; do
+  PARITY_OUT="$OUT/parity.txt" timeout 100 "$HERE/test_cuda" --gtest_filter="$suite.*" > "$OUT/test_$suite.log" 2>&1 || test_rc=$?
+done
+t1=$(date +%s)
+timeout 80 "$HERE/bench_cuda_kernels" $QUICK > "$OUT/bench_kernels.log" 2>&1
+kern_rc=$?
+t2=$(date +%s)
+timeout 120 "$HERE/bench_cuda_serving" $QUICK > "$OUT/bench_serving.log" 2>&1
+serv_rc=$?
+t3=$(date +%s)
+
+# Memory checker over the fast suites (Firecracker machines support it); skipped when absent.
+if command -v compute-sanitizer >/dev/null 2>&1 && [ -z "${GPU_RUN_NO_SANITIZER:-}" ]; then
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$HERE/test_cuda" \
+    --gtest_filter='CudaKernels.*:CudaBackend.*:CudaAttention.PrefillSplitKv' > "$OUT/sanitizer.log" 2>&1
+  san_rc=$?
+else
+  echo "compute-sanitizer not run" > "$OUT/sanitizer.log"
+  san_rc=-1
+fi
+t4=$(date +%s)
+
+echo "== test_cuda (last failing rc $test_rc, $((t1 - t0)) s)"
+for suite in CudaKernels CudaAttention CudaBackend; do
+  log="$OUT/test_$suite.log"
+  echo "-- $suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \] [A-Z]" "$log" | head -10
+  grep -E "CUDA error|cuBLAS status|what\(\)|Segmentation|Aborted" "$log" | head -5
+  sed -n '/== parity summary/,$p' "$log"
+done
+echo "== compute-sanitizer memcheck (rc $san_rc, $((t4 - t3)) s)"
+grep -E "ERROR SUMMARY|Invalid|out of bounds|PASSED|FAILED" "$OUT/sanitizer.log" | head -12
+echo "== bench_cuda_kernels (rc $kern_rc, $((t2 - t1)) s)"
+cat "$OUT/bench_kernels.log" | tail -40
+echo "== bench_cuda_serving (rc $serv_rc, $((t3 - t2)) s)"
+cat "$OUT/bench_serving.log" | tail -30

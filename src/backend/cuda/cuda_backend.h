@@ -1,0 +1,47 @@
+// The CUDA backend (sm_90). Same contract as the CPU reference (backend.h); numbers differ by
+// bf16 rounding:
+//   weights      matrices bf16 (q/k/v fused into one [(NH + 2 NKV) D, H] matrix, gate/up into
+//                one [2 I, H]); norm weights and biases f32
+//   residual     f32 [T, H]; o_proj and down_proj add into it inside the GEMM (beta = 1)
+//   activations  bf16 GEMM inputs; q/k/v projections f32 out (bias, q/k norm and RoPE in f32)
+//   KV cache     bf16, per layer [num_blocks, block_size, NKV, D]; memory pool the same with
+//                keys before RoPE
+//   GEMMs        cuBLASLt, bf16 x bf16 -> f32 accumulate
+//   attention    tensor-core tiles (prefill, mixed batches) or the CUDA-core decode path (every
+//                sequence has one query token), split-KV when the batch cannot fill the GPU
+//   RoPE         cos/sin tables built in double on the host (Rope::angles), indexed by position
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace inferscale {
+
+// Attention kernel for batches where every sequence has one new token.
+enum class DecodeAttention {
+  kSimt,        // the CUDA-core decode kernel (attention_decode.cu)
+  kTensorCore,  // the tensor-core prefill tiles (one token's group rows per tile; idle rows skip the math)
+};
+
+class CudaBackend : public Backend {
+ public:
+  virtual void set_decode_attention(DecodeAttention kind) = 0;
+  virtual cudaStream_t stream() const = 0;
+  // GPU time of the last forward() or inject() (events on the stream), milliseconds.
+  virtual float last_gpu_ms() const = 0;
+  // Bytes of device memory held for weights, KV cache and memory pool.
+  virtual int64_t weight_bytes() const = 0;
+  virtual int64_t kv_bytes() const = 0;
+};
+
+// Uploads `weights` (f32/f16/bf16) as bf16. Uses the current CUDA device.
+std::unique_ptr<CudaBackend> make_cuda_backend(const ModelConfig& cfg, const ModelWeights& weights,
+                                               const BackendOptions& opts);
+// Benchmarks: seeded random bf16 weights made directly on the GPU (no host copy).
+std::unique_ptr<CudaBackend> make_cuda_backend_random(const ModelConfig& cfg, uint64_t seed,
+                                                      const BackendOptions& opts);
+
+}  // namespace inferscale

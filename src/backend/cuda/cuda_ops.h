@@ -1,0 +1,148 @@
+// Launchers of the CUDA kernels. Each has a CPU twin (backend/cpu/cpu_ops.h, cpu_twins.h) and a
+// parity test in tests/cuda. All pointers are device pointers; every launch runs on `stream` and
+// is followed by CUDA_CHECK_LAUNCH. Matrices are bf16, vectors (norm weights, biases) f32,
+// the residual stream f32 (see cuda_backend.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/attention_plan.h"
+
+namespace inferscale::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// x[t, :] = embed[token_ids[t], :] as f32.       embed: [vocab, H] bf16; x: [T, H] f32
+void embedding(const bf16* embed, const int32_t* token_ids, float* x, int64_t T, int64_t H, cudaStream_t stream);
+
+// RMSNorm of rows of the f32 residual stream, optionally gathering rows first:
+//   y[r, :] = x[src, :] / sqrt(mean(x[src, :]^2) + eps) * w,   src = rows ? rows[r] : r
+// x: [*, H] f32; w: [H] f32; y: [R, H] bf16 (GEMM input) or f32 (hidden-state output).
+void rmsnorm(const float* x, const int32_t* rows, const float* w, bf16* y, int64_t R, int64_t H, float eps,
+             cudaStream_t stream);
+void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int64_t R, int64_t H, float eps,
+             cudaStream_t stream);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i].   gate_up: [T, 2I] bf16; out: [T, I] bf16
+void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream);
+
+// The fused attention prologue, one warp per (token, head) of the fused QKV projection output:
+//   + bias -> per-head RMSNorm of q and k heads (Qwen3) -> capture pre-RoPE k and v into the
+//   memory pool -> RoPE of q and k (angles from the host-built table, by position) -> q to
+//   q_out, k and v into the paged cache at slot_mapping[t].
+struct QkvRopeAppendArgs {
+  const float* qkv;            // [T, NH + 2 * NKV, D] f32: q heads, then k heads, then v heads
+  const float* bias;           // [(NH + 2 * NKV) * D] or null
+  const float* q_norm;         // [D] or null (both null or both set)
+  const float* k_norm;         // [D] or null
+  const float* cos_table;      // [P, D / 2] f32, row p = Rope::angles(p)
+  const float* sin_table;      // [P, D / 2]
+  const int32_t* positions;    // [T], each < P
+  const int64_t* slot_mapping; // [T] cache slot
+  const int64_t* capture_slot; // [T] pool slot or -1; null = no capture
+  bf16* q_out;                 // [T, NH, D]
+  bf16* k_cache;               // [num_slots, NKV, D] (this layer)
+  bf16* v_cache;               // [num_slots, NKV, D]
+  bf16* k_pool;                // [num_pool_slots, NKV, D] keys BEFORE RoPE (may be null without capture)
+  bf16* v_pool;                // [num_pool_slots, NKV, D]
+  int64_t T = 0;
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float eps = 1e-6f;
+  bool interleaved = false;    // rotate pairs (2i, 2i+1) instead of (i, i + D/2)
+};
+void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t stream);
+
+// Memory injection, every layer in one launch: for token i and layer l
+//   k_cache[l][dst[i]] = rope(k_pool[l][src[i]], positions[i]),   v_cache[l][dst[i]] = v_pool[l][src[i]]
+struct InjectArgs {
+  const bf16* k_pool;          // [L][num_pool_slots, NKV, D], layer stride pool_layer_stride elements
+  const bf16* v_pool;
+  bf16* k_cache;               // [L][num_slots, NKV, D], layer stride cache_layer_stride elements
+  bf16* v_cache;
+  int64_t pool_layer_stride = 0, cache_layer_stride = 0;
+  const int64_t* src_slots;    // [N] pool slots
+  const int64_t* dst_slots;    // [N] cache slots
+  const int32_t* positions;    // [N] serving positions
+  const float* cos_table;      // [P, D / 2]
+  const float* sin_table;
+  int64_t N = 0;
+  int32_t num_layers = 0, num_kv_heads = 0, head_dim = 0;
+  bool interleaved = false;
+};
+void inject(const InjectArgs& a, cudaStream_t stream);
+
+// Row copies across layers (read_cache/read_pool/write_pool):
+//   gather:  dst[l][i] = src[l][slots[i]]        scatter: dst[l][slots[i]] = src[l][i]
+// Rows of `row` bf16; src/dst layer strides in elements (the packed side has stride n * row).
+void copy_rows(const bf16* src, bf16* dst, const int64_t* slots, int64_t n, int64_t row, int32_t num_layers,
+               int64_t src_layer_stride, int64_t dst_layer_stride, bool scatter, cudaStream_t stream);
+
+// Paged attention over a plan (attention_plan.h), causal by position:
+//   out[t, h] = softmax_j(q[t, h] . K[j, h / group] * scale) V[j, h / group],  j in [0, positions[t]]
+struct AttentionArgs {
+  const bf16* q;               // [T, NH, D]
+  const bf16* k_cache;         // [num_slots, NKV, D] (this layer)
+  const bf16* v_cache;
+  bf16* out;                   // [T, NH, D]
+  const int32_t* positions;    // [T]
+  const int32_t* kv_indptr;    // [S + 1]
+  const int32_t* kv_indices;   // block ids
+  const AttnWorkItem* items;   // [num_items]
+  const AttnMergeItem* merges; // [num_merges]
+  float* partial_o;            // [num_partials, NKV, rows_per_tile, D]
+  float* partial_lse;          // [num_partials, NKV, rows_per_tile]
+  int32_t num_items = 0, num_merges = 0, rows_per_tile = 0;
+  int32_t merge_rows = 0;      // AttnPlan::max_merge_rows
+  int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  float scale = 1.0f;
+};
+// Tensor-core (mma.sync bf16, f32 accumulate) tiles of 64 packed rows x 64 kv entries; plan with
+// kPrefillRowsPerTile / kPrefillKvChunk. Head dims 64 and 128.
+inline constexpr int32_t kPrefillRowsPerTile = 64;
+inline constexpr int32_t kPrefillKvChunk = 64;
+void attention_prefill(const AttentionArgs& a, cudaStream_t stream);
+// CUDA-core decode path, one token per tile (rows_per_tile == group <= 8), split-KV. Head dims 64, 128.
+inline constexpr int32_t kDecodeMaxGroup = 8;
+void attention_decode(const AttentionArgs& a, cudaStream_t stream);
+// Combines split pieces (no-op when the plan has none).
+void attention_merge(const AttentionArgs& a, cudaStream_t stream);
+// The decode or the prefill kernel, then the merge.
+inline void attention(const AttentionArgs& a, bool decode, cudaStream_t stream) {
+  if (decode) {
+    attention_decode(a, stream);
+  } else {
+    attention_prefill(a, stream);
+  }
+  attention_merge(a, stream);
+}
+bool attention_supports_head_dim(int32_t head_dim);
+// Planner settings: prefill tiles of 64 packed rows split at 64-entry chunks into pieces >= 256
+// entries (~2 CTAs per SM); the decode kernel's one-token tiles split into pieces >= 128 (~4 CTAs
+// per SM). `single_token` (every sequence has one new token) with the tensor-core kernel uses the
+// decode split rule too: its tiles are few and long.
+inline AttnPlanOptions attention_plan_options(bool decode_kernel, bool single_token, int32_t group,
+                                              int32_t num_kv_heads, int32_t num_sms) {
+  AttnPlanOptions o;
+  o.num_kv_heads = num_kv_heads;
+  o.num_sms = num_sms;
+  o.rows_per_tile = decode_kernel ? group : kPrefillRowsPerTile;
+  o.kv_granule = decode_kernel ? 32 : kPrefillKvChunk;
+  o.min_split_len = single_token ? 128 : 256;
+  o.ctas_per_sm = single_token ? 4 : 2;
+  return o;
+}
+
+// Retrieval: score[i] = matrix[i, :] . query (f32 accumulate), then the k best (score descending,
+// ties to the lower id).  matrix: [N, D] f32 or bf16; query: [D] f32; ids/scores: [k] (k <= 1024, k <= N).
+size_t similarity_topk_workspace_bytes(int64_t N, int32_t k);
+void similarity_topk(const void* matrix, bool matrix_bf16, const float* query, int64_t N, int64_t D, int32_t k,
+                     int32_t* out_ids, float* out_scores, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Seeded fill for benchmarks: normal(mean, std) rounded to bf16 (counter-based hash, deterministic).
+void fill_random_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t stream);
+void fill_f32(float* p, int64_t n, float value, cudaStream_t stream);
+void fill_bf16(bf16* p, int64_t n, float value, cudaStream_t stream);
+
+}  // namespace inferscale::cuda

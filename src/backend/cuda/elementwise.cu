@@ -1,0 +1,183 @@
+// Row-wise and element-wise kernels: embedding gather, RMSNorm (with row gather), SiLU*mul,
+// row copies across layers, seeded fills.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace inferscale::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+// One block per token. embed: [vocab, H] bf16 -> x: [T, H] f32.
+__global__ void embedding_kernel(const bf16* __restrict__ embed, const int32_t* __restrict__ ids,
+                                 float* __restrict__ x, int64_t H) {
+  const int64_t t = blockIdx.x;
+  const bf16* src = embed + static_cast<int64_t>(ids[t]) * H;
+  float* dst = x + t * H;
+  if (H % 8 == 0) {  // 16-byte loads
+    for (int64_t c = threadIdx.x; c < H / 8; c += blockDim.x) {
+      const Bf16x8 v = reinterpret_cast<const Bf16x8*>(src)[c];
+      float f[8];
+      bf16x8_to_f32(v, f);
+      reinterpret_cast<float4*>(dst)[2 * c] = make_float4(f[0], f[1], f[2], f[3]);
+      reinterpret_cast<float4*>(dst)[2 * c + 1] = make_float4(f[4], f[5], f[6], f[7]);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) dst[i] = __bfloat162float(src[i]);
+  }
+}
+
+__device__ __forceinline__ void store(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+
+// One block per output row. Sum of squares in f32 over the row, then y = x * inv_rms * w.
+template <class OutT>
+__global__ void rmsnorm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
+                               const float* __restrict__ w, OutT* __restrict__ y, int64_t H, float eps) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const int64_t src = rows != nullptr ? rows[r] : r;
+  const float* xr = x + src * H;
+  OutT* yr = y + r * H;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, scratch);
+  const float inv = rsqrtf(ss / static_cast<float>(H) + eps);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) store(&yr[i], xr[i] * inv * w[i]);
+}
+
+// gate_up: [T, 2I] bf16 -> out: [T, I] bf16. One thread per 8 outputs when I % 8 == 0.
+__global__ void silu_mul_kernel(const bf16* __restrict__ gu, bf16* __restrict__ out, int64_t T, int64_t I) {
+  const bool vec = I % 8 == 0;
+  const int64_t per_row = vec ? I / 8 : I;
+  const int64_t n = T * per_row;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / per_row, c = idx % per_row;
+    const bf16* row = gu + t * 2 * I;
+    if (vec) {
+      float g[8], u[8], o[8];
+      bf16x8_to_f32(reinterpret_cast<const Bf16x8*>(row)[c], g);
+      bf16x8_to_f32(reinterpret_cast<const Bf16x8*>(row + I)[c], u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
+      reinterpret_cast<Bf16x8*>(out + t * I)[c] = f32_to_bf16x8(o);
+    } else {
+      const float g = __bfloat162float(row[c]), u = __bfloat162float(row[I + c]);
+      out[t * I + c] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+    }
+  }
+}
+
+// One thread per 16-byte chunk of (layer, row i, chunk c). row % 8 == 0.
+__global__ void copy_rows_kernel(const bf16* __restrict__ src, bf16* __restrict__ dst, const int64_t* __restrict__ slots,
+                                 int64_t n, int64_t row, int32_t L, int64_t src_ls, int64_t dst_ls, bool scatter) {
+  const int64_t chunks = row / 8;
+  const int64_t total = static_cast<int64_t>(L) * n * chunks;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = idx % chunks;
+    const int64_t i = (idx / chunks) % n;
+    const int64_t l = idx / (chunks * n);
+    const int64_t s_row = scatter ? i : slots[i];
+    const int64_t d_row = scatter ? slots[i] : i;
+    const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src + l * src_ls + s_row * row) + c;
+    Bf16x8* d = reinterpret_cast<Bf16x8*>(dst + l * dst_ls + d_row * row) + c;
+    *d = *s;
+  }
+}
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Box-Muller on two 24-bit uniforms from one hash of (seed, index).
+__global__ void fill_random_kernel(bf16* p, int64_t n, uint64_t seed, float mean, float std) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix64(seed * 0x632be59bd9b4e019ull + static_cast<uint64_t>(i));
+    const float u1 = (static_cast<float>(h >> 40) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
+    const float u2 = static_cast<float>((h >> 16) & 0xffffffu) * (1.0f / 16777216.0f);
+    const float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    p[i] = __float2bfloat16_rn(mean + std * z);
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, int64_t n, float v) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store(&p[i], v);
+}
+
+unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
+}
+
+template <class OutT>
+void rmsnorm_impl(const float* x, const int32_t* rows, const float* w, OutT* y, int64_t R, int64_t H, float eps,
+                  cudaStream_t stream) {
+  if (R == 0) return;
+  KERNEL_REQUIRE(R <= 0x7fffffff && H > 0, "rmsnorm shape");
+  rmsnorm_kernel<OutT><<<static_cast<unsigned>(R), kRowThreads, 0, stream>>>(x, rows, w, y, H, eps);
+  CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+}
+
+}  // namespace
+
+void embedding(const bf16* embed, const int32_t* token_ids, float* x, int64_t T, int64_t H, cudaStream_t stream) {
+  if (T == 0) return;
+  KERNEL_REQUIRE(T <= 0x7fffffff, "embedding: too many tokens");
+  embedding_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, stream>>>(embed, token_ids, x, H);
+  CUDA_CHECK_LAUNCH("embedding_kernel");
+}
+
+void rmsnorm(const float* x, const int32_t* rows, const float* w, bf16* y, int64_t R, int64_t H, float eps,
+             cudaStream_t stream) {
+  rmsnorm_impl(x, rows, w, y, R, H, eps, stream);
+}
+void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int64_t R, int64_t H, float eps,
+             cudaStream_t stream) {
+  rmsnorm_impl(x, rows, w, y, R, H, eps, stream);
+}
+
+void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream) {
+  if (T == 0) return;
+  const int64_t work = T * (I % 8 == 0 ? I / 8 : I);
+  silu_mul_kernel<<<grid_for(work, 256), 256, 0, stream>>>(gate_up, out, T, I);
+  CUDA_CHECK_LAUNCH("silu_mul_kernel");
+}
+
+void copy_rows(const bf16* src, bf16* dst, const int64_t* slots, int64_t n, int64_t row, int32_t num_layers,
+               int64_t src_layer_stride, int64_t dst_layer_stride, bool scatter, cudaStream_t stream) {
+  if (n == 0 || num_layers == 0) return;
+  KERNEL_REQUIRE(row % 8 == 0, "copy_rows needs rows of a multiple of 8 elements");
+  copy_rows_kernel<<<grid_for(num_layers * n * (row / 8), 256), 256, 0, stream>>>(
+      src, dst, slots, n, row, num_layers, src_layer_stride, dst_layer_stride, scatter);
+  CUDA_CHECK_LAUNCH("copy_rows_kernel");
+}
+
+void fill_random_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_random_kernel<<<grid_for(n, 256), 256, 0, stream>>>(p, n, seed, mean, std);
+  CUDA_CHECK_LAUNCH("fill_random_kernel");
+}
+
+void fill_f32(float* p, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_kernel<float><<<grid_for(n, 256), 256, 0, stream>>>(p, n, value);
+  CUDA_CHECK_LAUNCH("fill_kernel<float>");
+}
+
+void fill_bf16(bf16* p, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_kernel<bf16><<<grid_for(n, 256), 256, 0, stream>>>(p, n, value);
+  CUDA_CHECK_LAUNCH("fill_kernel<bf16>");
+}
+
+}  // namespace inferscale::cuda

@@ -1,0 +1,92 @@
+// Memory injection (Chunked RoPE): gather pool slots -> rotate K to the serving positions ->
+// scatter into cache slots, for every layer in one launch. Pure data movement plus a rotation:
+// its floor is the bytes (read K and V once, write them once).
+//
+// One thread per unit u of one (layer l, token i) row; a unit is 16 elements of one kv head
+// (kh = u / (D/16), j = u % (D/16)), two 16-byte chunks of K and two of V:
+//   halves layout:       K elements [8j, 8j+8) and [D/2 + 8j, D/2 + 8j + 8)  = pairs p = 8j + e, e < 8
+//   interleaved layout:  K elements [16j, 16j+16)                           = pairs p = 8j + e, e < 8
+//   V: elements [16j, 16j+16), copied as they are.
+// Index order (u fastest, then i, then l) keeps a warp on consecutive 16-byte chunks of a row.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace inferscale::cuda {
+namespace {
+
+__global__ void inject_kernel(InjectArgs a) {
+  const int D = a.head_dim, half = D / 2, NKV = a.num_kv_heads;
+  const int units_per_head = D / 16;
+  const int64_t units = static_cast<int64_t>(NKV) * units_per_head;
+  const int64_t total = static_cast<int64_t>(a.num_layers) * a.N * units;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t u = idx % units;
+    const int64_t i = (idx / units) % a.N;
+    const int64_t l = idx / (units * a.N);
+    const int kh = static_cast<int>(u / units_per_head), j = static_cast<int>(u % units_per_head);
+    const int64_t src_row = (a.src_slots[i] * NKV + kh) * D;  // element offset of the head in the layer
+    const int64_t dst_row = (a.dst_slots[i] * NKV + kh) * D;
+    const bf16* kp = a.k_pool + l * a.pool_layer_stride + src_row;
+    const bf16* vp = a.v_pool + l * a.pool_layer_stride + src_row;
+    bf16* kc = a.k_cache + l * a.cache_layer_stride + dst_row;
+    bf16* vc = a.v_cache + l * a.cache_layer_stride + dst_row;
+
+    // V: two chunks, unchanged.
+    const Bf16x8 v0 = *reinterpret_cast<const Bf16x8*>(vp + 16 * j);
+    const Bf16x8 v1 = *reinterpret_cast<const Bf16x8*>(vp + 16 * j + 8);
+    const int e0 = a.interleaved ? 16 * j : 8 * j;          // first K chunk
+    const int e1 = a.interleaved ? 16 * j + 8 : half + 8 * j;  // second K chunk
+    const Bf16x8 k0 = *reinterpret_cast<const Bf16x8*>(kp + e0);
+    const Bf16x8 k1 = *reinterpret_cast<const Bf16x8*>(kp + e1);
+
+    // cos/sin of pairs 8j .. 8j+7 at this token's position.
+    const int64_t trow = static_cast<int64_t>(a.positions[i]) * half + 8 * j;
+    float c[8], s[8];
+    *reinterpret_cast<float4*>(c) = *reinterpret_cast<const float4*>(a.cos_table + trow);
+    *reinterpret_cast<float4*>(c + 4) = *reinterpret_cast<const float4*>(a.cos_table + trow + 4);
+    *reinterpret_cast<float4*>(s) = *reinterpret_cast<const float4*>(a.sin_table + trow);
+    *reinterpret_cast<float4*>(s + 4) = *reinterpret_cast<const float4*>(a.sin_table + trow + 4);
+
+    float x[16], y[16];
+    bf16x8_to_f32(k0, x);
+    bf16x8_to_f32(k1, x + 8);
+    if (a.interleaved) {  // pair e = (x[2e], x[2e+1])
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        y[2 * e] = x[2 * e] * c[e] - x[2 * e + 1] * s[e];
+        y[2 * e + 1] = x[2 * e + 1] * c[e] + x[2 * e] * s[e];
+      }
+    } else {  // pair e = (x[e], x[8 + e])
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        y[e] = x[e] * c[e] - x[8 + e] * s[e];
+        y[8 + e] = x[8 + e] * c[e] + x[e] * s[e];
+      }
+    }
+    *reinterpret_cast<Bf16x8*>(kc + e0) = f32_to_bf16x8(y);
+    *reinterpret_cast<Bf16x8*>(kc + e1) = f32_to_bf16x8(y + 8);
+    *reinterpret_cast<Bf16x8*>(vc + 16 * j) = v0;
+    *reinterpret_cast<Bf16x8*>(vc + 16 * j + 8) = v1;
+  }
+}
+
+}  // namespace
+
+void inject(const InjectArgs& a, cudaStream_t stream) {
+  if (a.N == 0 || a.num_layers == 0) return;
+  KERNEL_REQUIRE(a.head_dim % 16 == 0, "inject: head_dim must be a multiple of 16");
+  const int64_t total = static_cast<int64_t>(a.num_layers) * a.N * a.num_kv_heads * (a.head_dim / 16);
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Enough blocks for ~8 resident per SM; the grid-stride loop takes the rest.
+  const int threads = 256;
+  const int64_t want = (total + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(sms) * 16;
+  inject_kernel<<<static_cast<unsigned>(want < cap ? want : cap), threads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH("inject_kernel");
+}
+
+}  // namespace inferscale::cuda

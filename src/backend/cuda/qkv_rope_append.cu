@@ -1,0 +1,122 @@
+// The fused attention prologue (FlashInfer-style append): bias, per-head q/k RMSNorm, pre-RoPE
+// capture into the memory pool, RoPE, and the K/V store into the paged cache, in one pass.
+//
+// One warp per (token t, fused head h), h in [0, NH + 2 * NKV):
+//   h <  NH            query head h             -> q_out[t, h]
+//   h <  NH + NKV      key head kh = h - NH     -> k_cache[slot_mapping[t], kh]  (pool: before RoPE)
+//   otherwise          value head vh            -> v_cache[slot_mapping[t], vh]  (pool: as is)
+// Lane l holds the rotation pairs p = l, l + 32, ... < D/2:
+//   halves layout (HF):       elements (p, p + D/2)
+//   interleaved layout:       elements (2p, 2p + 1)
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace inferscale::cuda {
+namespace {
+
+constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
+constexpr int kWarpsPerBlock = 4;
+
+__global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
+  const int NH = a.num_heads, NKV = a.num_kv_heads, D = a.head_dim, half = D / 2;
+  const int heads = NH + 2 * NKV;
+  const int64_t warp_id = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
+  if (warp_id >= a.T * heads) return;  // whole warp leaves together
+  const int lane = threadIdx.x & 31;
+  const int64_t t = warp_id / heads;
+  const int h = static_cast<int>(warp_id % heads);
+  const bool is_q = h < NH, is_k = !is_q && h < NH + NKV, is_v = !is_q && !is_k;
+  const int kvh = is_k ? h - NH : h - NH - NKV;
+
+  const float* src = a.qkv + (t * heads + h) * D;
+  const float* bias = a.bias != nullptr ? a.bias + static_cast<int64_t>(h) * D : nullptr;
+  float x0[kMaxPairsPerLane], x1[kMaxPairsPerLane];
+  int i0[kMaxPairsPerLane], i1[kMaxPairsPerLane];
+#pragma unroll
+  for (int k = 0; k < kMaxPairsPerLane; ++k) {
+    const int p = lane + 32 * k;
+    i0[k] = a.interleaved ? 2 * p : p;
+    i1[k] = a.interleaved ? 2 * p + 1 : p + half;
+    x0[k] = x1[k] = 0.0f;
+    if (p < half) {
+      x0[k] = src[i0[k]];
+      x1[k] = src[i1[k]];
+      if (bias != nullptr) {
+        x0[k] += bias[i0[k]];
+        x1[k] += bias[i1[k]];
+      }
+    }
+  }
+
+  // Per-head RMSNorm (Qwen3) of q and k heads: sum of squares over the head, f32.
+  const float* norm_w = is_q ? a.q_norm : (is_k ? a.k_norm : nullptr);
+  if (norm_w != nullptr) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) ss += x0[k] * x0[k] + x1[k] * x1[k];
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / static_cast<float>(D) + a.eps);
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      if (lane + 32 * k < half) {
+        x0[k] = x0[k] * inv * norm_w[i0[k]];
+        x1[k] = x1[k] * inv * norm_w[i1[k]];
+      }
+    }
+  }
+
+  const int64_t slot = a.slot_mapping[t];
+  const int64_t cap = (a.capture_slot != nullptr && !is_q) ? a.capture_slot[t] : -1;
+  if (cap >= 0) {  // write path: k before rotation, v as is
+    bf16* dst = (is_k ? a.k_pool : a.v_pool) + (cap * NKV + kvh) * D;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      if (lane + 32 * k < half) {
+        dst[i0[k]] = __float2bfloat16_rn(x0[k]);
+        dst[i1[k]] = __float2bfloat16_rn(x1[k]);
+      }
+    }
+  }
+
+  if (!is_v) {  // RoPE with the host-built table row of this token's position
+    const int64_t pos = a.positions[t];
+    const float* c = a.cos_table + pos * half;
+    const float* s = a.sin_table + pos * half;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      const int p = lane + 32 * k;
+      if (p < half) {
+        const float u = x0[k], v = x1[k];
+        x0[k] = u * c[p] - v * s[p];
+        x1[k] = v * c[p] + u * s[p];
+      }
+    }
+  }
+
+  bf16* dst = is_q ? a.q_out + (t * NH + h) * D : (is_k ? a.k_cache : a.v_cache) + (slot * NKV + kvh) * D;
+#pragma unroll
+  for (int k = 0; k < kMaxPairsPerLane; ++k) {
+    if (lane + 32 * k < half) {
+      dst[i0[k]] = __float2bfloat16_rn(x0[k]);
+      dst[i1[k]] = __float2bfloat16_rn(x1[k]);
+    }
+  }
+}
+
+}  // namespace
+
+void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t stream) {
+  if (a.T == 0) return;
+  KERNEL_REQUIRE(a.head_dim % 2 == 0 && a.head_dim <= 2 * 32 * kMaxPairsPerLane, "qkv_rope_append: head_dim");
+  KERNEL_REQUIRE((a.q_norm == nullptr) == (a.k_norm == nullptr), "qkv_rope_append: q_norm and k_norm go together");
+  KERNEL_REQUIRE(a.capture_slot == nullptr || (a.k_pool != nullptr && a.v_pool != nullptr),
+                 "qkv_rope_append: capture without a pool");
+  const int64_t warps = a.T * (a.num_heads + 2 * a.num_kv_heads);
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  KERNEL_REQUIRE(blocks <= 0x7fffffff, "qkv_rope_append: too many tokens");
+  qkv_rope_append_kernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH("qkv_rope_append_kernel");
+}
+
+}  // namespace inferscale::cuda

@@ -1,0 +1,104 @@
+// Shared helpers of the GPU parity tests: random inputs, bf16 rounding, device copies, error
+// metrics, poisoning, and a summary table of every parity check printed at the end of the run.
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_buffer.h"
+#include "tensor/dtype.h"
+
+namespace inferscale::test {
+
+inline bool has_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU()                                        \
+  do {                                                       \
+    if (!::inferscale::test::has_gpu()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+inline std::vector<float> randn(size_t n, uint64_t seed, float std = 1.0f, float mean = 0.0f) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(mean, std);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = f32_to_bf16(v[i]);
+  return o;
+}
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = bf16_to_f32(v[i]);
+  return o;
+}
+// The same values rounded to bf16 (what the GPU sees), kept as float for the CPU twin.
+inline std::vector<float> round_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(v.size() * sizeof(T), 16));
+  if (!v.empty()) CUDA_CHECK(cudaMemcpy(b.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+template <class T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  if (n > 0) CUDA_CHECK(cudaMemcpy(v.data(), b.data(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+// Poison: all bytes 0xFF, a NaN in bf16 and f32 and -1 in integers.
+inline DeviceBuffer poisoned(size_t bytes) {
+  DeviceBuffer b(std::max<size_t>(bytes, 16));
+  CUDA_CHECK(cudaMemset(b.data(), 0xFF, b.bytes()));
+  return b;
+}
+
+struct Err {
+  double rel_l2 = 0;     // ||got - ref|| / ||ref||
+  double max_abs = 0;    // max |got - ref|
+  double max_ref = 0;    // max |ref|
+  size_t unwritten = 0;  // NaN/Inf in got (poison left over)
+  double max_rel() const { return max_ref > 0 ? max_abs / max_ref : max_abs; }
+};
+inline Err compare(const float* got, const float* ref, size_t n) {
+  Err e;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(got[i])) {
+      ++e.unwritten;
+      continue;
+    }
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+    e.max_abs = std::max(e.max_abs, std::abs(d));
+    e.max_ref = std::max(e.max_ref, std::abs(static_cast<double>(ref[i])));
+  }
+  e.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return e;
+}
+inline Err compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  EXPECT_EQ(got.size(), ref.size());
+  return compare(got.data(), ref.data(), std::min(got.size(), ref.size()));
+}
+
+// Records a parity result for the summary table and checks it: rel_l2 <= tol and max |error|
+// <= 4 * tol * max |ref|, with nothing left unwritten.
+void record(const std::string& name, const Err& e, double tol);
+// Records a free-form line (e.g. token agreement) for the summary table.
+void note(const std::string& name, const std::string& value);
+
+}  // namespace inferscale::test

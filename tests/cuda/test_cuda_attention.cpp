@@ -1,0 +1,166 @@
+// Paged attention parity: the tensor-core prefill kernel and the CUDA-core decode kernel against
+// cpu::paged_attention (f32 over the same bf16-rounded q and cache), at odd shapes: 1/7/17
+// sequences, new-token counts 1/15/16/17/1000, head_dim 64/128, GQA 1/4/7, block sizes 16 and 7,
+// with and without split-KV, and positions that jump.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_ops.h"
+#include "cuda_test_util.h"
+
+namespace inferscale {
+namespace {
+
+using bf16 = cuda::bf16;
+using test::download;
+using test::poisoned;
+using test::upload;
+
+struct AttnCase {
+  int32_t num_seqs, head_dim, num_heads, num_kv_heads, block_size;
+  bool decode;      // every sequence has one new token; the decode kernel
+  int32_t num_sms;  // planner's SM count: 132 (split when small) or 1 (never split)
+  bool jumps;       // a sequence's new tokens skip a range of positions
+  bool tensor_core = false;  // decode cases: the tensor-core tiles instead of the decode kernel
+  bool kv_start = false;     // each sequence attends from entry ctx / 2 on (ForwardBatch::kv_start)
+};
+
+std::string case_name(const char* fam, const AttnCase& c) {
+  return std::string(fam) + "/S" + std::to_string(c.num_seqs) + "/D" + std::to_string(c.head_dim) + "/g" +
+         std::to_string(c.num_heads / c.num_kv_heads) + "/bs" + std::to_string(c.block_size) + "/sms" +
+         std::to_string(c.num_sms) + (c.jumps ? "/jumps" : "") + (c.kv_start ? "/kv_start" : "");
+}
+
+void run_case(const AttnCase& c, uint64_t seed) {
+  std::mt19937 g(static_cast<uint32_t>(seed));
+  const int32_t lens[] = {1, 15, 16, 17, 1000};
+  const int32_t D = c.head_dim, NH = c.num_heads, NKV = c.num_kv_heads, bs = c.block_size;
+  const int32_t group = NH / NKV;
+  // Per sequence: cached context length and new tokens. Prefill: the first sequence gets 1000 new
+  // tokens (every case has a long causal tile), the others 1/15/16/17 (keeps the CPU reference fast).
+  std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions, kv_start;
+  int32_t next_block = 0;
+  std::vector<int32_t> seq_blocks_total;
+  for (int32_t s = 0; s < c.num_seqs; ++s) {
+    const int32_t n_new = c.decode ? 1 : (s == 0 ? 1000 : lens[g() % 4]);
+    const int32_t ctx = static_cast<int32_t>(g() % (c.decode ? 3000 : 600));
+    const int32_t gap = (c.jumps && n_new > 1) ? 37 : 0;
+    kv_start.push_back(c.kv_start ? ctx / 2 : 0);
+    for (int32_t i = 0; i < n_new; ++i) positions.push_back(ctx + i + (i >= n_new / 2 ? gap : 0));
+    const int32_t kv_len = positions.back() + 1;
+    const int32_t nblk = (kv_len + bs - 1) / bs;
+    for (int32_t b = 0; b < nblk; ++b) kv_indices.push_back(next_block++);
+    q_indptr.push_back(static_cast<int32_t>(positions.size()));
+    kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
+  }
+  // Scatter the blocks over a larger cache in random order.
+  const int32_t num_blocks = next_block + 13;
+  std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), g);
+  for (int32_t& b : kv_indices) b = perm[static_cast<size_t>(b)];
+  const int64_t T = static_cast<int64_t>(positions.size());
+  const int64_t slots = static_cast<int64_t>(num_blocks) * bs;
+
+  const auto q = test::round_bf16(test::randn(static_cast<size_t>(T * NH * D), seed + 1));
+  const auto kc = test::round_bf16(test::randn(static_cast<size_t>(slots * NKV * D), seed + 2));
+  const auto vc = test::round_bf16(test::randn(kc.size(), seed + 3));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+
+  std::vector<float> ref(static_cast<size_t>(T * NH * D));
+  cpu::PagedAttentionArgs pa{q.data(),          kc.data(), vc.data(), ref.data(), positions.data(), q_indptr.data(),
+                             kv_indptr.data(),  kv_indices.data(), kv_start.data(), c.num_seqs, NH, NKV, D, bs, scale};
+  cpu::paged_attention(pa);
+
+  const bool simt = c.decode && !c.tensor_core;  // which kernel
+  const AttnPlanOptions po = cuda::attention_plan_options(simt, c.decode, group, NKV, c.num_sms);
+  const AttnPlan plan = plan_attention(q_indptr.data(), c.num_seqs, positions.data(), kv_start.data(), group, po);
+
+  auto d_q = upload(test::to_bf16(q)), d_k = upload(test::to_bf16(kc)), d_v = upload(test::to_bf16(vc));
+  auto d_pos = upload(positions), d_kvp = upload(kv_indptr), d_kvi = upload(kv_indices);
+  auto d_items = upload(plan.items), d_merges = upload(plan.merges);
+  const size_t np = static_cast<size_t>(std::max(plan.num_partials, 1));
+  auto d_po = poisoned(np * NKV * plan.rows_per_tile * D * 4), d_pl = poisoned(np * NKV * plan.rows_per_tile * 4);
+  auto d_out = poisoned(ref.size() * 2);
+  cuda::AttentionArgs a;
+  a.q = d_q.as<bf16>();
+  a.k_cache = d_k.as<bf16>();
+  a.v_cache = d_v.as<bf16>();
+  a.out = d_out.as<bf16>();
+  a.positions = d_pos.as<int32_t>();
+  a.kv_indptr = d_kvp.as<int32_t>();
+  a.kv_indices = d_kvi.as<int32_t>();
+  a.items = d_items.as<AttnWorkItem>();
+  a.merges = d_merges.as<AttnMergeItem>();
+  a.partial_o = d_po.as<float>();
+  a.partial_lse = d_pl.as<float>();
+  a.num_items = static_cast<int32_t>(plan.items.size());
+  a.num_merges = static_cast<int32_t>(plan.merges.size());
+  a.rows_per_tile = plan.rows_per_tile;
+  a.merge_rows = plan.max_merge_rows;
+  a.num_heads = NH;
+  a.num_kv_heads = NKV;
+  a.head_dim = D;
+  a.block_size = bs;
+  a.scale = scale;
+  cuda::attention(a, simt, nullptr);
+  const auto got = test::from_bf16(download<uint16_t>(d_out, ref.size()));
+  test::record(case_name(c.decode ? (simt ? "attn_decode_simt" : "attn_decode_tc") : "attn_prefill", c) + "/splits" + std::to_string(plan.num_partials),
+               test::compare(got, ref), 1e-2);
+}
+
+TEST(CudaAttention, PrefillOddShapes) {
+  REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (int32_t D : {64, 128}) {
+    for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}}) {
+      for (int32_t S : {1, 7, 17}) {
+        for (int32_t bs : {16, 7}) {
+          run_case({S, D, nh, nkv, bs, false, S == 1 ? 132 : 1, S == 7}, seed += 10);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, PrefillSplitKv) {
+  REQUIRE_GPU();
+  // One sequence, planned for a (pretend) 1000-SM GPU so that every tile's kv range is split;
+  // the merge must recombine the pieces.
+  run_case({1, 128, 32, 8, 16, false, 1000, false}, 900);
+  run_case({1, 64, 8, 8, 7, false, 1000, true}, 910);
+}
+
+TEST(CudaAttention, KvStart) {
+  REQUIRE_GPU();
+  // Sequences that attend from entry ctx / 2 on (a fact encoded at its serving position).
+  uint64_t seed = 3000;
+  for (int32_t sms : {1, 1000}) {
+    run_case({7, 128, 32, 8, 16, false, sms, false, false, true}, seed += 10);
+    run_case({7, 64, 8, 2, 7, true, sms, false, false, true}, seed += 10);
+    run_case({7, 64, 8, 2, 7, true, sms, false, true, true}, seed += 10);
+  }
+}
+
+TEST(CudaAttention, DecodeOddShapes) {
+  REQUIRE_GPU();
+  uint64_t seed = 2000;
+  for (int32_t D : {64, 128}) {
+    for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}, std::pair{32, 4}}) {
+      for (int32_t S : {1, 7, 17}) {
+        for (int32_t bs : {16, 7}) {
+          for (int32_t sms : {132, 1})
+            for (bool tc : {false, true}) run_case({S, D, nh, nkv, bs, true, sms, false, tc}, seed += 10);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferscale

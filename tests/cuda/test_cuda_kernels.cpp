@@ -1,0 +1,389 @@
+// Parity of the element-wise, prologue, injection and retrieval kernels against their CPU twins
+// at odd shapes. Outputs are poisoned (NaN) before each launch; every element must be written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_twins.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/rope_table.h"
+#include "cuda_test_util.h"
+#include "model/rope.h"
+
+namespace inferscale {
+namespace {
+
+using test::compare;
+using test::download;
+using test::poisoned;
+using test::randn;
+using test::record;
+using test::round_bf16;
+using test::to_bf16;
+using test::upload;
+using bf16 = cuda::bf16;
+
+std::string name(const char* fam, std::initializer_list<std::pair<const char*, int64_t>> kv) {
+  std::string s = fam;
+  for (auto& [k, v] : kv) s += "/" + std::string(k) + std::to_string(v);
+  return s;
+}
+
+ModelConfig rope_config(int64_t head_dim, bool interleaved, bool llama3) {
+  ModelConfig c;
+  c.head_dim = head_dim;
+  c.rope_interleaved = interleaved;
+  c.max_position_embeddings = 131072;
+  c.rope_theta = llama3 ? 500000.0 : 10000.0;
+  if (llama3) {
+    c.rope_scaling.type = RopeType::kLlama3;
+    c.rope_scaling.factor = 8.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+  }
+  return c;
+}
+
+// Device cos/sin table covering positions < n.
+struct DevTable {
+  DeviceBuffer cos, sin;
+  DevTable(const Rope& rope, int64_t n) {
+    std::vector<float> c(static_cast<size_t>(n * rope.head_dim() / 2)), s(c.size());
+    RopeTable::build_host(rope, n, c.data(), s.data());
+    cos = upload(c);
+    sin = upload(s);
+  }
+};
+
+TEST(CudaKernels, Embedding) {
+  REQUIRE_GPU();
+  for (int64_t H : {4096l, 100l}) {
+    for (int64_t T : {1l, 7l, 17l, 1000l}) {
+      const int64_t V = 997;
+      const auto emb = round_bf16(randn(static_cast<size_t>(V * H), 1));
+      std::vector<int32_t> ids(static_cast<size_t>(T));
+      std::mt19937 g(2);
+      for (auto& i : ids) i = static_cast<int32_t>(g() % V);
+      auto d_emb = upload(to_bf16(emb));
+      auto d_ids = upload(ids);
+      auto d_x = poisoned(static_cast<size_t>(T * H) * 4);
+      cuda::embedding(d_emb.as<bf16>(), d_ids.as<int32_t>(), d_x.as<float>(), T, H, nullptr);
+      std::vector<float> ref(static_cast<size_t>(T * H));
+      cpu::embedding(emb.data(), ids.data(), ref.data(), T, H);
+      record(name("embedding", {{"H", H}, {"T", T}}), compare(download<float>(d_x, ref.size()), ref), 1e-7);
+    }
+  }
+}
+
+TEST(CudaKernels, RmsNormWithRowGather) {
+  REQUIRE_GPU();
+  for (int64_t H : {4096l, 100l}) {
+    for (int64_t R : {1l, 7l, 17l, 1000l}) {
+      const int64_t rows_in = R + 5;
+      const auto x = randn(static_cast<size_t>(rows_in * H), 3, 2.0f);
+      const auto w = round_bf16(randn(static_cast<size_t>(H), 4, 0.1f, 1.0f));
+      std::vector<int32_t> rows(static_cast<size_t>(R));
+      std::mt19937 g(5);
+      for (auto& r : rows) r = static_cast<int32_t>(g() % rows_in);
+      std::vector<float> gathered(static_cast<size_t>(R * H)), ref(gathered.size());
+      for (int64_t r = 0; r < R; ++r)
+        std::memcpy(&gathered[static_cast<size_t>(r * H)], &x[static_cast<size_t>(rows[static_cast<size_t>(r)] * H)], H * 4);
+      cpu::rmsnorm(gathered.data(), w.data(), ref.data(), R, H, 1e-5f);
+      auto d_x = upload(x), d_w = upload(w), d_rows = upload(rows);
+      auto d_f = poisoned(static_cast<size_t>(R * H) * 4);
+      auto d_b = poisoned(static_cast<size_t>(R * H) * 2);
+      cuda::rmsnorm(d_x.as<float>(), d_rows.as<int32_t>(), d_w.as<float>(), d_f.as<float>(), R, H, 1e-5f, nullptr);
+      cuda::rmsnorm(d_x.as<float>(), d_rows.as<int32_t>(), d_w.as<float>(), d_b.as<bf16>(), R, H, 1e-5f, nullptr);
+      record(name("rmsnorm_f32", {{"H", H}, {"R", R}}), compare(download<float>(d_f, ref.size()), ref), 1e-6);
+      record(name("rmsnorm_bf16", {{"H", H}, {"R", R}}),
+             compare(test::from_bf16(download<uint16_t>(d_b, ref.size())), ref), 5e-3);
+    }
+  }
+}
+
+TEST(CudaKernels, SiluMul) {
+  REQUIRE_GPU();
+  for (int64_t I : {14336l, 100l}) {
+    for (int64_t T : {1l, 17l}) {
+      const auto gu = round_bf16(randn(static_cast<size_t>(T * 2 * I), 6, 2.0f));
+      std::vector<float> gate(static_cast<size_t>(T * I)), up(gate.size()), ref(gate.size());
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(&gate[static_cast<size_t>(t * I)], &gu[static_cast<size_t>(t * 2 * I)], I * 4);
+        std::memcpy(&up[static_cast<size_t>(t * I)], &gu[static_cast<size_t>(t * 2 * I + I)], I * 4);
+      }
+      cpu::silu_mul(gate.data(), up.data(), ref.data(), T * I);
+      auto d_gu = upload(to_bf16(gu));
+      auto d_out = poisoned(static_cast<size_t>(T * I) * 2);
+      cuda::silu_mul(d_gu.as<bf16>(), d_out.as<bf16>(), T, I, nullptr);
+      record(name("silu_mul", {{"I", I}, {"T", T}}), compare(test::from_bf16(download<uint16_t>(d_out, ref.size())), ref),
+             5e-3);
+    }
+  }
+}
+
+// The fused prologue at every feature combination, including capture and positions past 8192.
+TEST(CudaKernels, QkvRopeAppend) {
+  REQUIRE_GPU();
+  struct Heads {
+    int32_t nh, nkv;
+  };
+  int case_id = 0;
+  for (int64_t D : {64l, 128l}) {
+    for (Heads hs : {Heads{4, 4}, Heads{8, 2}, Heads{14, 2}}) {
+      for (int64_t T : {1l, 17l, 1000l}) {
+        for (int feat = 0; feat < 4; ++feat) {  // bit 0: bias + qk-norm; bit 1: interleaved
+          ++case_id;
+          const bool norm = feat & 1, inter = feat & 2;
+          const ModelConfig rc = rope_config(D, inter, true);
+          const Rope rope(rc);
+          const int64_t heads = hs.nh + 2 * hs.nkv, slots = T + 37, pool_slots = T + 11;
+          const auto qkv = randn(static_cast<size_t>(T * heads * D), 10 + case_id);
+          const auto bias = round_bf16(randn(static_cast<size_t>(heads * D), 11, 0.5f));
+          const auto qn = round_bf16(randn(static_cast<size_t>(D), 12, 0.1f, 1.0f));
+          const auto kn = round_bf16(randn(static_cast<size_t>(D), 13, 0.1f, 1.0f));
+          std::mt19937 g(14 + case_id);
+          std::vector<int32_t> pos(static_cast<size_t>(T));
+          for (auto& p : pos) p = static_cast<int32_t>(g() % 20000);
+          std::vector<int64_t> slot(static_cast<size_t>(slots)), cap(static_cast<size_t>(T), -1);
+          std::iota(slot.begin(), slot.end(), 0);
+          std::shuffle(slot.begin(), slot.end(), g);
+          slot.resize(static_cast<size_t>(T));
+          std::vector<int64_t> pslot(static_cast<size_t>(pool_slots));
+          std::iota(pslot.begin(), pslot.end(), 0);
+          std::shuffle(pslot.begin(), pslot.end(), g);
+          for (int64_t t = 0; t < T; t += 2) cap[static_cast<size_t>(t)] = pslot[static_cast<size_t>(t)];  // every other token
+
+          const int64_t row = hs.nkv * D;
+          std::vector<float> rq(static_cast<size_t>(T * hs.nh * D)), rk(static_cast<size_t>(slots * row), NAN),
+              rv(rk.size(), NAN), rkp(static_cast<size_t>(pool_slots * row), NAN), rvp(rkp.size(), NAN);
+          cpu::QkvRopeAppendRef ref;
+          ref.qkv = qkv.data();
+          ref.bias = norm ? bias.data() : nullptr;
+          ref.q_norm = norm ? qn.data() : nullptr;
+          ref.k_norm = norm ? kn.data() : nullptr;
+          ref.positions = pos.data();
+          ref.slot_mapping = slot.data();
+          ref.capture_slot = cap.data();
+          ref.q_out = rq.data();
+          ref.k_cache = rk.data();
+          ref.v_cache = rv.data();
+          ref.k_pool = rkp.data();
+          ref.v_pool = rvp.data();
+          ref.T = T;
+          ref.num_heads = hs.nh;
+          ref.num_kv_heads = hs.nkv;
+          ref.head_dim = static_cast<int32_t>(D);
+          ref.eps = 1e-6f;
+          cpu::qkv_rope_append(ref, rope);
+
+          DevTable tab(rope, 20000);
+          auto d_qkv = upload(qkv), d_bias = upload(bias), d_qn = upload(qn), d_kn = upload(kn), d_pos = upload(pos),
+               d_slot = upload(slot), d_cap = upload(cap);
+          auto d_q = poisoned(rq.size() * 2), d_k = poisoned(rk.size() * 2), d_v = poisoned(rv.size() * 2),
+               d_kp = poisoned(rkp.size() * 2), d_vp = poisoned(rvp.size() * 2);
+          cuda::QkvRopeAppendArgs a;
+          a.qkv = d_qkv.as<float>();
+          a.bias = norm ? d_bias.as<float>() : nullptr;
+          a.q_norm = norm ? d_qn.as<float>() : nullptr;
+          a.k_norm = norm ? d_kn.as<float>() : nullptr;
+          a.cos_table = tab.cos.as<float>();
+          a.sin_table = tab.sin.as<float>();
+          a.positions = d_pos.as<int32_t>();
+          a.slot_mapping = d_slot.as<int64_t>();
+          a.capture_slot = d_cap.as<int64_t>();
+          a.q_out = d_q.as<bf16>();
+          a.k_cache = d_k.as<bf16>();
+          a.v_cache = d_v.as<bf16>();
+          a.k_pool = d_kp.as<bf16>();
+          a.v_pool = d_vp.as<bf16>();
+          a.T = T;
+          a.num_heads = hs.nh;
+          a.num_kv_heads = hs.nkv;
+          a.head_dim = static_cast<int32_t>(D);
+          a.eps = 1e-6f;
+          a.interleaved = inter;
+          cuda::qkv_rope_append(a, nullptr);
+
+          // Compare only the slots the reference wrote; the rest must still hold the poison.
+          auto pick = [&](const std::vector<float>& all, const std::vector<int64_t>& idx) {
+            std::vector<float> o;
+            for (int64_t s : idx)
+              if (s >= 0) o.insert(o.end(), all.begin() + s * row, all.begin() + (s + 1) * row);
+            return o;
+          };
+          const auto gk = test::from_bf16(download<uint16_t>(d_k, rk.size()));
+          const auto gv = test::from_bf16(download<uint16_t>(d_v, rv.size()));
+          const auto gkp = test::from_bf16(download<uint16_t>(d_kp, rkp.size()));
+          const auto gvp = test::from_bf16(download<uint16_t>(d_vp, rvp.size()));
+          size_t stray = 0;  // writes outside the expected slots
+          for (size_t i = 0; i < gk.size(); ++i) stray += std::isnan(rk[i]) != std::isnan(gk[i]);
+          for (size_t i = 0; i < gkp.size(); ++i) stray += std::isnan(rkp[i]) != std::isnan(gkp[i]);
+          EXPECT_EQ(stray, 0u);
+          const std::string n = name("qkv_rope_append", {{"D", D}, {"nh", hs.nh}, {"nkv", hs.nkv}, {"T", T}, {"feat", feat}});
+          record(n + "/q", compare(test::from_bf16(download<uint16_t>(d_q, rq.size())), rq), 5e-3);
+          record(n + "/k", compare(pick(gk, slot), pick(rk, slot)), 5e-3);
+          record(n + "/v", compare(pick(gv, slot), pick(rv, slot)), 5e-3);
+          record(n + "/k_pool", compare(pick(gkp, cap), pick(rkp, cap)), 5e-3);
+          record(n + "/v_pool", compare(pick(gvp, cap), pick(rvp, cap)), 5e-3);
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, InjectAllLayers) {
+  REQUIRE_GPU();
+  int case_id = 0;
+  for (int64_t D : {64l, 128l}) {
+    for (int32_t nkv : {1, 8}) {
+      for (int64_t N : {1l, 17l, 1000l}) {
+        for (bool inter : {false, true}) {
+          ++case_id;
+          const Rope rope(rope_config(D, inter, true));
+          const int32_t L = 3;
+          const int64_t row = nkv * D, pool_slots = N + 9, cache_slots = N + 21;
+          const auto kp = round_bf16(randn(static_cast<size_t>(L * pool_slots * row), 20 + case_id));
+          const auto vp = round_bf16(randn(kp.size(), 21 + case_id));
+          std::mt19937 g(22 + case_id);
+          std::vector<int64_t> src(static_cast<size_t>(pool_slots)), dst(static_cast<size_t>(cache_slots));
+          std::iota(src.begin(), src.end(), 0);
+          std::iota(dst.begin(), dst.end(), 0);
+          std::shuffle(src.begin(), src.end(), g);
+          std::shuffle(dst.begin(), dst.end(), g);
+          src.resize(static_cast<size_t>(N));
+          dst.resize(static_cast<size_t>(N));
+          std::vector<int32_t> pos(static_cast<size_t>(N));
+          for (auto& p : pos) p = static_cast<int32_t>(g() % 100000);  // llama3 scaling, far past 8192
+          std::vector<float> rk(static_cast<size_t>(L * cache_slots * row), NAN), rv(rk.size(), NAN);
+          cpu::inject(kp.data(), vp.data(), rk.data(), rv.data(), pool_slots * row, cache_slots * row, src.data(),
+                      dst.data(), pos.data(), N, L, nkv, rope);
+          DevTable tab(rope, 100000);
+          auto d_kp = upload(to_bf16(kp)), d_vp = upload(to_bf16(vp)), d_src = upload(src), d_dst = upload(dst),
+               d_pos = upload(pos);
+          auto d_k = poisoned(rk.size() * 2), d_v = poisoned(rv.size() * 2);
+          cuda::InjectArgs a;
+          a.k_pool = d_kp.as<bf16>();
+          a.v_pool = d_vp.as<bf16>();
+          a.k_cache = d_k.as<bf16>();
+          a.v_cache = d_v.as<bf16>();
+          a.pool_layer_stride = pool_slots * row;
+          a.cache_layer_stride = cache_slots * row;
+          a.src_slots = d_src.as<int64_t>();
+          a.dst_slots = d_dst.as<int64_t>();
+          a.positions = d_pos.as<int32_t>();
+          a.cos_table = tab.cos.as<float>();
+          a.sin_table = tab.sin.as<float>();
+          a.N = N;
+          a.num_layers = L;
+          a.num_kv_heads = nkv;
+          a.head_dim = static_cast<int32_t>(D);
+          a.interleaved = inter;
+          cuda::inject(a, nullptr);
+          const auto gk = test::from_bf16(download<uint16_t>(d_k, rk.size()));
+          const auto gv = test::from_bf16(download<uint16_t>(d_v, rv.size()));
+          std::vector<float> ek, eg, vk, vg;  // written slots only; the others must stay poisoned
+          size_t stray = 0;
+          for (size_t i = 0; i < rk.size(); ++i) {
+            if (std::isnan(rk[i])) {
+              stray += !std::isnan(gk[i]) + !std::isnan(gv[i]);
+              continue;
+            }
+            ek.push_back(rk[i]);
+            eg.push_back(gk[i]);
+            vk.push_back(rv[i]);
+            vg.push_back(gv[i]);
+          }
+          EXPECT_EQ(stray, 0u);
+          const std::string n = name("inject", {{"D", D}, {"nkv", nkv}, {"N", N}, {"inter", inter}});
+          record(n + "/k", compare(eg, ek), 4e-3);
+          record(n + "/v", compare(vg, vk), 0.0);  // a copy: exact
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, CopyRowsGatherScatter) {
+  REQUIRE_GPU();
+  const int32_t L = 3;
+  const int64_t row = 8 * 128, slots = 300, n = 77;
+  const auto src = round_bf16(randn(static_cast<size_t>(L * slots * row), 30));
+  std::vector<int64_t> idx(static_cast<size_t>(slots));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::shuffle(idx.begin(), idx.end(), std::mt19937(31));
+  idx.resize(static_cast<size_t>(n));
+  auto d_src = upload(to_bf16(src)), d_idx = upload(idx);
+  auto d_packed = poisoned(static_cast<size_t>(L * n * row) * 2);
+  cuda::copy_rows(d_src.as<bf16>(), d_packed.as<bf16>(), d_idx.as<int64_t>(), n, row, L, slots * row, n * row, false,
+                  nullptr);
+  std::vector<float> ref(static_cast<size_t>(L * n * row));
+  for (int32_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(&ref[static_cast<size_t>((l * n + i) * row)], &src[static_cast<size_t>((l * slots + idx[i]) * row)], row * 4);
+  record("copy_rows/gather", compare(test::from_bf16(download<uint16_t>(d_packed, ref.size())), ref), 0.0);
+  auto d_back = poisoned(static_cast<size_t>(L * slots * row) * 2);
+  cuda::copy_rows(d_packed.as<bf16>(), d_back.as<bf16>(), d_idx.as<int64_t>(), n, row, L, n * row, slots * row, true,
+                  nullptr);
+  const auto back = test::from_bf16(download<uint16_t>(d_back, static_cast<size_t>(L * slots * row)));
+  std::vector<float> got2, ref2;
+  for (int32_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t e = 0; e < row; ++e) {
+        got2.push_back(back[static_cast<size_t>((l * slots + idx[i]) * row + e)]);
+        ref2.push_back(src[static_cast<size_t>((l * slots + idx[i]) * row + e)]);
+      }
+  record("copy_rows/scatter", compare(got2, ref2), 0.0);
+}
+
+TEST(CudaKernels, SimilarityTopK) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t N, D;
+    int32_t k;
+  };
+  int case_id = 0;
+  for (Case c : {Case{1, 384, 1}, Case{17, 100, 5}, Case{1000, 384, 50}, Case{1000, 1024, 1000}, Case{100000, 384, 20},
+                 Case{100000, 768, 1024}}) {
+    for (bool bf : {false, true}) {
+      ++case_id;
+      auto m = randn(static_cast<size_t>(c.N * c.D), 40 + case_id);
+      if (bf) m = round_bf16(m);
+      const auto q = randn(static_cast<size_t>(c.D), 41 + case_id);
+      std::vector<int32_t> rid(static_cast<size_t>(c.k));
+      std::vector<float> rs(static_cast<size_t>(c.k));
+      cpu::similarity_topk(m.data(), q.data(), c.N, c.D, c.k, rid.data(), rs.data());
+      DeviceBuffer d_m = bf ? upload(to_bf16(m)) : upload(m);
+      auto d_q = upload(q);
+      const size_t ws = cuda::similarity_topk_workspace_bytes(c.N, c.k);
+      auto d_ws = poisoned(ws), d_ids = poisoned(static_cast<size_t>(c.k) * 4), d_sc = poisoned(static_cast<size_t>(c.k) * 4);
+      cuda::similarity_topk(d_m.data(), bf, d_q.as<float>(), c.N, c.D, c.k, d_ids.as<int32_t>(), d_sc.as<float>(),
+                            d_ws.data(), ws, nullptr);
+      const auto gid = download<int32_t>(d_ids, rid.size());
+      const auto gsc = download<float>(d_sc, rs.size());
+      // Scores must match rank by rank; ids may differ only where two scores are within f32 noise.
+      const std::string n = name("topk", {{"N", c.N}, {"D", c.D}, {"k", c.k}, {"bf16", bf}});
+      record(n + "/scores", compare(gsc, rs), 1e-5);
+      int mismatched = 0;
+      std::set<int32_t> seen;
+      for (int32_t i = 0; i < c.k; ++i) {
+        const int32_t id = gid[static_cast<size_t>(i)];
+        EXPECT_TRUE(id >= 0 && id < c.N && seen.insert(id).second) << n << " rank " << i << " id " << id;
+        if (id != rid[static_cast<size_t>(i)]) {
+          ++mismatched;
+          EXPECT_NEAR(gsc[static_cast<size_t>(i)], rs[static_cast<size_t>(i)], 1e-4 * (1 + std::abs(rs[static_cast<size_t>(i)])))
+              << n << " rank " << i;
+        }
+      }
+      test::note(n + "/ids", std::to_string(c.k - mismatched) + "/" + std::to_string(c.k) + " ids equal (rest: ties)");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferscale
