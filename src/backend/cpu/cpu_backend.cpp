@@ -1,7 +1,6 @@
 // The CPU reference backend: fp32 weights and activations, OpenBLAS GEMMs, OpenMP elsewhere.
 // Layer by layer, naming every intermediate as llama.cpp does, so it can be compared with HF.
 #include <cblas.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -27,12 +26,9 @@ HostTensor f32(const HostTensor& t) { return t.empty() ? HostTensor{} : t.to_f32
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
-      : cfg_(cfg), rope_(cfg), block_size_(opts.block_size) {
+      : cfg_(cfg), rope_(cfg), block_size_(opts.block_size), threads_(opts.num_threads) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
-    if (opts.num_threads > 0) {
-      omp_set_num_threads(opts.num_threads);
-      openblas_set_num_threads(opts.num_threads);
-    }
+    if (opts.num_threads > 0) openblas_set_num_threads(opts.num_threads);
     embed_ = f32(w.embed);
     final_norm_ = f32(w.final_norm);
     lm_head_ = (w.lm_head.data == w.embed.data) ? embed_ : f32(w.lm_head);
@@ -97,13 +93,13 @@ class CpuBackend final : public Backend {
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const F32Layer& L = layers_[static_cast<size_t>(l)];
       // attn_norm -> q, k, v projections (+ bias) -> per-head q/k norm
-      cpu::rmsnorm(x.data(), ptr(L.attn_norm), h.data(), T, H, eps);
+      cpu::rmsnorm(x.data(), ptr(L.attn_norm), h.data(), T, H, eps, &threads_);
       cpu::linear(h.data(), ptr(L.wq), ptr(L.bq), q.data(), T, H, QS);
       cpu::linear(h.data(), ptr(L.wk), ptr(L.bk), k.data(), T, H, KS);
       cpu::linear(h.data(), ptr(L.wv), ptr(L.bv), v.data(), T, H, KS);
       if (cfg_.qk_norm) {
-        cpu::rmsnorm(q.data(), ptr(L.q_norm), q.data(), T * NH, D, eps);
-        cpu::rmsnorm(k.data(), ptr(L.k_norm), k.data(), T * NKV, D, eps);
+        cpu::rmsnorm(q.data(), ptr(L.q_norm), q.data(), T * NH, D, eps, &threads_);
+        cpu::rmsnorm(k.data(), ptr(L.k_norm), k.data(), T * NKV, D, eps, &threads_);
       }
       // Write path: keys BEFORE rotation, values as they are.
       if (!b.capture_tokens.empty()) {
@@ -127,15 +123,15 @@ class CpuBackend final : public Backend {
       cpu::scatter_rows(v.data(), b.slot_mapping.data(), vc, T, KS);
       pa.k_cache = kc;
       pa.v_cache = vc;
-      cpu::paged_attention(pa);
+      cpu::paged_attention(pa, &threads_);
       // o_proj, residual
       cpu::linear(attn.data(), ptr(L.wo), nullptr, h.data(), T, QS, H);
       for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
       // ffn_norm -> SwiGLU -> down, residual
-      cpu::rmsnorm(x.data(), ptr(L.ffn_norm), h.data(), T, H, eps);
+      cpu::rmsnorm(x.data(), ptr(L.ffn_norm), h.data(), T, H, eps, &threads_);
       cpu::linear(h.data(), ptr(L.w_gate), nullptr, gate.data(), T, H, I);
       cpu::linear(h.data(), ptr(L.w_up), nullptr, up.data(), T, H, I);
-      cpu::silu_mul(gate.data(), up.data(), gate.data(), T * I);
+      cpu::silu_mul(gate.data(), up.data(), gate.data(), T * I, &threads_);
       cpu::linear(gate.data(), ptr(L.w_down), nullptr, h.data(), T, I, H);
       for (size_t i = 0; i < x.size(); ++i) x[i] += h[i];
     }
@@ -218,8 +214,10 @@ class CpuBackend final : public Backend {
   ModelConfig cfg_;
   Rope rope_;
   int32_t block_size_;
+  ThreadPool threads_;  // attention, norms, SiLU; GEMMs use OpenBLAS's own threads
   int64_t num_blocks_ = 0;
   int64_t num_pool_blocks_ = 0;
+
   HostTensor embed_, final_norm_, lm_head_;
   std::vector<F32Layer> layers_;
   std::vector<HostTensor> k_cache_, v_cache_;  // per layer [num_blocks, bs, NKV, D]

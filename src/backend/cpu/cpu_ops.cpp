@@ -25,37 +25,41 @@ void linear(const float* x, const float* w, const float* bias, float* y, int64_t
   }
 }
 
-void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
-#pragma omp parallel for if (rows > 8)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
-    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
-  }
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps, ThreadPool* pool) {
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+      for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * w[i];
+    }
+  };
+  if (pool) pool->parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, dim)), body);
+  else body(0, rows);
 }
 
-void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
-#pragma omp parallel for if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    out[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool) {
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  };
+  if (pool) pool->parallel_for(n, 32768, body);
+  else body(0, n);
 }
 
-void paged_attention(const PagedAttentionArgs& a) {
+void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t T = a.q_indptr[a.num_seqs];
   const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * a.head_dim;
-  // One task per (token, head); scores buffer per thread.
-#pragma omp parallel
-  {
+  // One task per (token, head); scratch per chunk.
+  auto body = [&](int64_t th0, int64_t th1) {
     std::vector<float> scores;
     std::vector<float> acc(static_cast<size_t>(a.head_dim));
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t th = 0; th < T * a.num_heads; ++th) {
+    for (int64_t th = th0; th < th1; ++th) {
       const int64_t t = th / a.num_heads;
       const int32_t h = static_cast<int32_t>(th % a.num_heads);
       const int32_t kvh = h / group;
@@ -93,7 +97,9 @@ void paged_attention(const PagedAttentionArgs& a) {
       const float inv = static_cast<float>(1.0 / sum);
       for (int32_t i = 0; i < a.head_dim; ++i) o[i] = acc[static_cast<size_t>(i)] * inv;
     }
-  }
+  };
+  if (pool) pool->parallel_for(T * a.num_heads, 1, body);
+  else body(0, T * a.num_heads);
 }
 
 void scatter_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row) {

@@ -2,16 +2,18 @@
 #pragma once
 #include <cstdint>
 
+#include "util/thread_pool.h"
+
 namespace inferscale::cpu {
 
 // y[T, out] = x[T, in] @ w[out, in]^T (+ bias[out] when non-null). OpenBLAS sgemm.
 void linear(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in, int64_t out);
 
 // Row-wise RMSNorm: y[r, :] = x[r, :] / sqrt(mean(x^2) + eps) * w. In place allowed (y == x).
-void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
+void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps, ThreadPool* pool = nullptr);
 
 // out[T, inter] = silu(gate[T, inter]) * up[T, inter]
-void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void silu_mul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool = nullptr);
 
 // Paged attention, causal by position. For token t of sequence s (q_indptr), head h:
 //   out[t, h] = softmax_j(q[t, h] . K[s, j, h / group] * scale) V[s, j, h / group],
@@ -37,7 +39,8 @@ struct PagedAttentionArgs {
   int32_t block_size;
   float scale;
 };
-void paged_attention(const PagedAttentionArgs& a);
+// Parallel over (token, head) pairs on `pool` (serial when null).
+void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool = nullptr);
 
 // dst[slot[i], :] = src[i, :] for rows of `row` floats (K/V cache writes, pool captures).
 void scatter_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row);
