@@ -14,9 +14,11 @@
 
 namespace inferscale {
 
+// A fact's KV depends on its text (version) and on its encoding window w.
 struct FactKvKey {
   int64_t fact_id = 0;
   int64_t version = 0;
+  int32_t window = 0;
   bool operator==(const FactKvKey&) const = default;
 };
 

@@ -1,0 +1,303 @@
+#include "memory/memory_service.h"
+
+#include <spdlog/spdlog.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "util/check.h"
+#include "util/progress.h"
+
+namespace inferscale {
+namespace {
+
+constexpr const char* kMarker = "\x1e<inferscale-memory>\x1e";
+constexpr const char* kFingerprintSetting = "kv.fingerprint";
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+uint64_t hash_text(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
+
+}  // namespace
+
+MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const Model& model, Backend& backend,
+                             BlockManager& cache_blocks, MemoryOptions opts)
+    : store_(store),
+      retriever_(retriever),
+      model_(model),
+      backend_(backend),
+      opts_(std::move(opts)),
+      pool_(backend.num_pool_blocks(), backend.block_size()),
+      encoder_(backend, cache_blocks, opts_.encode_batch_tokens) {
+  render_fact(opts_.fact_template, "", "", "");  // validates the template now, not on the first request
+  fingerprint_ = hash_text(model_.fingerprint + "\n" + opts_.fact_template + "\n" + (opts_.sink ? "sink" : "nosink") +
+                           "\nkv-format-1");
+  const std::string fp = fmt::format("{:016x}", fingerprint_);
+  const auto stored = store_.get_setting(kFingerprintSetting);
+  if (stored != fp) {
+    // The model, tokenizer, rope config or template changed: every stored KV is stale.
+    if (!opts_.kv_dir.empty() && std::filesystem::exists(opts_.kv_dir)) {
+      size_t removed = 0;
+      for (const auto& e : std::filesystem::directory_iterator(opts_.kv_dir))
+        if (e.path().extension() == ".kv") removed += std::filesystem::remove(e.path()) ? 1 : 0;
+      if (removed) spdlog::info("memory: KV fingerprint changed; {} stale KV files removed (rebuilt on demand)", removed);
+    }
+    store_.set_setting(kFingerprintSetting, fp);
+  }
+  store_.attach(this);
+}
+
+MemoryService::~MemoryService() { store_.detach(this); }
+
+void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t> ids) {
+  std::lock_guard<std::mutex> lock(stale_mu_);
+  stale_.insert(stale_.end(), ids.begin(), ids.end());
+}
+
+void MemoryService::on_fact_updated(const Fact& fact, bool) {
+  std::lock_guard<std::mutex> lock(stale_mu_);
+  stale_.push_back(fact.id);
+}
+
+void MemoryService::sync() {
+  std::vector<int64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(stale_mu_);
+    ids.swap(stale_);
+  }
+  for (int64_t id : ids) {
+    pool_.erase_fact(id);
+    if (!opts_.kv_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(kv_path(id), ec);
+    }
+  }
+}
+
+std::filesystem::path MemoryService::kv_path(int64_t fact_id) const {
+  return opts_.kv_dir / fmt::format("{}.kv", fact_id);
+}
+
+std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
+  const std::string text = render_fact(opts_.fact_template, f.text, f.source.speaker, f.timestamp) + "\n";
+  // User text never turns into special tokens.
+  return model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
+}
+
+std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const {
+  std::vector<int32_t> out;
+  if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
+  if (w <= 0) return out;
+  for (const Fact& prev : store_.window(f.tenant, f.user, f.id, static_cast<size_t>(w))) {
+    const auto t = fact_tokens(prev);
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
+KvFileKey MemoryService::file_key(const Fact& f, int32_t w) const {
+  const ModelConfig& c = backend_.config();
+  return KvFileKey{fingerprint_, f.id, f.version, w, static_cast<int32_t>(c.num_layers), static_cast<int32_t>(c.kv_size())};
+}
+
+void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, PreparedPrompt* stats,
+                                  std::vector<FactKvKey>& pinned) {
+  std::vector<EncodeJob> jobs;
+  std::vector<const Fact*> job_facts;
+  std::vector<FactKvKey> fresh;  // allocated here: erased again if encoding fails
+  try {
+    for (const Fact& f : facts) {
+      const FactKvKey key{f.id, f.version, w};
+      if (std::find(pinned.begin(), pinned.end(), key) != pinned.end()) continue;
+      if (pool_.find(key)) {
+        pool_.pin(key);
+        pinned.push_back(key);
+        continue;
+      }
+      const auto tokens = fact_tokens(f);
+      if (!opts_.kv_dir.empty()) {
+        auto kv = read_kv_file(kv_path(f.id), file_key(f, w));
+        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size())) {
+          const auto& e = pool_.allocate(key, kv->num_tokens);
+          backend_.write_pool(pool_.slots(e), kv->k, kv->v);
+          pool_.pin(key);
+          pinned.push_back(key);
+          if (stats) ++stats->loaded;
+          continue;
+        }
+      }
+      const auto& e = pool_.allocate(key, static_cast<int32_t>(tokens.size()));
+      pool_.pin(key);
+      pinned.push_back(key);
+      fresh.push_back(key);
+      jobs.push_back(EncodeJob{window_tokens(f, w), tokens, pool_.slots(e)});
+      job_facts.push_back(&f);
+    }
+    if (jobs.empty()) return;
+    encoder_.encode(jobs);
+    if (stats) stats->encoded += static_cast<int32_t>(jobs.size());
+    if (!opts_.kv_dir.empty()) {
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        FactKv kv;
+        kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
+        backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
+        write_kv_file(kv_path(job_facts[i]->id), file_key(*job_facts[i], w), kv);
+      }
+    }
+  } catch (...) {
+    for (const FactKvKey& k : pinned) pool_.unpin(k);
+    for (const FactKvKey& k : fresh) pool_.erase_fact(k.fact_id);  // never serve unwritten KV
+    pinned.clear();
+    throw;
+  }
+}
+
+std::pair<std::string, std::string> MemoryService::render_around_facts(const std::vector<ChatMessage>& messages,
+                                                                       bool with_memory) const {
+  const std::string block = with_memory ? opts_.header + kMarker + opts_.footer : std::string();
+  std::string text;
+  if (model_.chat_template.family() == ChatFamily::kNone) {
+    // A base model: system text, memory, then the conversation's contents one per line.
+    for (const ChatMessage& m : messages)
+      if (m.role == "system") text += m.content + "\n\n";
+    text += block;
+    bool first = true;
+    for (const ChatMessage& m : messages) {
+      if (m.role == "system") continue;
+      text += (first ? "" : "\n") + m.content;
+      first = false;
+    }
+  } else {
+    std::vector<ChatMessage> msgs = messages;
+    if (with_memory) {
+      if (!msgs.empty() && msgs[0].role == "system")
+        msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + block;
+      else
+        msgs.insert(msgs.begin(), ChatMessage{"system", block});
+    }
+    text = model_.chat_template.render(msgs, true);
+  }
+  if (!with_memory) return {text, {}};
+  const size_t at = text.find(kMarker);
+  IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
+  return {text.substr(0, at), text.substr(at + std::string(kMarker).size())};
+}
+
+PreparedPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages) {
+  sync();
+  const int32_t k = req.k < 0 ? opts_.default_k : req.k;
+  const int32_t w = req.window < 0 ? opts_.default_window : req.window;
+  IS_REQUIRE(k <= 1000, kInvalidInput, "memory.k must be at most 1000, got {}", k);
+  IS_REQUIRE(w <= 1000, kInvalidInput, "memory.window must be at most 1000, got {}", w);
+  IS_REQUIRE(!messages.empty(), kInvalidInput, "a request with memory needs at least one message");
+  const Tokenizer& tok = *model_.tokenizer;
+  const bool plain_prefix = model_.chat_template.family() == ChatFamily::kNone;
+  const EncodeOptions first_opts{.add_special = plain_prefix && tok.adds_bos(), .parse_special = !plain_prefix};
+  const EncodeOptions rest_opts{.add_special = false, .parse_special = !plain_prefix};
+
+  PreparedPrompt out;
+  std::vector<ScoredFact> hits;
+  if (req.mode != MemoryMode::kOff && k > 0) {
+    IS_REQUIRE(!req.user.empty(), kInvalidInput, "memory.user is required");
+    std::string query = req.query;
+    for (auto it = messages.rbegin(); query.empty() && it != messages.rend(); ++it)
+      if (it->role == "user") query = it->content;
+    const auto t0 = std::chrono::steady_clock::now();
+    hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
+    out.retrieve_ms = ms_since(t0);
+  }
+  // Facts deleted since the search are skipped.
+  for (const ScoredFact& h : hits) {
+    try {
+      out.facts.push_back(store_.get(req.tenant, req.user, h.id));
+      out.scores.push_back(h.score);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kNotFound) throw;
+    }
+  }
+  if (out.facts.empty()) {  // no memory at all: exactly the plain prompt
+    out.tokens = tok.encode(render_around_facts(messages, false).first, first_opts);
+    return out;
+  }
+  // Placement order: rank puts the best-ranked fact last (closest to the question).
+  std::vector<size_t> order(out.facts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  if (req.order == MemoryOrder::kTime) {
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const Fact& fa = out.facts[a];
+      const Fact& fb = out.facts[b];
+      const int64_t ta = fa.timestamp_epoch.value_or(INT64_MIN), tb = fb.timestamp_epoch.value_or(INT64_MIN);
+      return ta != tb ? ta < tb : fa.id < fb.id;
+    });
+  }
+  std::vector<Fact> facts;
+  std::vector<double> scores;
+  for (size_t i : order) {
+    facts.push_back(std::move(out.facts[i]));
+    scores.push_back(out.scores[i]);
+  }
+  out.facts = std::move(facts);
+  out.scores = std::move(scores);
+
+  std::vector<std::vector<int32_t>> fact_toks;
+  for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
+  const auto [before, after] = render_around_facts(messages, true);
+  ComposedPrompt c = compose_tokens(tok.encode(before, first_opts), fact_toks, tok.encode(after, rest_opts));
+  out.tokens = std::move(c.tokens);
+  if (req.mode != MemoryMode::kInject) return out;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  make_resident(out.facts, w, &out, out.pins);
+  out.kv_ms = ms_since(t0);
+  InjectedSpan span;
+  span.start = c.facts_start;
+  span.end = c.facts_end;
+  // The cache key names exactly which KV the span holds: user, facts and versions, window, fingerprint.
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  XXH3_64bits_update(st, &fingerprint_, sizeof fingerprint_);
+  XXH3_64bits_update(st, &w, sizeof w);
+  XXH3_64bits_update(st, req.tenant.data(), req.tenant.size() + 1);
+  XXH3_64bits_update(st, req.user.data(), req.user.size() + 1);
+  for (const Fact& f : out.facts) {
+    const MemoryKvPool::Entry* e = pool_.find(FactKvKey{f.id, f.version, w});
+    IS_CHECK(e != nullptr, "fact {} not resident after make_resident", f.id);
+    const auto s = pool_.slots(*e);
+    span.pool_slots.insert(span.pool_slots.end(), s.begin(), s.end());
+    const int64_t idv[2] = {f.id, f.version};
+    XXH3_64bits_update(st, idv, sizeof idv);
+  }
+  span.cache_key = XXH3_64bits_digest(st) | 1;  // never 0: 0 means "no injected KV"
+  XXH3_freeState(st);
+  IS_CHECK(static_cast<int32_t>(span.pool_slots.size()) == span.end - span.start, "span and pool slots differ");
+  out.injected = std::move(span);
+  return out;
+}
+
+void MemoryService::release(const PreparedPrompt& p) {
+  for (const FactKvKey& k : p.pins) pool_.unpin(k);
+}
+
+int64_t MemoryService::encode_facts(const std::string& tenant, const std::string& user, const std::vector<int64_t>& ids,
+                                    int32_t w, Progress* progress) {
+  sync();
+  int64_t encoded = 0;
+  // Batches small enough to fit the pool; each batch is released before the next.
+  const size_t batch = 64;
+  for (size_t i = 0; i < ids.size(); i += batch) {
+    std::vector<Fact> facts;
+    for (size_t j = i; j < std::min(ids.size(), i + batch); ++j) facts.push_back(store_.get(tenant, user, ids[j]));
+    PreparedPrompt stats;
+    std::vector<FactKvKey> pinned;
+    make_resident(facts, w, &stats, pinned);
+    for (const FactKvKey& k : pinned) pool_.unpin(k);
+    encoded += stats.encoded;
+    if (progress) progress->add(static_cast<int64_t>(facts.size()));
+  }
+  return encoded;
+}
+
+}  // namespace inferscale

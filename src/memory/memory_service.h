@@ -1,0 +1,122 @@
+// The memory service: the read path (retrieve -> compose -> make sure every fact's KV is in the
+// pool -> the injected span) and the write path's KV side (encode facts, KV files). It runs on the
+// engine thread, which owns the backend, the cache's block manager and the pool; the FactStore it
+// reads is thread-safe and may be written from any thread (deletes and updates reach the pool
+// through a queue drained by sync()).
+//
+//   chat messages + memory request
+//     -> retrieve top-k (Retriever over the user's facts)
+//     -> order (rank: best-ranked fact last; time: chronological)
+//     -> render each fact "[{date}] {speaker}: {text}\n" and tokenize it alone (no BOS)
+//     -> inject mode: pool entry per fact, keyed (id, version, w): found, read from its KV file,
+//        or encoded now ([w preceding turns][fact], pre-RoPE K and V captured into the pool)
+//     -> [prefix ... header][f_k ... f_1][footer ... question], span = the facts' range
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/block_manager.h"
+#include "engine/request.h"
+#include "memory/compose.h"
+#include "memory/fact_encoder.h"
+#include "memory/fact_store.h"
+#include "memory/kv_file.h"
+#include "memory/kv_pool.h"
+#include "memory/retriever.h"
+#include "model/model.h"
+
+namespace inferscale {
+
+class Progress;
+
+struct MemoryOptions {
+  std::string fact_template = "[{date}] {speaker}: {text}";
+  std::string header = "Memories from earlier conversations with the user (most relevant last):\n";
+  std::string footer = "\n";
+  int32_t default_k = 10;
+  int32_t default_window = 2;
+  std::filesystem::path kv_dir;           // KV files; empty = keep KV in the pool only
+  int32_t encode_batch_tokens = 2048;
+  bool sink = false;                      // encode each fact after a BOS token (its KV discarded)
+};
+
+// The native form of a request's memory object.
+struct MemoryRequest {
+  std::string tenant = kDefaultTenant;
+  std::string user;
+  int32_t k = -1;                 // -1: MemoryOptions::default_k
+  int32_t window = -1;            // -1: MemoryOptions::default_window
+  MemoryMode mode = MemoryMode::kInject;
+  MemoryOrder order = MemoryOrder::kRank;
+  std::string query;              // retrieval query; empty: the last user message
+};
+
+struct PreparedPrompt {
+  std::vector<int32_t> tokens;
+  std::optional<InjectedSpan> injected;  // inject mode with at least one fact
+  std::vector<Fact> facts;               // in placement order
+  std::vector<double> scores;            // retrieval score of each placed fact
+  std::vector<FactKvKey> pins;           // pool entries pinned until release()
+  int32_t encoded = 0;                   // facts encoded for this request
+  int32_t loaded = 0;                    // facts read from KV files
+  double retrieve_ms = 0;
+  double kv_ms = 0;                      // encoding + loading
+};
+
+class MemoryService : private FactStoreListener {
+ public:
+  MemoryService(FactStore& store, const Retriever& retriever, const Model& model, Backend& backend,
+                BlockManager& cache_blocks, MemoryOptions opts = {});
+  ~MemoryService() override;
+
+  // Builds the prompt of a chat request with memory. Messages hold the system prompt (optional)
+  // and the conversation; the memory block goes at the end of the system message.
+  PreparedPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages);
+  // Unpins the facts of a finished request.
+  void release(const PreparedPrompt& p);
+
+  // Makes sure facts' KV (window w) exists: in KV files when kv_dir is set, else in the pool.
+  // Returns how many were encoded. For imports; reports to `progress` per fact when given.
+  int64_t encode_facts(const std::string& tenant, const std::string& user, const std::vector<int64_t>& ids, int32_t w,
+                       Progress* progress = nullptr);
+
+  // Drops the KV of facts deleted or updated since the last call (engine thread).
+  void sync();
+
+  // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
+  std::vector<int32_t> fact_tokens(const Fact& f) const;
+  uint64_t kv_fingerprint() const { return fingerprint_; }
+  MemoryKvPool& pool() { return pool_; }
+  const MemoryOptions& options() const { return opts_; }
+  std::filesystem::path kv_path(int64_t fact_id) const;
+
+ private:
+  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
+  void on_fact_updated(const Fact& fact, bool text_changed) override;
+
+  // Pins a resident pool entry for every fact (loading or encoding the missing ones).
+  void make_resident(const std::vector<Fact>& facts, int32_t w, PreparedPrompt* stats, std::vector<FactKvKey>& pinned);
+  std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
+  KvFileKey file_key(const Fact& f, int32_t w) const;
+  // Prefix text of the chat prompt up to the facts, and the text after them.
+  std::pair<std::string, std::string> render_around_facts(const std::vector<ChatMessage>& messages, bool with_memory) const;
+
+  FactStore& store_;
+  const Retriever& retriever_;
+  const Model& model_;
+  Backend& backend_;
+  MemoryOptions opts_;
+  MemoryKvPool pool_;
+  FactEncoder encoder_;
+  uint64_t fingerprint_ = 0;
+  std::mutex stale_mu_;
+  std::vector<int64_t> stale_;  // fact ids whose KV must go (listener thread -> engine thread)
+};
+
+}  // namespace inferscale
