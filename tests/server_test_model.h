@@ -6,9 +6,11 @@
 // (a strong definition overrides a weak one), so these shims can never shadow the real code.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -70,18 +72,19 @@ class ByteTokenizer final : public Tokenizer {
   std::string kind() const override { return "byte"; }
 };
 
-// A backend that throws from forward() while `fail` is set or a poisoned token is in the batch.
-class FlakyBackend final : public Backend {
+// A backend wrapper for failure and timing tests: forward() throws when a poisoned token is in
+// the batch, and sleeps `delay_ms` first (to make generations slow enough to cancel).
+class ControlledBackend final : public Backend {
  public:
-  FlakyBackend(std::unique_ptr<Backend> inner, int32_t poison) : inner_(std::move(inner)), poison_(poison) {}
-  std::atomic<bool> fail{false};
-  std::string name() const override { return "flaky"; }
+  ControlledBackend(std::unique_ptr<Backend> inner, int32_t poison) : inner_(std::move(inner)), poison_(poison) {}
+  std::atomic<int> delay_ms{0};
+  std::string name() const override { return "controlled"; }
   const ModelConfig& config() const override { return inner_->config(); }
   int32_t block_size() const override { return inner_->block_size(); }
   int64_t num_cache_blocks() const override { return inner_->num_cache_blocks(); }
   int64_t num_pool_blocks() const override { return inner_->num_pool_blocks(); }
   void forward(const ForwardBatch& b, std::vector<float>& out) override {
-    if (fail) throw std::runtime_error("injected backend failure");
+    if (const int ms = delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     for (int32_t t : b.token_ids)
       if (t == poison_) throw std::runtime_error("poisoned token in the batch");
     inner_->forward(b, out);

@@ -20,6 +20,22 @@ const test_support::TestModel& model() {
   return m;
 }
 
+constexpr int32_t kPoison = 7;  // a byte no other prompt here contains: the backend throws on it
+
+// The CPU backend must be built on the thread that runs it (it sets that thread's OpenMP threads).
+AsyncEngine::EngineFactory engine_factory() {
+  return [] { return model().engine(); };
+}
+
+// Steps that take `ms` each: generations long enough to cancel or abort midway.
+AsyncEngine::EngineFactory slow_engine_factory(int ms) {
+  return [ms] {
+    auto be = std::make_unique<test_support::ControlledBackend>(model().backend(), kPoison);
+    be->delay_ms = ms;
+    return model().engine(64, std::move(be));
+  };
+}
+
 SamplingParams greedy(int32_t max_tokens) {
   SamplingParams sp;
   sp.temperature = 0;
@@ -82,7 +98,7 @@ TEST(ServerAsyncEngine, MatchesTheSynchronousEngine) {
     for (int i = 0; i < 4; ++i) eng->add_request(prompt(i, 5 + i * 9), greedy(12));
     for (const RequestOutput& o : eng->run_to_completion()) expected.push_back(o.new_tokens);
   }
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(engine_factory());
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 4; ++i) streams.push_back(ae.submit(Submission{prompt(i, 5 + i * 9), greedy(12), {}, {}}));
   for (int i = 0; i < 4; ++i) {
@@ -96,7 +112,7 @@ TEST(ServerAsyncEngine, MatchesTheSynchronousEngine) {
 }
 
 TEST(ServerAsyncEngine, ConcurrentSubmittersFromManyThreads) {
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(engine_factory());
   std::vector<Result> results(8);
   std::vector<std::thread> threads;
   for (int i = 0; i < 8; ++i)
@@ -110,7 +126,7 @@ TEST(ServerAsyncEngine, ConcurrentSubmittersFromManyThreads) {
 }
 
 TEST(ServerAsyncEngine, InvalidRequestIsRejectedAlone) {
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(engine_factory());
   auto bad = ae.submit(Submission{{999999}, greedy(4), {}, {}});
   auto good = ae.submit(Submission{prompt(2, 6), greedy(4), {}, {}});
   Result rb = collect(*bad);
@@ -123,7 +139,7 @@ TEST(ServerAsyncEngine, InvalidRequestIsRejectedAlone) {
 }
 
 TEST(ServerAsyncEngine, CancelFreesTheRequestsBlocks) {
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(slow_engine_factory(5));
   auto s = ae.submit(Submission{prompt(3, 40), greedy(400), {}, {}});
   // Wait for the first tokens, then cancel mid-generation.
   size_t got = 0;
@@ -145,7 +161,7 @@ TEST(ServerAsyncEngine, CancelFreesTheRequestsBlocks) {
 TEST(ServerAsyncEngine, BoundedQueueRefusesWithResourceError) {
   AsyncEngineOptions o;
   o.max_pending = 2;
-  AsyncEngine ae(model().engine(), o);
+  AsyncEngine ae(slow_engine_factory(5), o);
   auto a = ae.submit(Submission{prompt(4, 8), greedy(200), {}, {}});
   auto b = ae.submit(Submission{prompt(5, 8), greedy(200), {}, {}});
   try {
@@ -165,9 +181,7 @@ TEST(ServerAsyncEngine, BoundedQueueRefusesWithResourceError) {
 }
 
 TEST(ServerAsyncEngine, StepExceptionFailsLiveRequestsAndKeepsServing) {
-  constexpr int32_t kPoison = 7;  // a byte no other prompt here contains
-  auto flaky = std::make_unique<test_support::FlakyBackend>(model().backend(), kPoison);
-  AsyncEngine ae(model().engine(64, std::move(flaky)));
+  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::ControlledBackend>(model().backend(), kPoison)); });
   Result bad = collect(*ae.submit(Submission{{40, 41, kPoison, 42}, greedy(4), {}, {}}));
   ASSERT_TRUE(bad.error);
   EXPECT_TRUE(bad.accepted);
@@ -179,7 +193,7 @@ TEST(ServerAsyncEngine, StepExceptionFailsLiveRequestsAndKeepsServing) {
 }
 
 TEST(ServerAsyncEngine, ShutdownDrainsThenRefuses) {
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(engine_factory());
   auto s = ae.submit(Submission{prompt(8, 10), greedy(6), {}, {}});
   ae.shutdown(30s);
   Result r = collect(*s, 1s);
@@ -190,7 +204,7 @@ TEST(ServerAsyncEngine, ShutdownDrainsThenRefuses) {
 }
 
 TEST(ServerAsyncEngine, ShutdownWithoutGraceAbortsLiveRequests) {
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(slow_engine_factory(5));
   auto s = ae.submit(Submission{prompt(9, 10), greedy(480), {}, {}});
   while (!s->poll(1s).accepted) {
   }
@@ -201,10 +215,16 @@ TEST(ServerAsyncEngine, ShutdownWithoutGraceAbortsLiveRequests) {
 }
 
 TEST(ServerAsyncEngine, IdleEngineThreadSleeps) {
-  AsyncEngine ae(model().engine());
+  AsyncEngine ae(engine_factory());
   Result r = collect(*ae.submit(Submission{prompt(10, 5), greedy(2), {}, {}}));
   ASSERT_FALSE(r.error);
+  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) { return st.num_pending == 0; }));
   const int64_t steps = ae.stats().engine.steps;
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(ae.stats().engine.steps, steps);  // no work, no steps
+}
+
+TEST(ServerAsyncEngine, FactoryErrorsReachTheConstructor) {
+  EXPECT_THROW(AsyncEngine([]() -> std::unique_ptr<Engine> { IS_THROW(kInvalidInput, "no model"); }), Error);
+  EXPECT_THROW(AsyncEngine([] { return std::unique_ptr<Engine>(); }), Error);
 }

@@ -13,16 +13,17 @@ std::exception_ptr shutting_down() {
 
 }  // namespace
 
-AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions opts)
-    : engine_(std::move(engine)),
-      opts_(opts),
-      max_model_len_(engine_->max_model_len()),
-      block_size_(engine_->blocks().block_size()),
-      num_blocks_(engine_->blocks().num_blocks()),
-      wake_(std::make_shared<Wake>()) {
+AsyncEngine::AsyncEngine(EngineFactory make_engine, AsyncEngineOptions opts) : opts_(opts), wake_(std::make_shared<Wake>()) {
   IS_REQUIRE(opts_.max_pending >= 1, kInvalidInput, "max_pending must be at least 1, got {}", opts_.max_pending);
-  publish_stats();
-  thread_ = std::thread([this] { run(); });
+  std::promise<void> ready;
+  std::future<void> built = ready.get_future();
+  thread_ = std::thread([this, &make_engine, &ready] { run(make_engine, ready); });
+  try {
+    built.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
 }
 
 AsyncEngine::~AsyncEngine() { shutdown(); }
@@ -75,7 +76,23 @@ void AsyncEngine::finish_request() {
   --num_pending_;
 }
 
-void AsyncEngine::run() {
+void AsyncEngine::run(const EngineFactory& make_engine, std::promise<void>& ready) {
+  try {
+    engine_ = make_engine();
+    IS_CHECK(engine_ != nullptr, "the engine factory returned null");
+    max_model_len_ = engine_->max_model_len();
+    block_size_ = engine_->blocks().block_size();
+    num_blocks_ = engine_->blocks().num_blocks();
+    publish_stats();
+  } catch (...) {
+    ready.set_exception(std::current_exception());
+    return;
+  }
+  ready.set_value();  // `make_engine` and `ready` die with the constructor after this
+  serve();
+}
+
+void AsyncEngine::serve() {
   for (;;) {
     std::vector<Pending> incoming;
     bool stopping = false, aborting = false;

@@ -15,6 +15,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -54,7 +56,11 @@ struct AsyncEngineStats {
 
 class AsyncEngine {
  public:
-  AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions opts = {});
+  using EngineFactory = std::function<std::unique_ptr<Engine>()>;
+  // Builds the Engine on the engine thread (so that thread-bound state, such as OpenMP's thread
+  // count set by the CPU backend or a device context, belongs to the thread that runs it) and
+  // returns once it is ready. What the factory throws is rethrown here.
+  AsyncEngine(EngineFactory make_engine, AsyncEngineOptions opts = {});
   // Shuts down with no grace (aborts whatever is live) and joins the engine thread.
   ~AsyncEngine();
   AsyncEngine(const AsyncEngine&) = delete;
@@ -71,7 +77,7 @@ class AsyncEngine {
 
   AsyncEngineStats stats() const;
 
-  // Fixed at construction, safe from any thread.
+  // Fixed once constructed, safe from any thread.
   int32_t max_model_len() const { return max_model_len_; }
   int32_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
@@ -92,7 +98,8 @@ class AsyncEngine {
     bool poked = false;  // a stream was cancelled
   };
 
-  void run();                              // the engine thread
+  void run(const EngineFactory& make_engine, std::promise<void>& ready);  // the engine thread
+  void serve();
   void admit(std::vector<Pending>& incoming, bool aborting);
   void step_once();
   void fail_all_live(std::exception_ptr e);
@@ -102,9 +109,9 @@ class AsyncEngine {
   std::unique_ptr<Engine> engine_;         // engine thread only
   std::unordered_map<int64_t, Live> live_; // engine thread only: engine id -> stream
   const AsyncEngineOptions opts_;
-  const int32_t max_model_len_;
-  const int32_t block_size_;
-  const int64_t num_blocks_;
+  int32_t max_model_len_ = 0;  // written by the engine thread before the constructor returns
+  int32_t block_size_ = 0;
+  int64_t num_blocks_ = 0;
 
   // Guarded by wake_->mu.
   std::shared_ptr<Wake> wake_;
