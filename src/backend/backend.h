@@ -26,9 +26,11 @@ struct ModelWeights;
 //   q_indptr:   [0, 3, 4, 6]
 //   kv_indptr:  CSR over kv_indices, one block list per sequence
 //
-// Token t attends to kv entries [0, positions[t]] of its sequence (causal by position): every
-// entry there is already in the cache (computed earlier or injected) or written by this batch.
-// Positions inside one sequence may jump (a chunk that skips an injected range).
+// Token t attends to kv entries [kv_start[s], positions[t]] of its sequence s (causal by
+// position): every entry there is already in the cache (computed earlier or injected) or written
+// by this batch. Positions inside one sequence may jump (a chunk that skips an injected range).
+// kv_start is 0 for served requests; a sequence that starts at position p > 0 with nothing
+// before it (a fact encoded at its serving position, in exactness tests) sets it to p.
 struct ForwardBatch {
   std::vector<int32_t> token_ids;     // [T]
   std::vector<int32_t> positions;     // [T] rotary position == index of the token in its sequence
@@ -36,6 +38,7 @@ struct ForwardBatch {
   std::vector<int32_t> q_indptr;      // [S + 1]
   std::vector<int32_t> kv_indptr;     // [S + 1]
   std::vector<int32_t> kv_indices;    // [kv_indptr[S]] block ids
+  std::vector<int32_t> kv_start;      // [S] first attended entry; empty = all 0
 
   // Which tokens produce output rows, in order.
   std::vector<int32_t> output_tokens;  // [R] indices into token_ids

@@ -9,13 +9,15 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   const size_t T = token_ids.size();
   IS_CHECK(positions.size() == T && slot_mapping.size() == T, "per-token arrays differ in size");
   IS_CHECK(q_indptr.size() >= 2 && kv_indptr.size() == q_indptr.size(), "need q/kv indptr of S+1 entries");
+  IS_CHECK(kv_start.empty() || kv_start.size() + 1 == q_indptr.size(), "kv_start needs one entry per sequence");
   IS_CHECK(q_indptr.front() == 0 && static_cast<size_t>(q_indptr.back()) == T, "q_indptr must span all tokens");
   IS_CHECK(kv_indptr.front() == 0 && static_cast<size_t>(kv_indptr.back()) == kv_indices.size(), "kv_indptr mismatch");
   for (int32_t s = 0; s < num_seqs(); ++s) {
     IS_CHECK(q_indptr[s] <= q_indptr[s + 1] && kv_indptr[s] <= kv_indptr[s + 1], "indptr not monotone at seq {}", s);
     const int64_t cap = static_cast<int64_t>(kv_indptr[s + 1] - kv_indptr[s]) * block_size;
+    const int32_t start = kv_start.empty() ? 0 : kv_start[static_cast<size_t>(s)];
     for (int32_t t = q_indptr[s]; t < q_indptr[s + 1]; ++t) {
-      IS_CHECK(positions[t] >= 0 && positions[t] < cap, "token {} position {} outside its {} cache entries", t,
+      IS_CHECK(positions[t] >= start && positions[t] < cap, "token {} position {} outside its {} cache entries", t,
                positions[t], cap);
       IS_CHECK(t == q_indptr[s] || positions[t] > positions[t - 1], "positions of seq {} not increasing", s);
       // The token's own slot is the block-table entry at its position.

@@ -90,7 +90,7 @@ class CpuBackend final : public Backend {
     }
 
     cpu::PagedAttentionArgs pa{q.data(), nullptr, nullptr, attn.data(), b.positions.data(), b.q_indptr.data(),
-                               b.kv_indptr.data(), b.kv_indices.data(), b.num_seqs(), static_cast<int32_t>(NH),
+                               b.kv_indptr.data(), b.kv_indices.data(), b.kv_start.empty() ? nullptr : b.kv_start.data(), b.num_seqs(), static_cast<int32_t>(NH),
                                static_cast<int32_t>(NKV), static_cast<int32_t>(D), block_size_,
                                static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
     std::vector<float> cap(b.capture_tokens.size() * static_cast<size_t>(KS));

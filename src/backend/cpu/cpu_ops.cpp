@@ -62,11 +62,12 @@ void paged_attention(const PagedAttentionArgs& a) {
       // Sequence of token t: last s with q_indptr[s] <= t.
       const int32_t s = static_cast<int32_t>(std::upper_bound(a.q_indptr, a.q_indptr + a.num_seqs + 1, t) - a.q_indptr) - 1;
       const int32_t* blocks = a.kv_indices + a.kv_indptr[s];
+      const int64_t j0 = a.kv_start ? a.kv_start[s] : 0;
       const int64_t L = static_cast<int64_t>(a.positions[t]) + 1;
       const float* q = a.q + (t * a.num_heads + h) * a.head_dim;
       scores.resize(static_cast<size_t>(L));
       float mx = -INFINITY;
-      for (int64_t j = 0; j < L; ++j) {
+      for (int64_t j = j0; j < L; ++j) {
         const int64_t slot = static_cast<int64_t>(blocks[j / a.block_size]) * a.block_size + j % a.block_size;
         const float* k = a.k_cache + slot * kv_row + static_cast<int64_t>(kvh) * a.head_dim;
         float d = 0;
@@ -76,13 +77,13 @@ void paged_attention(const PagedAttentionArgs& a) {
         mx = std::max(mx, d);
       }
       double sum = 0;
-      for (int64_t j = 0; j < L; ++j) {
+      for (int64_t j = j0; j < L; ++j) {
         const float e = std::exp(scores[static_cast<size_t>(j)] - mx);
         scores[static_cast<size_t>(j)] = e;
         sum += e;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < L; ++j) {
+      for (int64_t j = j0; j < L; ++j) {
         const int64_t slot = static_cast<int64_t>(blocks[j / a.block_size]) * a.block_size + j % a.block_size;
         const float* v = a.v_cache + slot * kv_row + static_cast<int64_t>(kvh) * a.head_dim;
         const float p = scores[static_cast<size_t>(j)];

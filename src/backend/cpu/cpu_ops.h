@@ -14,7 +14,8 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
 // Paged attention, causal by position. For token t of sequence s (q_indptr), head h:
-//   out[t, h] = softmax_j(q[t, h] . K[s, j, h / group] * scale) V[s, j, h / group],  j in [0, positions[t]]
+//   out[t, h] = softmax_j(q[t, h] . K[s, j, h / group] * scale) V[s, j, h / group],
+//   j in [kv_start[s], positions[t]]   (kv_start null = all 0)
 // where entry j of sequence s lives in slot kv_indices[kv_indptr[s] + j / bs] * bs + j % bs.
 //   q:   [T, num_heads, head_dim]
 //   k/v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
@@ -28,6 +29,7 @@ struct PagedAttentionArgs {
   const int32_t* q_indptr;    // [S + 1]
   const int32_t* kv_indptr;   // [S + 1]
   const int32_t* kv_indices;  // block ids
+  const int32_t* kv_start;    // [S] or null
   int32_t num_seqs;
   int32_t num_heads;
   int32_t num_kv_heads;

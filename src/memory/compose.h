@@ -1,0 +1,40 @@
+// Composing a request with memory: where the facts go and which tokens are injected.
+//
+//   [ prefix: BOS, system prompt, memory header ][ f_k ... f_1 ][ suffix: footer, conversation, question ]
+//   positions 0 ..                               ^ start        ^ end                         .. n-1
+//
+// Positions are contiguous from 0. Every fact is rendered and tokenized on its own (no BOS), so its
+// tokens are exactly the ones its KV was encoded from. In `inject` mode the facts' range is the
+// injected span; in `text` mode the same tokens are prefilled (the paste-as-text baseline), so the
+// two modes differ only in how the facts' KV gets into the cache.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace inferscale {
+
+enum class MemoryMode { kInject, kText, kOff };
+enum class MemoryOrder { kRank, kTime };
+
+MemoryMode parse_memory_mode(const std::string& s);    // "inject" | "text" | "off", else kInvalidInput
+MemoryOrder parse_memory_order(const std::string& s);  // "rank" | "time"
+const char* memory_mode_name(MemoryMode m);
+
+struct ComposedPrompt {
+  std::vector<int32_t> tokens;
+  int32_t facts_start = 0;   // token range of the facts
+  int32_t facts_end = 0;
+  std::vector<int32_t> fact_offsets;  // [num_facts + 1] token offset of each placed fact from facts_start
+};
+
+// Concatenates prefix, facts (in the order given) and suffix.
+ComposedPrompt compose_tokens(const std::vector<int32_t>& prefix, const std::vector<std::vector<int32_t>>& facts,
+                              const std::vector<int32_t>& suffix);
+
+// Renders a fact with a template holding {text}, {speaker}, {date} (and {{ / }} for braces).
+// Unknown placeholders are a kInvalidInput error naming them.
+std::string render_fact(const std::string& tmpl, const std::string& text, const std::string& speaker,
+                        const std::string& date);
+
+}  // namespace inferscale
