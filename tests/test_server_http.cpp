@@ -267,6 +267,7 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
       {"memory k out of range", {{"memory", {{"user", "a"}, {"k", -1}}}}, "memory.k"},
       {"memory bad mode", {{"memory", {{"user", "a"}, {"mode", "telepathy"}}}}, "memory.mode"},
       {"memory unknown key", {{"memory", {{"user", "a"}, {"kk", 1}}}}, "memory.kk"},
+      {"memory bad order", {{"memory", {{"user", "a"}, {"order", "random"}}}}, "memory.order"},
   };
   for (const Case& tc : cases) {
     json body = chat_body("hi");
@@ -276,7 +277,7 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
     EXPECT_EQ(e["type"], "invalid_request_error") << tc.name;
   }
   json body = chat_body("hi");
-  body["memory"] = {{"user", "alice"}, {"k", 5}, {"w", 2}, {"mode", "inject"}, {"order", "best_last"}};
+  body["memory"] = {{"user", "alice"}, {"k", 5}, {"w", 2}, {"mode", "inject"}, {"order", "rank"}};
   EXPECT_EQ(error_of(h->post("/v1/chat/completions", body), 400)["message"], "memory is not enabled on this server");
   body["memory"]["mode"] = "off";  // no memory asked for: plain serving
   ok_json(h->post("/v1/chat/completions", body));

@@ -6,26 +6,9 @@
 
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "util/check.h"
 
 namespace inferscale::server {
-
-const char* memory_mode_name(MemoryMode m) {
-  switch (m) {
-    case MemoryMode::kInject: return "inject";
-    case MemoryMode::kText: return "text";
-    case MemoryMode::kOff: return "off";
-  }
-  return "";
-}
-
-const char* memory_order_name(MemoryOrder o) {
-  switch (o) {
-    case MemoryOrder::kBestLast: return "best_last";
-    case MemoryOrder::kBestFirst: return "best_first";
-    case MemoryOrder::kChronological: return "chronological";
-  }
-  return "";
-}
 
 MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
@@ -42,18 +25,16 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   s.user = *user;
   if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
   if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.w = static_cast<int32_t>(*w);
-  if (auto mode = f.string("mode")) {
-    if (*mode == "inject") s.mode = MemoryMode::kInject;
-    else if (*mode == "text") s.mode = MemoryMode::kText;
-    else if (*mode == "off") s.mode = MemoryMode::kOff;
-    else f.fail("mode", fmt::format("must be one of inject, text, off; got '{}'", *mode));
-  }
-  if (auto order = f.string("order")) {
-    if (*order == "best_last") s.order = MemoryOrder::kBestLast;
-    else if (*order == "best_first") s.order = MemoryOrder::kBestFirst;
-    else if (*order == "chronological") s.order = MemoryOrder::kChronological;
-    else f.fail("order", fmt::format("must be one of best_last, best_first, chronological; got '{}'", *order));
-  }
+  // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.
+  auto named = [&f](const char* key, auto parse) {
+    try {
+      return parse(*f.string(key));
+    } catch (const Error& e) {
+      f.fail(key, e.what());
+    }
+  };
+  if (f.string("mode")) s.mode = named("mode", parse_memory_mode);
+  if (f.string("order")) s.order = named("order", parse_memory_order);
   return s;
 }
 

@@ -5,7 +5,10 @@
 //              "k": 10,                  facts to retrieve, 0..kMaxK            (default 10)
 //              "w": 0,                   context-window turns per fact, 0..kMaxW (default 0)
 //              "mode": "inject",         inject | text | off                     (default inject)
-//              "order": "best_last"}     best_last | best_first | chronological  (default best_last)
+//              "order": "rank"}          rank | time                             (default rank)
+//
+// mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
+// fact last, right before the question; time orders them by time.
 //
 // Unknown keys are rejected (a typo must not silently turn memory off).
 //
@@ -19,19 +22,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "memory/compose.h"
+
 namespace inferscale::server {
-
-enum class MemoryMode {
-  kInject,  // facts' precomputed KV is copied into the request's cache (only the question is prefilled)
-  kText,    // the same facts rendered as text into the prompt (the baseline)
-  kOff,     // no memory: plain serving
-};
-
-enum class MemoryOrder {
-  kBestLast,       // most relevant fact right before the question (the paper's layout)
-  kBestFirst,
-  kChronological,  // by the facts' timestamps, oldest first
-};
 
 struct MemorySpec {
   static constexpr int32_t kMaxK = 256;
@@ -42,13 +35,10 @@ struct MemorySpec {
   int32_t k = 10;
   int32_t w = 0;
   MemoryMode mode = MemoryMode::kInject;
-  MemoryOrder order = MemoryOrder::kBestLast;
+  MemoryOrder order = MemoryOrder::kRank;
 };
 
 // Parses and validates the object; throws ApiError 400 naming the field ("memory.k", ...).
 MemorySpec parse_memory_spec(const nlohmann::json& j);
-
-const char* memory_mode_name(MemoryMode m);
-const char* memory_order_name(MemoryOrder o);
 
 }  // namespace inferscale::server
