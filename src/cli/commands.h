@@ -5,4 +5,7 @@
 
 namespace inferscale::cli {
 
+// `serve`: the OpenAI-compatible HTTP server (cmd_serve.cpp).
+void register_serve(CLI::App& app);
+
 }  // namespace inferscale::cli
