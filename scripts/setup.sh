@@ -4,7 +4,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config git ca-certificates
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev libcli11-dev
-  libsentencepiece-dev libpcre2-dev libsqlite3-dev libxxhash-dev libzstd-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libsqlite3-dev libxxhash-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libssl-dev zlib1g-dev
 )
 missing=()

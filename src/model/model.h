@@ -1,6 +1,7 @@
 // A loaded model: config, weights (in their stored dtype, often a view into a mapped file),
 // tokenizer and chat template. `load_model` understands:
-//   "demo"                      built-in deterministic random Llama + byte tokenizer (the default)
+//   "demo"                      built-in deterministic random Llama + byte tokenizer (the default);
+//                               LoadOptions::seed picks other weights
 //   DIR                         HF layout: config.json + model.safetensors or sharded index,
 //                               tokenizer.json / tokenizer.model, tokenizer_config.json
 //   FILE.gguf                   GGUF v3, llama architecture, F32/F16/BF16 tensors, vocab inside
@@ -20,6 +21,7 @@ namespace inferscale {
 struct LoadOptions {
   bool random_weights = false;
   uint64_t seed = 0;
+  DType random_dtype = DType::kF32;  // random weights: f32, f16 or bf16 (bf16 fits Llama-3.1-8B in 16 GB)
   std::string tokenizer_path;  // overrides the tokenizer found beside the model
 };
 
@@ -37,7 +39,12 @@ struct Model {
 
 Model load_model(const std::string& spec, const LoadOptions& opts = {});
 
-// Seeded random weights of cfg's shape, f32, at a sane scale (normal(0, 0.02), norms 1).
-ModelWeights make_random_weights(const ModelConfig& cfg, uint64_t seed);
+// Seeded random weights of cfg's shape in `dtype` (f32, f16 or bf16) at a sane scale
+// (~normal(0, 0.02), norms 1). Deterministic in (cfg, seed, dtype), whatever the thread count.
+ModelWeights make_random_weights(const ModelConfig& cfg, uint64_t seed, DType dtype = DType::kF32);
+
+// The built-in demo model's config: a small Llama (hidden 256, 4 layers, 8 heads, 4 kv heads,
+// head_dim 32, FFN 688, 8,192 positions) over the byte tokenizer's 260 ids.
+ModelConfig demo_config();
 
 }  // namespace inferscale

@@ -3,6 +3,7 @@
 // chat_template text, or from the architecture when the model ships none.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace inferscale {
@@ -12,7 +13,14 @@ struct ChatMessage {
   std::string content;
 };
 
-enum class ChatFamily { kNone, kLlama3, kChatML, kMistral };
+// kLlama3: the Llama 3 template as in the shared llama3.1 tokenizer_config.json (header + trimmed
+// content per message, BOS first). kLlama31: Llama-3.1-Instruct's template (a system block with
+// "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" always comes first).
+// kChatML: Qwen2.5's (default system prompt "You are a helpful assistant."). kMistral:
+// Mistral-7B-Instruct-v0.3's ([INST] ... [/INST], the system prompt joined to the last user turn).
+enum class ChatFamily { kNone, kLlama3, kLlama31, kChatML, kMistral };
+
+const char* chat_family_name(ChatFamily family);
 
 class ChatTemplate {
  public:
@@ -24,8 +32,10 @@ class ChatTemplate {
   static ChatFamily detect(const std::string& jinja_source);
 
   ChatFamily family() const { return family_; }
-  // The prompt text, special tokens written as text (encode with parse_special). Includes BOS text
-  // when the family's template writes it. Throws kInvalidInput on roles the template rejects.
+  // The prompt text, special tokens written as text (encode with parse_special and without
+  // add_special). Includes BOS text when the family's template writes it (empty bos_text: the
+  // family's usual one). Throws kInvalidInput naming the problem for an empty conversation, a role
+  // other than system/user/assistant, or an order the template rejects; kUnsupported for kNone.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
 
  private:

@@ -24,7 +24,18 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opts = {}) const = 0;
   // The text of `ids`; special tokens are dropped when skip_special. Invalid UTF-8 becomes U+FFFD,
   // as HF tokenizers does.
-  virtual std::string decode(std::span<const int32_t> ids, bool skip_special = true) const = 0;
+  //
+  // Decoding is defined as a left fold over token_bytes() so that IncrementalDecoder can stream it:
+  // concatenate the pieces, drop one leading ' ' from the first non-empty piece when
+  // strips_leading_space(), then replace invalid UTF-8 (maximal subparts -> U+FFFD). The default
+  // implementation does exactly that; an override must keep the same result.
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special = true) const;
+  // The raw bytes token `id` adds to decoded text: possibly part of a UTF-8 character, any leading
+  // space kept; empty for a special token when skip_special. Throws kInvalidInput for an id out of range.
+  virtual std::string token_bytes(int32_t id, bool skip_special) const = 0;
+  // True when decoding drops the space the encoder put before the first word (SentencePiece's
+  // dummy prefix): "▁Hello" decodes to "Hello" at the start of the text, " Hello" elsewhere.
+  virtual bool strips_leading_space() const { return false; }
 
   virtual int32_t vocab_size() const = 0;
   virtual std::optional<int32_t> bos_id() const = 0;
@@ -40,7 +51,8 @@ class Tokenizer {
 };
 
 // Streams text out of a growing list of token ids without ever emitting broken UTF-8: text is
-// released only once the bytes decoded so far end on a complete character.
+// released only once the bytes decoded so far end on a complete character. Invariant: the
+// concatenation of every push() and the final flush() equals tok.decode(all ids, skip_special).
 class IncrementalDecoder {
  public:
   explicit IncrementalDecoder(const Tokenizer& tok, bool skip_special = true) : tok_(tok), skip_special_(skip_special) {}
@@ -52,9 +64,8 @@ class IncrementalDecoder {
  private:
   const Tokenizer& tok_;
   bool skip_special_;
-  std::vector<int32_t> ids_;
-  size_t prefix_offset_ = 0;  // start of the window decoded for context
-  size_t read_offset_ = 0;    // ids before this have had their text emitted
+  std::string pending_;             // bytes decoded but not yet emitted: an incomplete character
+  bool seen_bytes_ = false;         // a non-empty piece was decoded (the leading space is settled)
 };
 
 }  // namespace inferscale
