@@ -1,5 +1,5 @@
-// The OpenAI-compatible HTTP server end to end: a real AsyncEngine + HttpServer on a loopback
-// ephemeral port, driven by cpp-httplib's client (and a raw socket for disconnects).
+// The OpenAI-compatible HTTP server end to end: the demo model in a real AsyncEngine + HttpServer
+// on a loopback ephemeral port, driven by cpp-httplib's client (and a raw socket for disconnects).
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -29,7 +29,7 @@ class ServerHttp : public ::testing::Test {
 Harness* ServerHttp::h = nullptr;
 
 json chat_body(const std::string& content, int max_tokens = 16) {
-  return {{"model", "test-model"},
+  return {{"model", "demo"},
           {"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", content}}}},
           {"max_tokens", max_tokens},
           {"temperature", 0},
@@ -37,7 +37,7 @@ json chat_body(const std::string& content, int max_tokens = 16) {
 }
 
 json completion_body(const std::string& prompt, int max_tokens = 16) {
-  return {{"model", "test-model"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
+  return {{"model", "demo"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"ignore_eos", true}};
 }
 
 json ok_json(const httplib::Result& r) {
@@ -87,9 +87,9 @@ TEST_F(ServerHttp, HealthAndModels) {
   const json models = ok_json(c.Get("/v1/models"));
   EXPECT_EQ(models["object"], "list");
   ASSERT_EQ(models["data"].size(), 1u);
-  EXPECT_EQ(models["data"][0]["id"], "test-model");
+  EXPECT_EQ(models["data"][0]["id"], "demo");
   EXPECT_EQ(models["data"][0]["object"], "model");
-  EXPECT_EQ(ok_json(c.Get("/v1/models/test-model"))["id"], "test-model");
+  EXPECT_EQ(ok_json(c.Get("/v1/models/demo"))["id"], "demo");
   EXPECT_EQ(error_of(c.Get("/v1/models/nope"), 404)["code"], "model_not_found");
 }
 
@@ -98,7 +98,7 @@ TEST_F(ServerHttp, ChatCompletion) {
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
   EXPECT_TRUE(j["created"].is_number_integer());
-  EXPECT_EQ(j["model"], "test-model");
+  EXPECT_EQ(j["model"], "demo");
   ASSERT_EQ(j["choices"].size(), 1u);
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
   EXPECT_TRUE(j["choices"][0]["message"]["content"].is_string());
@@ -283,7 +283,7 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
   ok_json(h->post("/v1/chat/completions", body));
 
   // Completions.
-  EXPECT_EQ(error_of(h->post("/v1/completions", {{"model", "test-model"}}), 400)["param"], "prompt");
+  EXPECT_EQ(error_of(h->post("/v1/completions", {{"model", "demo"}}), 400)["param"], "prompt");
   json ids = completion_body("x");
   ids["prompt"] = {1, -2};
   EXPECT_EQ(error_of(h->post("/v1/completions", ids), 400)["param"], "prompt");
@@ -295,8 +295,8 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
   echo["echo"] = true;
   EXPECT_EQ(error_of(h->post("/v1/completions", echo), 400)["code"], "unsupported");
 
-  // Prompt too long for the 512-token context.
-  const json e = error_of(h->post("/v1/completions", completion_body(std::string(600, 'a'), 4)), 400);
+  // Prompt too long: this test server's KV cache holds 64 blocks of 16 tokens.
+  const json e = error_of(h->post("/v1/completions", completion_body(std::string(1100, 'a'), 4)), 400);
   EXPECT_EQ(e["code"], "context_length_exceeded");
 }
 

@@ -6,7 +6,6 @@
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/prompt_builder.h"
-#include "server_test_model.h"  // weak tokenizer stand-ins until the tokenizer library lands
 #include "util/check.h"
 
 using namespace inferscale;
