@@ -37,7 +37,7 @@ struct ServeArgs {
   int64_t kv_cache_mb = 512;
   int32_t max_model_len = 0;
   int64_t max_pending = 256;
-  int http_threads = 32;
+  int http_threads = 0;
   double shutdown_timeout_s = 5.0;
 };
 
@@ -127,7 +127,7 @@ void register_serve(CLI::App& app) {
   s->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache size in MiB")->capture_default_str();
   s->add_option("--max-model-len", a->max_model_len, "Prompt + output tokens per request (0 = the model's)")->capture_default_str();
   s->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503")->capture_default_str();
-  s->add_option("--http-threads", a->http_threads, "Connections served at once")->capture_default_str();
+  s->add_option("--http-threads", a->http_threads, "Connections served at once (0 = max-pending + 16)")->capture_default_str();
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds requests in flight get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
   s->callback([a] { run_serve(*a); });

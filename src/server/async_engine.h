@@ -81,6 +81,7 @@ class AsyncEngine {
   int32_t max_model_len() const { return max_model_len_; }
   int32_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  int64_t max_pending() const { return opts_.max_pending; }
 
  private:
   struct Live {

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -59,7 +60,8 @@ HttpServer::HttpServer(ServedModel model, AsyncEngine& engine, HttpServerOptions
     : model_(std::move(model)), engine_(engine), opts_(std::move(opts)), memory_(memory), created_(unix_now()),
       svr_(std::make_unique<httplib::Server>()) {
   IS_REQUIRE(model_.tokenizer != nullptr, kInvalidInput, "the served model has no tokenizer");
-  IS_REQUIRE(opts_.http_threads >= 1, kInvalidInput, "http_threads must be at least 1, got {}", opts_.http_threads);
+  IS_REQUIRE(opts_.http_threads >= 0, kInvalidInput, "http_threads must be >= 0, got {}", opts_.http_threads);
+  if (opts_.http_threads == 0) opts_.http_threads = static_cast<int>(std::min<int64_t>(engine_.max_pending() + 16, 4096));
   routes();
 }
 

@@ -31,7 +31,10 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                      // 0 = any free port (see port())
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
-  int http_threads = 32;                // concurrent connections served at once
+  // Connections served at once; 0 = the engine's max_pending + 16. A generation holds its HTTP
+  // thread while it runs, so the pool must be larger than max_pending for requests past that
+  // limit to get their 503 at once (and /health, /metrics to answer) rather than wait for a thread.
+  int http_threads = 0;
 };
 
 class HttpServer {
