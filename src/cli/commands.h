@@ -5,6 +5,9 @@
 
 namespace inferscale::cli {
 
+// `memory add|import|import-locomo|search|list|delete|users` (cmd_memory.cpp).
+void register_memory(CLI::App& app);
+
 // `serve`: the OpenAI-compatible HTTP server (cmd_serve.cpp).
 void register_serve(CLI::App& app);
 

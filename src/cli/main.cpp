@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "inferscale 0.1.0");
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   spdlog::set_default_logger(spdlog::stderr_color_mt("inferscale"));
+  inferscale::cli::register_memory(app);
   inferscale::cli::register_serve(app);
   try {
     app.parse(argc, argv);

@@ -18,7 +18,9 @@ struct AddedToken {
   bool special = false;      // skipped by decode(skip_special); matched only when parse_special
   bool lstrip = false;       // the match swallows whitespace on its left
   bool rstrip = false;       // ... and on its right
-  bool single_word = false;  // matches only when not inside a word
+  bool single_word = false;  // matches only when not inside a word (ASCII alnum, _, non-ASCII)
+  // HF's `normalized` flag is not used: tokens always match the raw text (the shared files have
+  // normalized=false everywhere; with NFC as the only normalizer the difference is contrived).
 };
 
 // A piece of split input: plain text (id < 0) or one added token.

@@ -1,6 +1,9 @@
 // The tokenizer interface: text <-> token ids. Implementations: byte-level BPE from an HF
-// tokenizer.json (Llama 3, Qwen), SentencePiece models (Mistral v3 tokenizer.model), the GGUF
-// `llama` vocabulary (scores + byte fallback), and the byte tokenizer of the built-in demo model.
+// tokenizer.json or Qwen2 slow files (hf_tokenizer.h), SentencePiece models such as Mistral v3's
+// tokenizer.model (spm_tokenizer.h), the GGUF `llama` vocabulary with scores and byte fallback
+// (gguf_vocab.h), and the byte tokenizer of the built-in demo model. load_tokenizer.h finds and
+// loads the right one for a model directory or file. All are immutable after loading and safe to
+// use from several threads.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,0 +1,271 @@
+// `inferscale memory ...`: manage the persistent fact store from the command line.
+//
+//   memory add           --data-dir D --user U --text T [--speaker S --date DATE --source C --metadata JSON]
+//   memory import        --data-dir D --user U FILE          (JSON array or JSON Lines of fact records)
+//   memory import-locomo FILE --data-dir D [--window W] [--replace]
+//   memory search        --data-dir D --user U --query Q [--top-k K] [--json]
+//   memory list          --data-dir D --user U [--after ID] [--limit N] [--json]
+//   memory delete        --data-dir D --user U (--id ID | --all)
+//   memory users         --data-dir D
+// Every subcommand takes --tenant (default "default"). Errors are thrown as inferscale::Error and
+// printed as one line by main().
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/commands.h"
+#include "memory/bm25_retriever.h"
+#include "memory/fact_json.h"
+#include "memory/fact_store.h"
+#include "memory/locomo.h"
+#include "util/check.h"
+#include "util/mapped_file.h"
+#include "util/progress.h"
+
+namespace inferscale::cli {
+
+namespace {
+
+// Setting under which import-locomo records the encoding window (read by the KV write path).
+constexpr const char* kWindowSetting = "kv.window";
+
+struct MemoryArgs {
+  std::string data_dir;
+  std::string tenant = kDefaultTenant;
+  std::string user;
+  // add
+  std::string text, speaker, date, source, metadata;
+  // import, import-locomo
+  std::string file;
+  int64_t window = 0;
+  bool window_given = false;
+  bool replace = false;
+  // search, list
+  std::string query;
+  int64_t top_k = 10;
+  bool json = false;
+  int64_t after = 0;
+  int64_t limit = 100;
+  // delete
+  int64_t id = 0;
+  bool all = false;
+};
+
+// The options every subcommand shares; `user` only where the command acts on one user.
+CLI::App* subcommand(CLI::App* memory, const char* name, const char* help, MemoryArgs& a, bool user) {
+  CLI::App* sub = memory->add_subcommand(name, help);
+  sub->add_option("--data-dir", a.data_dir, "Directory of the memory store")->required();
+  sub->add_option("--tenant", a.tenant, "Tenant of the user")->capture_default_str();
+  if (user) sub->add_option("--user", a.user, "User whose memory to use")->required();
+  return sub;
+}
+
+std::unique_ptr<FactStore> open_store(const MemoryArgs& a, bool create) {
+  return FactStore::open(a.data_dir, FactStoreOptions{create});
+}
+
+std::string read_file(const std::string& path) {
+  const auto f = MappedFile::open(path);
+  return std::string(reinterpret_cast<const char*>(f->data()), f->size());
+}
+
+void run_add(const MemoryArgs& a) {
+  auto store = open_store(a, true);
+  NewFact f;
+  f.text = a.text;
+  f.timestamp = a.date;
+  f.source.conversation = a.source;
+  f.source.speaker = a.speaker;
+  f.metadata = a.metadata;
+  std::printf("%lld\n", static_cast<long long>(store->add_fact(a.tenant, a.user, f)));
+}
+
+void run_import(const MemoryArgs& a) {
+  const std::vector<NewFact> facts = parse_fact_records(read_file(a.file), a.file);
+  IS_REQUIRE(!facts.empty(), kInvalidInput, "{}: no facts to import", a.file);
+  auto store = open_store(a, true);
+  const auto ids = store->add_facts(a.tenant, a.user, facts);  // one transaction: all or nothing
+  std::printf("imported %zu facts for user %s (ids %lld..%lld)\n", ids.size(), a.user.c_str(),
+              static_cast<long long>(ids.front()), static_cast<long long>(ids.back()));
+}
+
+// Each conversation becomes a user named by its sample_id, each turn a fact (one transaction per
+// conversation, so a conversation is imported whole or not at all).
+void run_import_locomo(const MemoryArgs& a) {
+  IS_REQUIRE(a.window >= 0, kInvalidInput, "--window must be 0 or more, got {}", a.window);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<LocomoConversation> convs = load_locomo(a.file);
+  auto store = open_store(a, true);
+  if (!a.replace) {
+    for (const auto& c : convs) {
+      const size_t have = store->count(a.tenant, c.sample_id);
+      IS_REQUIRE(have == 0, kInvalidInput, "user '{}' already has {} facts; pass --replace to import it again",
+                 c.sample_id, have);
+    }
+  }
+  if (a.window_given) store->set_setting(kWindowSetting, std::to_string(a.window));
+  size_t total = 0, skipped = 0;
+  for (const auto& c : convs) total += c.num_turns();
+  Progress::Options popts;
+  popts.unit = "facts";
+  Progress progress("import-locomo", static_cast<int64_t>(total), popts);
+  size_t imported = 0;
+  for (const auto& c : convs) {
+    if (a.replace) store->remove_user(a.tenant, c.sample_id);
+    std::vector<NewFact> turns;
+    for (const LocomoSession& s : c.sessions) {
+      for (const LocomoTurn& t : s.turns) {
+        if (t.text.find_first_not_of(" \t\r\n") == std::string::npos) {
+          ++skipped;
+          continue;
+        }
+        NewFact f;
+        f.text = t.text;
+        f.timestamp = s.date_time;
+        f.source.session = fmt::format("session_{}", s.number);
+        f.source.turn = t.dia_id;
+        f.source.speaker = t.speaker;
+        if (!t.blip_caption.empty() || !t.img_urls.empty()) {
+          nlohmann::json m = nlohmann::json::object();
+          if (!t.blip_caption.empty()) m["blip_caption"] = t.blip_caption;
+          if (!t.img_urls.empty()) m["img_url"] = t.img_urls;
+          f.metadata = m.dump();
+        }
+        turns.push_back(std::move(f));
+      }
+    }
+    imported += store->add_turns(a.tenant, c.sample_id, c.sample_id, turns).size();
+    progress.add(static_cast<int64_t>(c.num_turns()));
+  }
+  progress.finish();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("imported %zu turns of %zu conversations in %.2f s (%.0f facts/s)%s\n", imported, convs.size(), s,
+              s > 0 ? static_cast<double>(imported) / s : 0.0,
+              skipped > 0 ? fmt::format("; skipped {} empty turns", skipped).c_str() : "");
+}
+
+void run_search(const MemoryArgs& a) {
+  IS_REQUIRE(a.top_k >= 1, kInvalidInput, "--top-k must be at least 1, got {}", a.top_k);
+  auto store = open_store(a, false);
+  const Bm25Retriever bm25(*store);
+  const std::vector<ScoredFact> hits = bm25.search(a.tenant, a.user, a.query, static_cast<size_t>(a.top_k));
+  std::vector<int64_t> ids;
+  for (const auto& h : hits) ids.push_back(h.id);
+  const std::vector<Fact> facts = store->get_many(a.tenant, a.user, ids);
+  if (a.json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < hits.size(); ++i) {
+      nlohmann::ordered_json h = {{"id", hits[i].id},
+                          {"score", hits[i].score},
+                          {"text", facts[i].text},
+                          {"source", source_to_json(facts[i].source)}};
+      if (!facts[i].timestamp.empty()) h["date"] = facts[i].timestamp;
+      out.push_back(std::move(h));
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  if (hits.empty()) std::fprintf(stderr, "no facts of user '%s' match\n", a.user.c_str());
+  for (size_t i = 0; i < hits.size(); ++i) {
+    const Fact& f = facts[i];
+    std::string who = f.source.turn;
+    if (!f.source.speaker.empty()) who += (who.empty() ? "" : " ") + f.source.speaker;
+    std::printf("%2zu. [%lld] %.4f  %s%s%s\n", i + 1, static_cast<long long>(f.id), hits[i].score, who.c_str(),
+                who.empty() ? "" : ": ", f.text.c_str());
+  }
+}
+
+void run_list(const MemoryArgs& a) {
+  IS_REQUIRE(a.limit >= 1, kInvalidInput, "--limit must be at least 1, got {}", a.limit);
+  auto store = open_store(a, false);
+  const std::vector<Fact> facts =
+      store->list(a.tenant, a.user, ListOptions{a.after, static_cast<size_t>(a.limit)});
+  if (a.json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const Fact& f : facts) out.push_back(fact_to_json(f));
+    std::printf("%s\n", out.dump(2).c_str());
+  } else {
+    for (const Fact& f : facts) {
+      std::string line = fmt::format("[{}] v{} ", f.id, f.version);
+      if (!f.timestamp.empty()) line += fmt::format("({}) ", f.timestamp);
+      if (!f.source.speaker.empty()) line += f.source.speaker + ": ";
+      std::printf("%s%s\n", line.c_str(), f.text.c_str());
+    }
+  }
+  if (facts.size() == static_cast<size_t>(a.limit))
+    std::fprintf(stderr, "more facts may follow: --after %lld\n", static_cast<long long>(facts.back().id));
+}
+
+void run_delete(const MemoryArgs& a) {
+  IS_REQUIRE((a.id != 0) != a.all, kInvalidInput, "memory delete needs exactly one of --id ID or --all");
+  IS_REQUIRE(a.all || a.id > 0, kInvalidInput, "--id must be a positive fact id, got {}", a.id);
+  auto store = open_store(a, false);
+  if (a.all) {
+    const size_t n = store->remove_user(a.tenant, a.user);
+    std::printf("deleted %zu facts of user %s\n", n, a.user.c_str());
+  } else {
+    store->remove(a.tenant, a.user, a.id);
+    std::printf("deleted fact %lld\n", static_cast<long long>(a.id));
+  }
+}
+
+void run_users(const MemoryArgs& a) {
+  auto store = open_store(a, false);
+  for (const UserRef& u : store->users())
+    std::printf("%s\t%s\t%zu\n", u.tenant.c_str(), u.user.c_str(), store->count(u.tenant, u.user));
+}
+
+}  // namespace
+
+void register_memory(CLI::App& app) {
+  auto a = std::make_shared<MemoryArgs>();
+  CLI::App* memory = app.add_subcommand("memory", "Manage per-user memory: add, import, search, list, delete facts");
+  memory->require_subcommand(1);
+
+  CLI::App* add = subcommand(memory, "add", "Add one fact", *a, true);
+  add->add_option("--text", a->text, "The fact")->required();
+  add->add_option("--speaker", a->speaker, "Who said it");
+  add->add_option("--date", a->date, "When (e.g. 2023-05-08 or '1:56 pm on 8 May, 2023')");
+  add->add_option("--source", a->source, "Conversation or document it came from");
+  add->add_option("--metadata", a->metadata, "Metadata as JSON text");
+  add->callback([a] { run_add(*a); });
+
+  CLI::App* imp = subcommand(memory, "import", "Import facts from a JSON array or JSON Lines file", *a, true);
+  imp->add_option("file", a->file, "File of {text, speaker?, date?, source?, metadata?} records")->required();
+  imp->callback([a] { run_import(*a); });
+
+  CLI::App* loc = subcommand(memory, "import-locomo", "Import LoCoMo conversations (one user per sample_id)", *a, false);
+  loc->add_option("file", a->file, "locomo10.json")->required();
+  CLI::Option* window = loc->add_option("--window", a->window, "Encoding window w (preceding turns) to record for KV encoding");
+  loc->add_flag("--replace", a->replace, "Delete the conversations' users first when they already have facts");
+  loc->callback([a, window] {
+    a->window_given = window->count() > 0;
+    run_import_locomo(*a);
+  });
+
+  CLI::App* search = subcommand(memory, "search", "Top-k facts of a user for a query (BM25)", *a, true);
+  search->add_option("--query", a->query, "Query text")->required();
+  search->add_option("--top-k", a->top_k, "How many facts")->capture_default_str();
+  search->add_flag("--json", a->json, "Print a JSON array of {id, score, text, source}");
+  search->callback([a] { run_search(*a); });
+
+  CLI::App* list = subcommand(memory, "list", "List a user's facts by id", *a, true);
+  list->add_option("--after", a->after, "Start after this fact id")->capture_default_str();
+  list->add_option("--limit", a->limit, "Page size")->capture_default_str();
+  list->add_flag("--json", a->json, "Print JSON");
+  list->callback([a] { run_list(*a); });
+
+  CLI::App* del = subcommand(memory, "delete", "Delete one fact (--id) or all of a user's facts (--all)", *a, true);
+  del->add_option("--id", a->id, "Fact id");
+  del->add_flag("--all", a->all, "Delete every fact of the user");
+  del->callback([a] { run_delete(*a); });
+
+  CLI::App* users = subcommand(memory, "users", "List users with facts (tenant, user, count)", *a, false);
+  users->callback([a] { run_users(*a); });
+}
+
+}  // namespace inferscale::cli

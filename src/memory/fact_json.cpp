@@ -1,0 +1,125 @@
+#include "memory/fact_json.h"
+
+#include "memory/json_text.h"
+#include "util/check.h"
+
+namespace inferscale {
+
+using nlohmann::json;
+
+namespace {
+
+std::string string_at(const json& v, std::string_view key, std::string_view where) {
+  IS_REQUIRE(v.is_string(), kInvalidInput, "{}: \"{}\" must be a string", where, key);
+  return v.get<std::string>();
+}
+
+FactSource source_from_json(const json& v, std::string_view where) {
+  FactSource s;
+  if (v.is_string()) {
+    s.conversation = v.get<std::string>();
+    return s;
+  }
+  IS_REQUIRE(v.is_object(), kInvalidInput, "{}: \"source\" must be a string or an object", where);
+  for (const auto& [key, value] : v.items()) {
+    if (key == "conversation") {
+      s.conversation = string_at(value, "source.conversation", where);
+    } else if (key == "session") {
+      s.session = string_at(value, "source.session", where);
+    } else if (key == "turn") {
+      s.turn = string_at(value, "source.turn", where);
+    } else if (key == "speaker") {
+      s.speaker = string_at(value, "source.speaker", where);
+    } else {
+      IS_THROW(kInvalidInput, "{}: unknown key \"source.{}\"", where, key);
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+NewFact fact_record_from_json(const json& r, std::string_view where) {
+  IS_REQUIRE(r.is_object(), kInvalidInput, "{}: a fact must be a JSON object", where);
+  NewFact f;
+  std::string speaker;
+  bool has_text = false;
+  for (const auto& [key, value] : r.items()) {
+    if (key == "text") {
+      f.text = string_at(value, key, where);
+      has_text = true;
+    } else if (key == "speaker") {
+      speaker = string_at(value, key, where);
+    } else if (key == "date") {
+      f.timestamp = string_at(value, key, where);
+    } else if (key == "source") {
+      f.source = source_from_json(value, where);
+    } else if (key == "metadata") {
+      if (!value.is_null()) f.metadata = value.dump();
+    } else if (key == "vector") {
+      IS_REQUIRE(value.is_array(), kInvalidInput, "{}: \"vector\" must be a list of numbers", where);
+      for (const json& x : value) {
+        IS_REQUIRE(x.is_number(), kInvalidInput, "{}: \"vector\" must be a list of numbers", where);
+        f.vector.push_back(x.get<float>());
+      }
+    } else {
+      IS_THROW(kInvalidInput, "{}: unknown key \"{}\" (expected text, speaker, date, source, metadata, vector)", where,
+               key);
+    }
+  }
+  IS_REQUIRE(has_text, kInvalidInput, "{}: missing \"text\"", where);
+  if (!speaker.empty()) f.source.speaker = speaker;
+  return f;
+}
+
+std::vector<NewFact> parse_fact_records(std::string_view text, std::string_view origin) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  std::vector<NewFact> out;
+  if (first == std::string_view::npos) return out;
+  if (text[first] == '[') {
+    const json doc = parse_json_text(text, origin);
+    IS_REQUIRE(doc.is_array(), kInvalidInput, "{}: expected a JSON array of facts", origin);
+    for (size_t i = 0; i < doc.size(); ++i)
+      out.push_back(fact_record_from_json(doc[i], fmt::format("{} entry {}", origin, i + 1)));
+    return out;
+  }
+  size_t line_no = 0;
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    ++line_no;
+    pos = end + 1;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = fmt::format("{} line {}", origin, line_no);
+    out.push_back(fact_record_from_json(parse_json_text(line, where), where));
+  }
+  return out;
+}
+
+nlohmann::ordered_json source_to_json(const FactSource& s) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (!s.conversation.empty()) j["conversation"] = s.conversation;
+  if (!s.session.empty()) j["session"] = s.session;
+  if (!s.turn.empty()) j["turn"] = s.turn;
+  if (!s.speaker.empty()) j["speaker"] = s.speaker;
+  return j;
+}
+
+nlohmann::ordered_json fact_to_json(const Fact& f) {
+  nlohmann::ordered_json j = {{"id", f.id},
+            {"tenant", f.tenant},
+            {"user", f.user},
+            {"text", f.text},
+            {"source", source_to_json(f.source)},
+            {"version", f.version},
+            {"created_at_ms", f.created_at_ms},
+            {"updated_at_ms", f.updated_at_ms}};
+  if (!f.timestamp.empty()) j["date"] = f.timestamp;
+  if (f.timestamp_epoch) j["date_epoch"] = *f.timestamp_epoch;
+  if (f.turn_index) j["turn_index"] = *f.turn_index;
+  if (!f.metadata.empty()) j["metadata"] = nlohmann::ordered_json::parse(f.metadata, nullptr, /*allow_exceptions=*/false);
+  return j;
+}
+
+}  // namespace inferscale

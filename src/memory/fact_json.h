@@ -1,0 +1,31 @@
+// JSON forms of facts, shared by the CLI (memory import / search --json) and the HTTP API.
+//
+// A fact record (input) is an object:
+//   {"text": "...",                      required, non-empty
+//    "speaker": "...", "date": "...",    optional
+//    "source": "..." | {"conversation", "session", "turn", "speaker"},   optional; a string is the conversation
+//    "metadata": <any JSON>,             optional, stored as JSON text
+//    "vector": [floats]}                 optional client vector
+// Unknown keys are rejected (they are usually typos).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <vector>
+
+#include "memory/fact.h"
+
+namespace inferscale {
+
+// One record; `where` names it in errors ("facts.jsonl line 3").
+NewFact fact_record_from_json(const nlohmann::json& record, std::string_view where);
+// A JSON array of records, or JSON Lines (one record per non-blank line). kInvalidInput naming
+// `origin` and the entry on any problem.
+std::vector<NewFact> parse_fact_records(std::string_view text, std::string_view origin);
+
+// {"conversation", "session", "turn", "speaker"}, with the empty fields left out. Outputs keep
+// their keys in the order written (ordered_json), so printed JSON reads naturally.
+nlohmann::ordered_json source_to_json(const FactSource& source);
+// Every field of a fact; metadata as parsed JSON, absent fields left out.
+nlohmann::ordered_json fact_to_json(const Fact& fact);
+
+}  // namespace inferscale

@@ -1,0 +1,587 @@
+#include "memory/fact_store.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "memory/schema.h"
+#include "memory/sqlite.h"
+#include "memory/timestamp.h"
+#include "util/check.h"
+
+namespace inferscale {
+
+static_assert(std::endian::native == std::endian::little, "embedding blobs are stored little-endian");
+
+namespace {
+
+// Column list shared by every query that reads whole facts; read_fact() follows this order.
+#define IS_FACT_COLUMNS                                                                                 \
+  "f.id, f.text, f.ts_text, f.ts_epoch, f.conversation, f.session, f.turn, f.speaker, f.turn_index, " \
+  "f.metadata, f.created_at_ms, f.updated_at_ms, f.version"
+
+Fact read_fact(const sqlite::Statement& s, std::string_view tenant, std::string_view user) {
+  Fact f;
+  f.id = s.int64(0);
+  f.tenant = tenant;
+  f.user = user;
+  f.text = s.text(1);
+  f.timestamp = s.text(2);
+  f.timestamp_epoch = s.opt_int64(3);
+  f.source = FactSource{s.text(4), s.text(5), s.text(6), s.text(7)};
+  f.turn_index = s.opt_int64(8);
+  f.metadata = s.text(9);
+  f.created_at_ms = s.int64(10);
+  f.updated_at_ms = s.int64(11);
+  f.version = s.int64(12);
+  return f;
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void check_name(std::string_view what, std::string_view name) {
+  IS_REQUIRE(!name.empty(), kInvalidInput, "{} name is empty", what);
+  IS_REQUIRE(name.size() <= FactStore::kMaxNameBytes, kInvalidInput, "{} name is longer than {} bytes", what,
+             FactStore::kMaxNameBytes);
+  for (char c : name)
+    IS_REQUIRE(static_cast<unsigned char>(c) >= 0x20, kInvalidInput, "{} name '{}' holds a control character", what,
+               name);
+}
+
+void check_user(std::string_view tenant, std::string_view user) {
+  check_name("tenant", tenant);
+  check_name("user", user);
+}
+
+void check_text(std::string_view text, std::string_view where) {
+  const bool blank = std::all_of(text.begin(), text.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+  IS_REQUIRE(!blank, kInvalidInput, "{}text is empty", where);
+  IS_REQUIRE(text.size() <= FactStore::kMaxTextBytes, kInvalidInput, "{}text is {} bytes, more than the limit of {}",
+             where, text.size(), FactStore::kMaxTextBytes);
+}
+
+void check_metadata(std::string_view metadata, std::string_view where) {
+  IS_REQUIRE(metadata.empty() || nlohmann::json::accept(metadata), kInvalidInput, "{}metadata is not valid JSON: {}",
+             where, metadata.substr(0, 80));
+}
+
+void check_vector(std::span<const float> v, std::string_view where) {
+  IS_REQUIRE(!v.empty(), kInvalidInput, "{}vector is empty", where);
+  for (float x : v) IS_REQUIRE(std::isfinite(x), kInvalidInput, "{}vector holds a non-finite value", where);
+}
+
+std::string where_prefix(size_t i, size_t n) { return n > 1 ? fmt::format("fact {}: ", i) : std::string(); }
+
+std::span<const uint8_t> as_bytes(std::span<const float> v) {
+  return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)};
+}
+
+void append_blob(std::span<const uint8_t> blob, int32_t dim, std::vector<float>& out, int64_t fact_id) {
+  IS_CHECK(blob.size() == static_cast<size_t>(dim) * sizeof(float), "embedding of fact {} has {} bytes for dim {}",
+           fact_id, blob.size(), dim);
+  const size_t at = out.size();
+  out.resize(at + static_cast<size_t>(dim));
+  std::memcpy(out.data() + at, blob.data(), blob.size());
+}
+
+}  // namespace
+
+// ---- open ------------------------------------------------------------------------------------
+
+FactStore::FactStore(std::filesystem::path path) : path_(std::move(path)) {}
+FactStore::~FactStore() = default;
+
+std::unique_ptr<FactStore> FactStore::open(const std::filesystem::path& data_dir, const FactStoreOptions& opts) {
+  const std::filesystem::path file = data_dir / kFileName;
+  std::error_code ec;
+  if (opts.create_if_missing) {
+    std::filesystem::create_directories(data_dir, ec);
+    IS_REQUIRE(!ec, kInvalidInput, "cannot create data directory {}: {}", data_dir.string(), ec.message());
+  } else {
+    IS_REQUIRE(std::filesystem::exists(file, ec), kNotFound, "no memory store in {} ({} is missing)",
+               data_dir.string(), kFileName);
+  }
+  std::unique_ptr<FactStore> store(new FactStore(file));
+  store->db_ = std::make_unique<sqlite::Db>(file.string(), opts.create_if_missing);
+  sqlite::Db& db = *store->db_;
+  db.exec("PRAGMA busy_timeout = 5000");
+  // WAL + FULL: a commit returns only after the WAL is fsynced (survives power loss, not only
+  // kill -9); readers never block the writer.
+  db.exec("PRAGMA journal_mode = WAL");
+  db.exec("PRAGMA synchronous = FULL");
+  db.exec("PRAGMA foreign_keys = ON");
+  auto& mode = db.prepare("PRAGMA journal_mode");
+  IS_REQUIRE(mode.step() && mode.text(0) == "wal", kResource, "database {}: cannot enable WAL journal mode",
+             file.string());
+  mode.reset();
+  migrate_schema(db);
+  return store;
+}
+
+std::string FactStore::pragma(std::string_view name) const {
+  IS_REQUIRE(!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::islower(c); }),
+             kInvalidInput, "bad pragma name '{}'", name);
+  std::lock_guard lock(mu_);
+  auto& s = db_->prepare(fmt::format("PRAGMA {}", name));
+  return s.step() ? s.text(0) : std::string();
+}
+
+// ---- helpers (mu_ held) ----------------------------------------------------------------------
+
+std::optional<int64_t> FactStore::find_user_key(std::string_view tenant, std::string_view user) const {
+  auto& s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND user = ?");
+  s.bind(1, tenant).bind(2, user);
+  if (!s.step()) return std::nullopt;
+  return s.int64(0);
+}
+
+int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view user) {
+  if (auto key = find_user_key(tenant, user)) return *key;
+  db_->prepare("INSERT INTO users (tenant, user, created_at_ms) VALUES (?, ?, ?)")
+      .bind(1, tenant)
+      .bind(2, user)
+      .bind(3, now_ms())
+      .run();
+  return db_->last_insert_rowid();
+}
+
+std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tenant, std::string_view user,
+                                         int64_t id) const {
+  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.id = ? AND f.user_key = ?");
+  s.bind(1, id).bind(2, user_key);
+  if (!s.step()) return std::nullopt;
+  return read_fact(s, tenant, user);
+}
+
+Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view tenant, std::string_view user,
+                             int64_t id) const {
+  std::optional<Fact> f;
+  if (user_key) f = find_fact(*user_key, tenant, user, id);
+  IS_REQUIRE(f.has_value(), kNotFound, "fact {} not found for user '{}' (tenant '{}')", id, user, tenant);
+  return std::move(*f);
+}
+
+std::vector<Fact> FactStore::list_locked(int64_t user_key, std::string_view tenant, std::string_view user,
+                                         const ListOptions& opts) const {
+  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.id > ? ORDER BY f.id LIMIT ?");
+  s.bind(1, user_key).bind(2, opts.after_id).bind(3, static_cast<int64_t>(std::min<size_t>(opts.limit, INT64_MAX)));
+  std::vector<Fact> out;
+  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  return out;
+}
+
+EmbeddingMatrix FactStore::embeddings_locked(int64_t user_key, std::string_view embedder) const {
+  auto& s = db_->prepare(
+      "SELECT e.fact_id, e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
+      "WHERE f.user_key = ? AND e.embedder = ? ORDER BY e.fact_id");
+  s.bind(1, user_key).bind(2, embedder);
+  EmbeddingMatrix m;
+  while (s.step()) {
+    const int64_t id = s.int64(0);
+    const auto dim = static_cast<int32_t>(s.int64(1));
+    IS_CHECK(m.ids.empty() || dim == m.dim, "embeddings '{}' of one user have dims {} and {}", embedder, m.dim, dim);
+    m.dim = dim;
+    m.ids.push_back(id);
+    append_blob(s.blob(2), dim, m.data, id);
+  }
+  return m;
+}
+
+template <class F>
+void FactStore::notify(F&& f) {
+  for (FactStoreListener* l : listeners_) {
+    try {
+      f(*l);
+    } catch (const std::exception& e) {
+      spdlog::error("fact store listener failed (its index may be stale until restart): {}", e.what());
+    }
+  }
+}
+
+// Inserts validated facts (mu_ held, inside the caller's transaction). Fills `added` with the
+// facts as stored.
+void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::string_view user,
+                              std::span<const NewFact> facts, std::optional<std::string_view> conversation,
+                              std::vector<Fact>& added) {
+  int64_t next_turn = 0;
+  if (conversation) {
+    auto& s = db_->prepare(
+        "SELECT COALESCE(MAX(turn_index), -1) + 1 FROM facts WHERE user_key = ? AND conversation = ? "
+        "AND turn_index IS NOT NULL");
+    s.bind(1, user_key).bind(2, *conversation);
+    IS_CHECK(s.step(), "no row from MAX(turn_index)");
+    next_turn = s.int64(0);
+  }
+  const int64_t now = now_ms();
+  auto& ins = db_->prepare(
+      "INSERT INTO facts (user_key, text, ts_text, ts_epoch, conversation, session, turn, speaker, turn_index, "
+      "metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
+  for (const NewFact& nf : facts) {
+    Fact f;
+    f.tenant = tenant;
+    f.user = user;
+    f.text = nf.text;
+    f.timestamp = nf.timestamp;
+    f.timestamp_epoch = parse_timestamp(nf.timestamp);
+    f.source = nf.source;
+    if (conversation) {
+      f.source.conversation = *conversation;
+      f.turn_index = next_turn++;
+    }
+    f.metadata = nf.metadata;
+    f.created_at_ms = f.updated_at_ms = now;
+    ins.reset();
+    ins.bind(1, user_key)
+        .bind(2, f.text)
+        .bind(3, f.timestamp)
+        .bind(4, f.timestamp_epoch)
+        .bind(5, f.source.conversation)
+        .bind(6, f.source.session)
+        .bind(7, f.source.turn)
+        .bind(8, f.source.speaker)
+        .bind(9, f.turn_index)
+        .bind(10, f.metadata)
+        .bind(11, now)
+        .bind(12, now)
+        .run();
+    f.id = db_->last_insert_rowid();
+    added.push_back(std::move(f));
+  }
+}
+
+// Writes vectors (mu_ held, inside the caller's transaction). Appends what was written to `put`.
+void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenant, std::string_view user,
+                                        std::string_view embedder, std::span<const EmbeddingRow> rows,
+                                        EmbeddingMatrix& put) {
+  if (rows.empty()) return;
+  const auto dim = static_cast<int32_t>(rows.front().vector.size());
+  auto& have = db_->prepare(
+      "SELECT e.dim FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? AND e.embedder = ? LIMIT 1");
+  have.bind(1, user_key).bind(2, embedder);
+  if (have.step()) {
+    const int64_t stored = have.int64(0);
+    IS_REQUIRE(stored == dim, kInvalidInput, "embedder '{}' of user '{}' holds vectors of dim {}, got dim {}",
+               embedder, user, stored, dim);
+  }
+  have.reset();
+  auto& ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
+  put.dim = dim;
+  for (const EmbeddingRow& r : rows) {
+    const Fact f = require_fact(user_key, tenant, user, r.fact_id);
+    if (r.fact_version != 0 && r.fact_version != f.version) continue;  // computed from an older text
+    ins.reset();
+    ins.bind(1, r.fact_id).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
+    put.ids.push_back(r.fact_id);
+    put.data.insert(put.data.end(), r.vector.begin(), r.vector.end());
+  }
+}
+
+// ---- facts -----------------------------------------------------------------------------------
+
+std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::string_view user,
+                                               std::span<const NewFact> facts,
+                                               std::optional<std::string_view> conversation) {
+  check_user(tenant, user);
+  if (conversation) check_name("conversation", *conversation);
+  std::vector<EmbeddingRow> client_rows;
+  for (size_t i = 0; i < facts.size(); ++i) {
+    const std::string where = where_prefix(i, facts.size());
+    check_text(facts[i].text, where);
+    check_metadata(facts[i].metadata, where);
+    if (!facts[i].vector.empty()) {
+      check_vector(facts[i].vector, where);
+      IS_REQUIRE(client_rows.empty() || client_rows.front().vector.size() == facts[i].vector.size(), kInvalidInput,
+                 "{}vector has dim {}, the others {}", where, facts[i].vector.size(),
+                 client_rows.front().vector.size());
+      client_rows.push_back(EmbeddingRow{static_cast<int64_t>(i), 0, facts[i].vector});  // fact_id set below
+    }
+  }
+  if (facts.empty()) return {};
+
+  std::lock_guard lock(mu_);
+  std::vector<Fact> added;
+  EmbeddingMatrix put;
+  {
+    sqlite::Transaction tx(*db_);
+    const int64_t user_key = ensure_user_key(tenant, user);
+    insert_locked(user_key, tenant, user, facts, conversation, added);
+    for (EmbeddingRow& r : client_rows) r.fact_id = added[static_cast<size_t>(r.fact_id)].id;
+    write_embeddings_locked(user_key, tenant, user, kClientEmbedder, client_rows, put);
+    tx.commit();
+  }
+  notify([&](FactStoreListener& l) { l.on_facts_added(added); });
+  if (!put.ids.empty())
+    notify([&](FactStoreListener& l) { l.on_embeddings_put(tenant, user, kClientEmbedder, put.ids, put.data, put.dim); });
+  std::vector<int64_t> ids;
+  ids.reserve(added.size());
+  for (const Fact& f : added) ids.push_back(f.id);
+  return ids;
+}
+
+std::vector<int64_t> FactStore::add_facts(std::string_view tenant, std::string_view user,
+                                          std::span<const NewFact> facts) {
+  return add_facts_impl(tenant, user, facts, std::nullopt);
+}
+
+int64_t FactStore::add_fact(std::string_view tenant, std::string_view user, const NewFact& fact) {
+  return add_facts(tenant, user, std::span<const NewFact>(&fact, 1)).at(0);
+}
+
+std::vector<int64_t> FactStore::add_turns(std::string_view tenant, std::string_view user,
+                                          std::string_view conversation, std::span<const NewFact> turns) {
+  return add_facts_impl(tenant, user, turns, conversation);
+}
+
+Fact FactStore::get(std::string_view tenant, std::string_view user, int64_t id) const {
+  std::lock_guard lock(mu_);
+  return require_fact(find_user_key(tenant, user), tenant, user, id);
+}
+
+std::vector<Fact> FactStore::get_many(std::string_view tenant, std::string_view user,
+                                      std::span<const int64_t> ids) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  std::vector<Fact> out;
+  out.reserve(ids.size());
+  for (int64_t id : ids) out.push_back(require_fact(key, tenant, user, id));
+  return out;
+}
+
+std::vector<Fact> FactStore::list(std::string_view tenant, std::string_view user, const ListOptions& opts) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  if (!key) return {};
+  return list_locked(*key, tenant, user, opts);
+}
+
+std::vector<Fact> FactStore::window(std::string_view tenant, std::string_view user, int64_t fact_id,
+                                    size_t w) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  const Fact f = require_fact(key, tenant, user, fact_id);
+  if (!f.turn_index || w == 0) return {};
+  // One range scan of facts_by_turn, newest first, then reversed to reading order.
+  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS
+                         " FROM facts f WHERE f.user_key = ? AND f.conversation = ? AND f.turn_index IS NOT NULL "
+                         "AND f.turn_index < ? ORDER BY f.turn_index DESC LIMIT ?");
+  s.bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, static_cast<int64_t>(std::min<size_t>(w, INT64_MAX)));
+  std::vector<Fact> out;
+  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+size_t FactStore::count(std::string_view tenant, std::string_view user) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  if (!key) return 0;
+  auto& s = db_->prepare("SELECT COUNT(*) FROM facts WHERE user_key = ?");
+  s.bind(1, *key);
+  IS_CHECK(s.step(), "no row from COUNT");
+  return static_cast<size_t>(s.int64(0));
+}
+
+std::vector<UserRef> FactStore::users() const {
+  std::lock_guard lock(mu_);
+  auto& s = db_->prepare(
+      "SELECT u.tenant, u.user FROM users u WHERE EXISTS (SELECT 1 FROM facts f WHERE f.user_key = u.user_key) "
+      "ORDER BY u.tenant, u.user");
+  std::vector<UserRef> out;
+  while (s.step()) out.push_back(UserRef{s.text(0), s.text(1)});
+  return out;
+}
+
+Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& up) {
+  if (up.text) check_text(*up.text, "");
+  if (up.metadata) check_metadata(*up.metadata, "");
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  Fact f = require_fact(key, tenant, user, id);
+  const bool text_changed = up.text && *up.text != f.text;
+  const bool meta_changed = up.metadata && *up.metadata != f.metadata;
+  if (!text_changed && !meta_changed) return f;
+  if (text_changed) f.text = *up.text;
+  if (meta_changed) f.metadata = *up.metadata;
+  f.version += 1;
+  f.updated_at_ms = now_ms();
+  {
+    sqlite::Transaction tx(*db_);
+    db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ? AND user_key = ?")
+        .bind(1, f.text)
+        .bind(2, f.metadata)
+        .bind(3, f.version)
+        .bind(4, f.updated_at_ms)
+        .bind(5, id)
+        .bind(6, *key)
+        .run();
+    IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
+    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?").bind(1, id).run();
+    tx.commit();
+  }
+  notify([&](FactStoreListener& l) { l.on_fact_updated(f, text_changed); });
+  return f;
+}
+
+void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id) {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  require_fact(key, tenant, user, id);
+  {
+    sqlite::Transaction tx(*db_);
+    db_->prepare("DELETE FROM facts WHERE id = ? AND user_key = ?").bind(1, id).bind(2, *key).run();  // cascades
+    tx.commit();
+  }
+  const int64_t ids[1] = {id};
+  notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
+}
+
+size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  if (!key) return 0;
+  std::vector<int64_t> ids;
+  {
+    auto& s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
+    s.bind(1, *key);
+    while (s.step()) ids.push_back(s.int64(0));
+  }
+  {
+    sqlite::Transaction tx(*db_);
+    db_->prepare("DELETE FROM facts WHERE user_key = ?").bind(1, *key).run();  // cascades to embeddings
+    db_->prepare("DELETE FROM users WHERE user_key = ?").bind(1, *key).run();
+    tx.commit();
+  }
+  if (!ids.empty()) notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
+  return ids.size();
+}
+
+// ---- settings --------------------------------------------------------------------------------
+
+std::optional<std::string> FactStore::get_setting(std::string_view key) const {
+  std::lock_guard lock(mu_);
+  auto& s = db_->prepare("SELECT value FROM settings WHERE key = ?");
+  s.bind(1, key);
+  if (!s.step()) return std::nullopt;
+  return s.text(0);
+}
+
+void FactStore::set_setting(std::string_view key, std::string_view value) {
+  check_name("setting", key);
+  std::lock_guard lock(mu_);
+  db_->prepare("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+      .bind(1, key)
+      .bind(2, value)
+      .run();
+}
+
+// ---- embeddings ------------------------------------------------------------------------------
+
+size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user, std::string_view embedder,
+                                 std::span<const EmbeddingRow> rows) {
+  check_user(tenant, user);
+  check_name("embedder", embedder);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string where = fmt::format("embedding of fact {}: ", rows[i].fact_id);
+    check_vector(rows[i].vector, where);
+    IS_REQUIRE(rows[i].vector.size() == rows[0].vector.size(), kInvalidInput, "{}dim {} differs from dim {}", where,
+               rows[i].vector.size(), rows[0].vector.size());
+  }
+  if (rows.empty()) return 0;
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  if (!key) require_fact(key, tenant, user, rows.front().fact_id);  // throws kNotFound
+  EmbeddingMatrix put;
+  {
+    sqlite::Transaction tx(*db_);
+    write_embeddings_locked(*key, tenant, user, embedder, rows, put);
+    tx.commit();
+  }
+  if (!put.ids.empty())
+    notify([&](FactStoreListener& l) { l.on_embeddings_put(tenant, user, embedder, put.ids, put.data, put.dim); });
+  return put.ids.size();
+}
+
+std::optional<std::vector<float>> FactStore::get_embedding(std::string_view tenant, std::string_view user,
+                                                           int64_t id, std::string_view embedder) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  require_fact(key, tenant, user, id);
+  auto& s = db_->prepare("SELECT dim, vector FROM embeddings WHERE fact_id = ? AND embedder = ?");
+  s.bind(1, id).bind(2, embedder);
+  if (!s.step()) return std::nullopt;
+  std::vector<float> v;
+  append_blob(s.blob(1), static_cast<int32_t>(s.int64(0)), v, id);
+  return v;
+}
+
+EmbeddingMatrix FactStore::embeddings(std::string_view tenant, std::string_view user,
+                                      std::string_view embedder) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  if (!key) return {};
+  return embeddings_locked(*key, embedder);
+}
+
+std::vector<Fact> FactStore::facts_missing_embedding(std::string_view tenant, std::string_view user,
+                                                     std::string_view embedder, size_t limit) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  if (!key) return {};
+  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS
+                         " FROM facts f WHERE f.user_key = ? AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE "
+                         "e.fact_id = f.id AND e.embedder = ?) ORDER BY f.id LIMIT ?");
+  s.bind(1, *key).bind(2, embedder).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+  std::vector<Fact> out;
+  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  return out;
+}
+
+// ---- listeners -------------------------------------------------------------------------------
+
+void FactStore::attach(FactStoreListener* listener) {
+  IS_CHECK(listener != nullptr, "null listener");
+  std::lock_guard lock(mu_);
+  IS_CHECK(std::find(listeners_.begin(), listeners_.end(), listener) == listeners_.end(), "listener attached twice");
+  struct UserRow {
+    int64_t key;
+    std::string tenant, user;
+  };
+  std::vector<UserRow> users;
+  {
+    auto& s = db_->prepare("SELECT user_key, tenant, user FROM users ORDER BY user_key");
+    while (s.step()) users.push_back(UserRow{s.int64(0), s.text(1), s.text(2)});
+  }
+  for (const UserRow& u : users) {
+    const std::vector<Fact> facts = list_locked(u.key, u.tenant, u.user, ListOptions{0, SIZE_MAX});
+    if (!facts.empty()) listener->on_facts_added(facts);
+    std::vector<std::string> embedders;
+    {
+      auto& s = db_->prepare(
+          "SELECT DISTINCT e.embedder FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? "
+          "ORDER BY e.embedder");
+      s.bind(1, u.key);
+      while (s.step()) embedders.push_back(s.text(0));
+    }
+    for (const std::string& e : embedders) {
+      const EmbeddingMatrix m = embeddings_locked(u.key, e);
+      listener->on_embeddings_put(u.tenant, u.user, e, m.ids, m.data, m.dim);
+    }
+  }
+  listeners_.push_back(listener);
+}
+
+void FactStore::detach(FactStoreListener* listener) {
+  std::lock_guard lock(mu_);
+  std::erase(listeners_, listener);
+}
+
+}  // namespace inferscale

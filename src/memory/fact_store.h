@@ -1,0 +1,134 @@
+// The persistent fact store: per (tenant, user) facts, conversation turns, settings and
+// embeddings in one SQLite database (<data_dir>/memory.db).
+//
+// Durability: WAL journal with synchronous=FULL, so every write that returned has been fsynced
+// and survives kill -9 or power loss. Each call that writes is one transaction (all or nothing).
+//
+// Isolation: every query filters on the user's key; a fact id of another user (or tenant) is
+// "not found", exactly like an id that does not exist.
+//
+// Threads: one connection behind one mutex; every method may be called from any thread.
+// Listeners (fact_store_listener.h) are told of every committed change.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memory/fact.h"
+#include "memory/fact_store_listener.h"
+
+namespace inferscale {
+
+namespace sqlite {
+class Db;
+class Statement;
+}  // namespace sqlite
+
+struct FactStoreOptions {
+  bool create_if_missing = true;  // false: kNotFound when the directory holds no store
+};
+
+class FactStore {
+ public:
+  static constexpr size_t kMaxTextBytes = 1 << 20;
+  static constexpr size_t kMaxNameBytes = 256;  // tenant and user names
+  static constexpr const char* kFileName = "memory.db";
+
+  // Opens the store in `data_dir` (created with its parents when allowed) and migrates its schema.
+  static std::unique_ptr<FactStore> open(const std::filesystem::path& data_dir, const FactStoreOptions& opts = {});
+  ~FactStore();
+  FactStore(const FactStore&) = delete;
+  FactStore& operator=(const FactStore&) = delete;
+
+  // ---- facts -------------------------------------------------------------------------------
+  // Adds facts in one transaction; returns their ids in input order. Client vectors
+  // (NewFact::vector) are stored under kClientEmbedder in the same transaction.
+  std::vector<int64_t> add_facts(std::string_view tenant, std::string_view user, std::span<const NewFact> facts);
+  int64_t add_fact(std::string_view tenant, std::string_view user, const NewFact& fact);
+  // Appends conversation turns (in order) to `conversation`: each becomes a fact with
+  // source.conversation = conversation and the next turn_index of that conversation.
+  std::vector<int64_t> add_turns(std::string_view tenant, std::string_view user, std::string_view conversation,
+                                 std::span<const NewFact> turns);
+
+  // kNotFound when the id is unknown or belongs to another user.
+  Fact get(std::string_view tenant, std::string_view user, int64_t id) const;
+  // The facts in the order of `ids`; kNotFound naming the first id that is not the user's.
+  std::vector<Fact> get_many(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) const;
+  // Ascending by id, paginated (see ListOptions).
+  std::vector<Fact> list(std::string_view tenant, std::string_view user, const ListOptions& opts = {}) const;
+  // The encoding window of a turn: the (at most) w turns of the same conversation that precede
+  // it, oldest first. Empty for a fact that is not a conversation turn, or for w = 0.
+  std::vector<Fact> window(std::string_view tenant, std::string_view user, int64_t fact_id, size_t w) const;
+  size_t count(std::string_view tenant, std::string_view user) const;
+  // Every user that has a fact, ordered by (tenant, user).
+  std::vector<UserRef> users() const;
+
+  // Replaces the fields given; bumps the version when anything changed and returns the fact.
+  // A text change drops the fact's embeddings (they were computed from the old text).
+  Fact update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& update);
+  // kNotFound when the id is not the user's.
+  void remove(std::string_view tenant, std::string_view user, int64_t id);
+  // Deletes every fact of the user; returns how many.
+  size_t remove_user(std::string_view tenant, std::string_view user);
+
+  // ---- settings (global key/value: KV fingerprint, encoding window, ...) -----------------------
+  std::optional<std::string> get_setting(std::string_view key) const;
+  void set_setting(std::string_view key, std::string_view value);
+
+  // ---- embeddings (float32 vectors per (fact, embedder)) -------------------------------------
+  // Stores (or replaces) vectors; all rows of one user and embedder share one dimension.
+  // Rows whose fact_version no longer matches are skipped. Returns the number written.
+  size_t put_embeddings(std::string_view tenant, std::string_view user, std::string_view embedder,
+                        std::span<const EmbeddingRow> rows);
+  std::optional<std::vector<float>> get_embedding(std::string_view tenant, std::string_view user, int64_t id,
+                                                  std::string_view embedder) const;
+  // Every vector of the user for `embedder`, ascending by fact id.
+  EmbeddingMatrix embeddings(std::string_view tenant, std::string_view user, std::string_view embedder) const;
+  // Facts of the user without a vector for `embedder`, ascending by id, at most `limit`.
+  std::vector<Fact> facts_missing_embedding(std::string_view tenant, std::string_view user, std::string_view embedder,
+                                            size_t limit) const;
+
+  // ---- listeners -----------------------------------------------------------------------------
+  // Replays the current contents to `listener`, then sends it every change until detach().
+  // The listener must outlive its attachment.
+  void attach(FactStoreListener* listener);
+  void detach(FactStoreListener* listener);
+
+  // The database file.
+  const std::filesystem::path& path() const { return path_; }
+  // The value of a PRAGMA on the store's connection (diagnostics and tests: "synchronous" -> "2").
+  std::string pragma(std::string_view name) const;
+
+ private:
+  explicit FactStore(std::filesystem::path path);
+  std::vector<int64_t> add_facts_impl(std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
+                                      std::optional<std::string_view> conversation);
+  // Helpers below run with mu_ held.
+  std::optional<int64_t> find_user_key(std::string_view tenant, std::string_view user) const;
+  int64_t ensure_user_key(std::string_view tenant, std::string_view user);
+  std::optional<Fact> find_fact(int64_t user_key, std::string_view tenant, std::string_view user, int64_t id) const;
+  // kNotFound unless the user exists and owns the fact.
+  Fact require_fact(std::optional<int64_t> user_key, std::string_view tenant, std::string_view user, int64_t id) const;
+  std::vector<Fact> list_locked(int64_t user_key, std::string_view tenant, std::string_view user,
+                                const ListOptions& opts) const;
+  EmbeddingMatrix embeddings_locked(int64_t user_key, std::string_view embedder) const;
+  void insert_locked(int64_t user_key, std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
+                     std::optional<std::string_view> conversation, std::vector<Fact>& added);
+  void write_embeddings_locked(int64_t user_key, std::string_view tenant, std::string_view user,
+                               std::string_view embedder, std::span<const EmbeddingRow> rows, EmbeddingMatrix& put);
+  template <class F>
+  void notify(F&& f);
+
+  std::filesystem::path path_;
+  mutable std::mutex mu_;
+  std::unique_ptr<sqlite::Db> db_;
+  std::vector<FactStoreListener*> listeners_;
+};
+
+}  // namespace inferscale

@@ -1,0 +1,38 @@
+// Change notifications from FactStore to the in-memory structures that mirror it (BM25 index,
+// vector indexes, later the fact-KV pool). The database is the source of truth; a listener is a
+// cache of it that FactStore keeps in step.
+//
+// Contract:
+//   - Events arrive after the change has committed, while the store's mutex is held, in commit
+//     order. So a listener sees exactly the committed history, and the lock order is always
+//     store -> listener: a listener must never call back into the store.
+//   - FactStore::attach replays the current contents (on_facts_added per user, then
+//     on_embeddings_put) before any live event, atomically with respect to writers.
+//   - Listeners should not throw: the change is already durable. The store logs what a listener
+//     throws and carries on.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "memory/fact.h"
+
+namespace inferscale {
+
+class FactStoreListener {
+ public:
+  virtual ~FactStoreListener() = default;
+
+  // New facts of one user, ascending by id.
+  virtual void on_facts_added(std::span<const Fact> facts) {}
+  // A fact after an update. When the text changed, the store has dropped the fact's embeddings.
+  virtual void on_fact_updated(const Fact& fact, bool text_changed) {}
+  // Facts removed (with their embeddings).
+  virtual void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) {}
+  // Vectors written for one user and embedder: ids and a row-major [ids.size(), dim] matrix.
+  virtual void on_embeddings_put(std::string_view tenant, std::string_view user, std::string_view embedder,
+                                 std::span<const int64_t> ids, std::span<const float> data, int32_t dim) {}
+};
+
+}  // namespace inferscale

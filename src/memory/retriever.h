@@ -1,0 +1,37 @@
+// Retrieval: the top-k facts of one user for a query. Every implementation ranks by score
+// descending and breaks ties by fact id ascending, so results are deterministic.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace inferscale {
+
+struct ScoredFact {
+  int64_t id = 0;
+  double score = 0.0;
+  bool operator==(const ScoredFact&) const = default;
+};
+
+// The ranking order: higher score first, then lower id.
+inline bool ranks_before(const ScoredFact& a, const ScoredFact& b) {
+  return a.score != b.score ? a.score > b.score : a.id < b.id;
+}
+
+// Keeps the k best of `all` in ranking order (partial sort: O(n log k)).
+void keep_top_k(std::vector<ScoredFact>& all, size_t k);
+
+class Retriever {
+ public:
+  virtual ~Retriever() = default;
+  // A short name for logs and settings ("bm25", "dense:<embedder>", "client").
+  virtual std::string name() const = 0;
+  // The (at most) k best facts of (tenant, user) for `query`, in ranking order. Never returns
+  // another user's facts; an unknown user has none. Thread-safe with the store's writers.
+  virtual std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,
+                                         size_t k) const = 0;
+};
+
+}  // namespace inferscale

@@ -1,0 +1,83 @@
+#include "memory/schema.h"
+
+#include <array>
+
+#include "memory/sqlite.h"
+#include "util/check.h"
+
+namespace inferscale {
+
+namespace {
+
+// migrations[i] brings the schema from version i to version i + 1. Append only; never edit a
+// migration that has shipped (databases in the field have already run it).
+constexpr std::array<const char*, kSchemaVersion> kMigrations = {
+    // v1: users, facts, settings, embeddings.
+    R"sql(
+CREATE TABLE users (
+  user_key      INTEGER PRIMARY KEY,
+  tenant        TEXT NOT NULL,
+  user          TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL,
+  UNIQUE (tenant, user)
+);
+-- AUTOINCREMENT: ids are never reused after a delete (fact KV is keyed by id).
+CREATE TABLE facts (
+  id            INTEGER PRIMARY KEY AUTOINCREMENT,
+  user_key      INTEGER NOT NULL REFERENCES users(user_key),
+  text          TEXT NOT NULL,
+  ts_text       TEXT NOT NULL DEFAULT '',
+  ts_epoch      INTEGER,
+  conversation  TEXT NOT NULL DEFAULT '',
+  session       TEXT NOT NULL DEFAULT '',
+  turn          TEXT NOT NULL DEFAULT '',
+  speaker       TEXT NOT NULL DEFAULT '',
+  turn_index    INTEGER,
+  metadata      TEXT NOT NULL DEFAULT '',
+  created_at_ms INTEGER NOT NULL,
+  updated_at_ms INTEGER NOT NULL,
+  version       INTEGER NOT NULL DEFAULT 1
+);
+CREATE INDEX facts_by_user ON facts (user_key, id);
+-- The encoding window of a turn is a range scan of this index.
+CREATE UNIQUE INDEX facts_by_turn ON facts (user_key, conversation, turn_index) WHERE turn_index IS NOT NULL;
+CREATE TABLE settings (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+-- vector: dim little-endian float32 values.
+CREATE TABLE embeddings (
+  fact_id  INTEGER NOT NULL REFERENCES facts(id) ON DELETE CASCADE,
+  embedder TEXT NOT NULL,
+  dim      INTEGER NOT NULL,
+  vector   BLOB NOT NULL,
+  PRIMARY KEY (fact_id, embedder)
+) WITHOUT ROWID;
+)sql",
+};
+
+}  // namespace
+
+int64_t schema_version(sqlite::Db& db) {
+  auto& exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
+  if (!exists.step()) return 0;
+  auto& q = db.prepare("SELECT version FROM schema_version");
+  return q.step() ? q.int64(0) : 0;
+}
+
+void migrate_schema(sqlite::Db& db) {
+  sqlite::Transaction tx(db);
+  db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)");
+  const int64_t have = schema_version(db);
+  IS_REQUIRE(have <= kSchemaVersion, kUnsupported,
+             "database {} has schema version {}, newer than this build supports ({}); upgrade inferscale",
+             db.path(), have, kSchemaVersion);
+  for (int64_t v = have; v < kSchemaVersion; ++v) db.exec(kMigrations[static_cast<size_t>(v)]);
+  if (have != kSchemaVersion) {
+    db.exec("DELETE FROM schema_version");
+    db.prepare("INSERT INTO schema_version (version) VALUES (?)").bind(1, kSchemaVersion).run();
+  }
+  tx.commit();
+}
+
+}  // namespace inferscale

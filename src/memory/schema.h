@@ -1,0 +1,19 @@
+// The fact store's SQLite schema and its migrations. The database records the version it is at in
+// `schema_version`; opening runs every later migration in one transaction. A database written by
+// a newer build (a version above kSchemaVersion) is refused, never silently downgraded.
+#pragma once
+#include <cstdint>
+
+namespace inferscale {
+namespace sqlite {
+class Db;
+}
+
+inline constexpr int64_t kSchemaVersion = 1;
+
+// The version recorded in the database; 0 for a new, empty one.
+int64_t schema_version(sqlite::Db& db);
+// Brings the database to kSchemaVersion. Throws kUnsupported when it is newer than this build.
+void migrate_schema(sqlite::Db& db);
+
+}  // namespace inferscale

@@ -1,0 +1,95 @@
+// A thin RAII layer over the SQLite C API: a connection, prepared statements and transactions.
+// Every failing call throws inferscale::Error naming SQLite's message and the statement.
+// Not thread-safe by itself: FactStore serializes all use of one connection with its mutex.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace inferscale::sqlite {
+
+class Statement;
+
+class Db {
+ public:
+  // Opens (or creates, when `create`) the database file. kNotFound when absent and !create.
+  Db(const std::string& path, bool create);
+  ~Db();
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+
+  // Runs one or more statements that return no rows.
+  void exec(std::string_view sql);
+  // A cached prepared statement, reset and with bindings cleared. The reference stays valid for
+  // the life of the Db; do not use the same SQL text twice at once (nested iteration).
+  Statement& prepare(std::string_view sql);
+  int64_t last_insert_rowid() const;
+  int changes() const;
+  const std::string& path() const { return path_; }
+  sqlite3* handle() const { return db_; }
+
+  [[noreturn]] void fail(int rc, std::string_view what) const;
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::unordered_map<std::string, std::unique_ptr<Statement>> cache_;
+};
+
+class Statement {
+ public:
+  Statement(Db& db, std::string_view sql);
+  ~Statement();
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  // Bind by 1-based index. Text and blobs are copied (SQLITE_TRANSIENT).
+  Statement& bind(int i, int64_t v);
+  Statement& bind(int i, std::string_view v);
+  Statement& bind(int i, const char* v) { return bind(i, std::string_view(v)); }
+  Statement& bind(int i, const std::string& v) { return bind(i, std::string_view(v)); }
+  Statement& bind(int i, std::optional<int64_t> v);
+  Statement& bind_blob(int i, std::span<const uint8_t> v);
+  Statement& bind_null(int i);
+
+  // Advances to the next row: true when a row is available, false when done.
+  bool step();
+  // Runs a statement that returns no rows.
+  void run();
+  void reset();
+
+  bool is_null(int col) const;
+  int64_t int64(int col) const;
+  std::optional<int64_t> opt_int64(int col) const;
+  std::string text(int col) const;
+  std::span<const uint8_t> blob(int col) const;  // valid until the next step/reset
+
+ private:
+  Db& db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  std::string sql_;
+};
+
+// BEGIN IMMEDIATE on construction (takes the write lock up front, so no deadlock upgrades);
+// ROLLBACK in the destructor unless commit() was called.
+class Transaction {
+ public:
+  explicit Transaction(Db& db);
+  ~Transaction();
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  void commit();
+
+ private:
+  Db& db_;
+  bool done_ = false;
+};
+
+}  // namespace inferscale::sqlite

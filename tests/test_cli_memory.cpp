@@ -1,0 +1,228 @@
+// `inferscale memory ...` end to end: the built binary is run as a child process and its exit
+// code, stdout and stderr are checked, including `search --json` and the error exits.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "memory/fact_store.h"
+#include "test_fact_store_util.h"
+
+using namespace inferscale;
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+  int code = -1;  // exit code; 128 + signal when killed
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class CliMemory : public ::testing::Test {
+ protected:
+  inferscale::testing::TempDir tmp;
+  std::string data = (tmp.path() / "data").string();
+
+  // Runs `inferscale <args...>` with stdout and stderr captured in files.
+  Result run(std::vector<std::string> args) {
+    args.insert(args.begin(), INFERSCALE_CLI);
+    const auto out_path = tmp.path() / "stdout", err_path = tmp.path() / "stderr";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    Result r;
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(out_path);
+    r.err = slurp(err_path);
+    return r;
+  }
+
+  // A run that must succeed.
+  std::string ok(std::vector<std::string> args) {
+    const Result r = run(args);
+    EXPECT_EQ(r.code, 0) << "stderr: " << r.err;
+    return r.out;
+  }
+
+  // A run that must fail cleanly: a non-zero exit that is neither a crash (signal) nor an
+  // internal error (70), and an error naming the problem (one line for our own errors).
+  void fails(std::vector<std::string> args, const std::string& needle) {
+    const Result r = run(args);
+    EXPECT_NE(r.code, 0) << "stdout: " << r.out;
+    EXPECT_NE(r.code, 70) << "internal error: " << r.err;
+    EXPECT_LT(r.code, 128) << "crash: " << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+    if (r.err.rfind("error: ", 0) == 0) EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const auto p = tmp.path() / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+
+  json search(const std::string& user, const std::string& query, int k, const std::string& tenant = "default") {
+    return json::parse(ok({"memory", "search", "--data-dir", data, "--tenant", tenant, "--user", user, "--query", query,
+                           "--top-k", std::to_string(k), "--json"}));
+  }
+};
+
+}  // namespace
+
+TEST_F(CliMemory, AddListSearchJsonDelete) {
+  const std::string id1 = ok({"memory", "add", "--data-dir", data, "--user", "alice", "--text",
+                              "Alice adopted a cat named Miso", "--speaker", "Alice", "--date", "2024-03-02"});
+  const std::string id2 = ok({"memory", "add", "--data-dir", data, "--user", "alice", "--text",
+                              "Alice works as a nurse in Oslo", "--metadata", R"({"topic":"job"})"});
+  ok({"memory", "add", "--data-dir", data, "--user", "bob", "--text", "Bob also has a cat"});
+  EXPECT_EQ(std::stoll(id2), std::stoll(id1) + 1);
+
+  const json hits = search("alice", "what is the name of the cat", 5);
+  ASSERT_TRUE(hits.is_array());
+  ASSERT_EQ(hits.size(), 1u);  // bob's cat is not alice's
+  EXPECT_EQ(hits[0]["id"], std::stoll(id1));
+  EXPECT_EQ(hits[0]["text"], "Alice adopted a cat named Miso");
+  EXPECT_EQ(hits[0]["source"]["speaker"], "Alice");
+  EXPECT_GT(hits[0]["score"].get<double>(), 0.0);
+  for (const char* key : {"id", "score", "text", "source"}) EXPECT_TRUE(hits[0].contains(key)) << key;
+
+  const std::string plain = ok({"memory", "search", "--data-dir", data, "--user", "alice", "--query", "nurse Oslo"});
+  EXPECT_NE(plain.find("Alice works as a nurse in Oslo"), std::string::npos) << plain;
+
+  const json listed = json::parse(ok({"memory", "list", "--data-dir", data, "--user", "alice", "--json"}));
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0]["date"], "2024-03-02");
+  EXPECT_EQ(listed[0]["date_epoch"], 1709337600);
+  EXPECT_EQ(listed[1]["metadata"]["topic"], "job");
+  EXPECT_EQ(listed[1]["version"], 1);
+  const Result page = run({"memory", "list", "--data-dir", data, "--user", "alice", "--limit", "1"});
+  EXPECT_EQ(page.code, 0);
+  EXPECT_NE(page.out.find("Miso"), std::string::npos);
+  EXPECT_EQ(page.out.find("nurse"), std::string::npos);
+  EXPECT_NE(page.err.find("--after " + id1.substr(0, id1.size() - 1)), std::string::npos) << page.err;
+
+  ok({"memory", "delete", "--data-dir", data, "--user", "alice", "--id", id1.substr(0, id1.size() - 1)});
+  EXPECT_EQ(search("alice", "cat", 5).size(), 0u);
+  EXPECT_NE(ok({"memory", "delete", "--data-dir", data, "--user", "alice", "--all"}).find("deleted 1 facts"),
+            std::string::npos);
+  EXPECT_EQ(ok({"memory", "list", "--data-dir", data, "--user", "alice"}), "");
+  EXPECT_EQ(search("bob", "cat", 5).size(), 1u);
+}
+
+TEST_F(CliMemory, ImportJsonArrayAndJsonLines) {
+  const std::string arr = write("facts.json", R"([
+    {"text": "Sam ran the Berlin marathon", "speaker": "Sam", "date": "2023-09-24"},
+    {"text": "Sam's sister lives in Lisbon", "source": {"conversation": "chat-7", "turn": "t3"}, "metadata": {"k": 1}},
+    {"text": "Sam prefers tea over coffee", "vector": [0.1, 0.2]}
+  ])");
+  EXPECT_NE(ok({"memory", "import", "--data-dir", data, "--user", "sam", arr}).find("imported 3 facts"), std::string::npos);
+  const std::string lines = write("facts.jsonl",
+                                  "{\"text\": \"Sam trains every Sunday\"}\n\n{\"text\": \"Sam owns a bike\", \"source\": \"notes\"}\n");
+  EXPECT_NE(ok({"memory", "import", "--data-dir", data, "--user", "sam", lines}).find("imported 2 facts"), std::string::npos);
+
+  const json hits = search("sam", "sister in Lisbon", 2);
+  ASSERT_GE(hits.size(), 1u);
+  EXPECT_EQ(hits[0]["text"], "Sam's sister lives in Lisbon");
+  EXPECT_EQ(hits[0]["source"], json({{"conversation", "chat-7"}, {"turn", "t3"}}));
+  EXPECT_EQ(search("sam", "marathon", 5)[0]["date"], "2023-09-24");
+  const json top = search("sam", "Sam", 3);  // every fact matches: exactly k, descending
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_GE(top[0]["score"].get<double>(), top[1]["score"].get<double>());
+  EXPECT_GE(top[1]["score"].get<double>(), top[2]["score"].get<double>());
+
+  auto store = FactStore::open(data, FactStoreOptions{false});
+  EXPECT_EQ(store->count("default", "sam"), 5u);
+  const EmbeddingMatrix client = store->embeddings("default", "sam", kClientEmbedder);
+  EXPECT_EQ(client.data, (std::vector<float>{0.1f, 0.2f}));
+}
+
+TEST_F(CliMemory, ImportLocomoWithProgressWindowAndReplace) {
+  const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";
+  const Result r = run({"memory", "import-locomo", fixture, "--data-dir", data, "--window", "5"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("imported 7 turns of 2 conversations"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("7/7"), std::string::npos) << r.err;  // the final progress line (not a TTY: plain lines)
+  EXPECT_EQ(r.err.find('\r'), std::string::npos);
+
+  const json hits = search("mini-1", "started learning cello", 5);
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_EQ(hits[0]["source"], json({{"conversation", "mini-1"}, {"session", "session_1"}, {"turn", "D1:1"}, {"speaker", "Ada"}}));
+  EXPECT_EQ(hits[0]["date"], "9:15 am on 3 March, 2022");
+  EXPECT_EQ(hits[1]["source"]["turn"], "D2:1");
+  EXPECT_EQ(search("mini-2", "cello", 5).size(), 0u);
+
+  {
+    auto store = FactStore::open(data, FactStoreOptions{false});
+    EXPECT_EQ(store->get_setting("kv.window"), "5");
+    EXPECT_EQ(store->users(), (std::vector<UserRef>{{"default", "mini-1"}, {"default", "mini-2"}}));
+    const auto facts = store->list("default", "mini-1");
+    ASSERT_EQ(facts.size(), 6u);
+    // Turns in session order (1, 2, 10), so the window of D10:1 is D1:2, D2:1.
+    std::vector<std::string> turns;
+    for (const auto& f : store->window("default", "mini-1", facts[3].id, 2)) turns.push_back(f.source.turn);
+    EXPECT_EQ(facts[3].source.turn, "D10:1");
+    EXPECT_EQ(turns, (std::vector<std::string>{"D1:2", "D2:1"}));
+    EXPECT_EQ(json::parse(facts[1].metadata)["blip_caption"], "a photo of a red bicycle");
+    EXPECT_EQ(facts[0].timestamp_epoch, 1646298900);  // 2022-03-03T09:15:00Z
+  }
+  fails({"memory", "import-locomo", fixture, "--data-dir", data}, "user 'mini-1' already has 6 facts; pass --replace");
+  ok({"memory", "import-locomo", fixture, "--data-dir", data, "--replace"});
+  auto store = FactStore::open(data, FactStoreOptions{false});
+  EXPECT_EQ(store->count("default", "mini-1"), 6u);
+  EXPECT_EQ(store->count("default", "mini-2"), 1u);
+  EXPECT_EQ(store->get_setting("kv.window"), "5");
+}
+
+TEST_F(CliMemory, TenantsAreSeparate) {
+  ok({"memory", "add", "--data-dir", data, "--tenant", "acme", "--user", "u", "--text", "acme secret plan"});
+  EXPECT_EQ(search("u", "secret plan", 5).size(), 0u);
+  EXPECT_EQ(search("u", "secret plan", 5, "acme").size(), 1u);
+  EXPECT_NE(ok({"memory", "users", "--data-dir", data}).find("acme\tu\t1"), std::string::npos);
+}
+
+TEST_F(CliMemory, ErrorsAreOneLineAndNonZero) {
+  fails({"memory", "search", "--data-dir", data, "--user", "u", "--query", "q"}, "error: no memory store in");
+  fails({"memory", "list", "--data-dir", data, "--user", "u"}, "no memory store");
+  fails({"memory", "add", "--data-dir", data, "--user", "u", "--text", "  "}, "error: text is empty");
+  fails({"memory", "add", "--data-dir", data, "--user", "u", "--text", "x", "--metadata", "{bad"}, "metadata is not valid JSON");
+  ok({"memory", "add", "--data-dir", data, "--user", "u", "--text", "a fact"});
+  fails({"memory", "delete", "--data-dir", data, "--user", "u", "--id", "999"}, "error: fact 999 not found for user 'u'");
+  fails({"memory", "delete", "--data-dir", data, "--user", "u"}, "exactly one of --id ID or --all");
+  fails({"memory", "delete", "--data-dir", data, "--user", "u", "--id", "1", "--all"}, "exactly one of");
+  fails({"memory", "import", "--data-dir", data, "--user", "u", (tmp.path() / "missing.json").string()}, "missing.json");
+  fails({"memory", "import", "--data-dir", data, "--user", "u", write("bad.jsonl", "{\"text\": \"ok\"}\n{\"txt\": \"typo\"}\n")},
+        "bad.jsonl line 2: unknown key \"txt\"");
+  fails({"memory", "import", "--data-dir", data, "--user", "u", write("bad.json", "[{\"text\": \"ok\"}, {\"speaker\": \"x\"}]")},
+        "bad.json entry 2: missing \"text\"");
+  fails({"memory", "import", "--data-dir", data, "--user", "u", write("broken.json", "[{\"text\": ")}, "broken.json: not valid JSON");
+  fails({"memory", "import-locomo", write("notlocomo.json", "{\"a\": 1}"), "--data-dir", data}, "expected a list of LoCoMo samples");
+  fails({"memory", "search", "--data-dir", data, "--user", "u", "--query", "q", "--top-k", "0"},
+        "error: --top-k must be at least 1, got 0");
+  fails({"memory", "import-locomo", "x.json", "--data-dir", data, "--window", "-3"}, "--window must be 0 or more");
+  fails({"memory", "search", "--data-dir", data, "--user", "u"}, "--query");
+  fails({"memory"}, "");
+  // Failed imports are all or nothing.
+  auto store = FactStore::open(data, FactStoreOptions{false});
+  EXPECT_EQ(store->count("default", "u"), 1u);
+}

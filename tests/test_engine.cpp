@@ -1,0 +1,177 @@
+// Engine invariants on the built-in demo model (greedy): batched == alone, chunked prefill ==
+// one-shot, prefix-cache hit == miss, preempted-and-resumed == uninterrupted, no leaked blocks.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "util/check.h"
+
+using namespace inferscale;
+
+namespace {
+
+const Model& demo() {
+  static const Model m = load_model("demo");
+  return m;
+}
+
+std::unique_ptr<Engine> make_engine(int64_t num_blocks = 256, int32_t budget = 2048, bool prefix_cache = true,
+                                    int32_t block_size = 16) {
+  BackendOptions bo;
+  bo.block_size = block_size;
+  bo.num_cache_blocks = num_blocks;
+  EngineOptions eo;
+  eo.scheduler.max_num_batched_tokens = budget;
+  eo.scheduler.enable_prefix_caching = prefix_cache;
+  return std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+}
+
+std::vector<int32_t> prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = static_cast<int32_t>(rng() % 256);  // byte tokens
+  return p;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams s;
+  s.temperature = 0;
+  s.max_tokens = max_tokens;
+  s.ignore_eos = true;
+  return s;
+}
+
+std::vector<int32_t> run_alone(const std::vector<int32_t>& p, int max_tokens) {
+  auto e = make_engine();
+  e->add_request(p, greedy(max_tokens));
+  auto out = e->run_to_completion();
+  return out.at(0).new_tokens;
+}
+
+}  // namespace
+
+TEST(Engine, BatchedEqualsAlone) {
+  const std::vector<int> lens{1, 15, 16, 17, 40, 7};
+  std::vector<std::vector<int32_t>> prompts, alone;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    prompts.push_back(prompt(lens[i], static_cast<uint32_t>(i + 1)));
+    alone.push_back(run_alone(prompts.back(), 10));
+  }
+  auto e = make_engine();
+  std::vector<int64_t> ids;
+  for (auto& p : prompts) ids.push_back(e->add_request(p, greedy(10)));
+  auto out = e->run_to_completion();
+  ASSERT_EQ(out.size(), prompts.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].id, ids[i]);
+    EXPECT_EQ(out[i].new_tokens, alone[i]) << "prompt " << i;
+    EXPECT_EQ(out[i].finish, FinishReason::kLength);
+  }
+  EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
+TEST(Engine, ChunkedPrefillEqualsOneShot) {
+  const auto p = prompt(61, 11);
+  const auto one_shot = run_alone(p, 8);
+  for (int32_t budget : {1, 7, 16, 33}) {
+    auto e = make_engine(256, budget);
+    e->add_request(p, greedy(8));
+    e->add_request(prompt(20, 12), greedy(8));  // a neighbour competing for the budget
+    auto out = e->run_to_completion();
+    EXPECT_EQ(out.at(0).new_tokens, one_shot) << "budget " << budget;
+    EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+  }
+}
+
+TEST(Engine, PrefixCacheHitEqualsMiss) {
+  const auto p = prompt(45, 21);
+  auto e = make_engine();
+  e->add_request(p, greedy(6));
+  auto first = e->run_to_completion().at(0);
+  EXPECT_EQ(first.num_cached_tokens, 0);
+  e->add_request(p, greedy(6));
+  auto second = e->run_to_completion().at(0);
+  EXPECT_EQ(second.num_cached_tokens, 32);  // two full blocks; the last token is always computed
+  EXPECT_EQ(second.new_tokens, first.new_tokens);
+  // A prompt sharing only the first block hits one block and still matches its own miss.
+  auto q = p;
+  q[20] = (q[20] + 1) % 256;
+  e->add_request(q, greedy(6));
+  auto third = e->run_to_completion().at(0);
+  EXPECT_EQ(third.num_cached_tokens, 16);
+  EXPECT_EQ(third.new_tokens, run_alone(q, 6));
+  auto nocache = make_engine(256, 2048, false);
+  nocache->add_request(p, greedy(6));
+  EXPECT_EQ(nocache->run_to_completion().at(0).new_tokens, first.new_tokens);
+  EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
+TEST(Engine, PreemptedAndResumedEqualsUninterrupted) {
+  std::vector<std::vector<int32_t>> prompts, alone;
+  for (uint32_t i = 0; i < 4; ++i) {
+    prompts.push_back(prompt(30, 31 + i));
+    alone.push_back(run_alone(prompts.back(), 40));
+  }
+  // 4 requests x up to 70 tokens = 5 blocks each; 12 blocks force preemption while decoding.
+  auto e = make_engine(12);
+  for (auto& p : prompts) e->add_request(p, greedy(40));
+  auto out = e->run_to_completion();
+  EXPECT_GT(e->stats().preemptions, 0);
+  ASSERT_EQ(out.size(), prompts.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].new_tokens, alone[i]) << "request " << i;
+  EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
+TEST(Engine, OddBlockSizeGivesTheSameTokens) {
+  const auto p = prompt(37, 41);
+  auto e = make_engine(256, 5, true, 3);
+  e->add_request(p, greedy(9));
+  EXPECT_EQ(e->run_to_completion().at(0).new_tokens, run_alone(p, 9));
+}
+
+TEST(Engine, StopsOnMaxTokensStopStringsAndAbort) {
+  auto e = make_engine();
+  auto s = greedy(5);
+  e->add_request(prompt(10, 51), s);
+  auto out = e->run_to_completion().at(0);
+  EXPECT_EQ(out.new_tokens.size(), 5u);
+  EXPECT_EQ(out.finish, FinishReason::kLength);
+  // A stop string taken from the text the model produces ends the output right before it.
+  auto s2 = greedy(30);
+  e->add_request(prompt(10, 52), s2);
+  const std::string full = e->run_to_completion().at(0).text;
+  if (full.size() >= 6) {
+    const std::string stop = full.substr(3, 2);
+    s2.stop = {stop};
+    e->add_request(prompt(10, 52), s2);
+    auto stopped = e->run_to_completion().at(0);
+    EXPECT_EQ(stopped.finish, FinishReason::kStop);
+    EXPECT_EQ(stopped.text, full.substr(0, full.find(stop)));
+  }
+  const int64_t id = e->add_request(prompt(10, 53), greedy(100));
+  e->step();
+  e->abort(id);
+  EXPECT_FALSE(e->has_unfinished());
+  EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
+TEST(Engine, RejectsBadRequestsWithClearErrors) {
+  auto e = make_engine(4);
+  EXPECT_THROW(e->add_request({}, greedy(1)), Error);
+  EXPECT_THROW(e->add_request({100000}, greedy(1)), Error);
+  EXPECT_THROW(e->add_request(prompt(10, 1), greedy(0)), Error);
+  auto s = greedy(1);
+  s.top_p = 0;
+  EXPECT_THROW(e->add_request(prompt(10, 1), s), Error);
+  try {
+    e->add_request(prompt(60, 1), greedy(10));  // 70 tokens > 4 blocks x 16
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_EQ(err.kind(), ErrorKind::kResource);
+  }
+}

@@ -1,0 +1,485 @@
+// FactStore: CRUD, pagination, encoding windows, isolation, versions, deletes, restart,
+// settings, embeddings, bad input, schema and concurrency.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "memory/bm25_retriever.h"
+#include "memory/fact_store.h"
+#include "memory/schema.h"
+#include "memory/sqlite.h"
+#include "test_fact_store_util.h"
+
+using namespace inferscale;
+using inferscale::testing::expect_error;
+using inferscale::testing::TempDir;
+
+namespace {
+
+NewFact fact(std::string text, std::string speaker = "", std::string date = "") {
+  NewFact f;
+  f.text = std::move(text);
+  f.source.speaker = std::move(speaker);
+  f.timestamp = std::move(date);
+  return f;
+}
+
+std::vector<NewFact> numbered(const std::string& prefix, int n) {
+  std::vector<NewFact> out;
+  for (int i = 0; i < n; ++i) out.push_back(fact(prefix + " " + std::to_string(i)));
+  return out;
+}
+
+std::vector<std::string> texts(const std::vector<Fact>& facts) {
+  std::vector<std::string> out;
+  for (const Fact& f : facts) out.push_back(f.text);
+  return out;
+}
+
+void expect_same_fact(const Fact& a, const Fact& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.tenant, b.tenant);
+  EXPECT_EQ(a.user, b.user);
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.timestamp, b.timestamp);
+  EXPECT_EQ(a.timestamp_epoch, b.timestamp_epoch);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.turn_index, b.turn_index);
+  EXPECT_EQ(a.metadata, b.metadata);
+  EXPECT_EQ(a.created_at_ms, b.created_at_ms);
+  EXPECT_EQ(a.updated_at_ms, b.updated_at_ms);
+  EXPECT_EQ(a.version, b.version);
+}
+
+}  // namespace
+
+TEST(FactStore, AddAndGetKeepEveryField) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  NewFact nf = fact("Caroline went to a support group", "Caroline", "1:56 pm on 8 May, 2023");
+  nf.source.conversation = "conv-26";
+  nf.source.session = "session_1";
+  nf.source.turn = "D1:3";
+  nf.metadata = R"({"blip_caption":"a photo"})";
+  const int64_t id = store->add_fact("default", "alice", nf);
+  const Fact f = store->get("default", "alice", id);
+  EXPECT_EQ(f.id, id);
+  EXPECT_EQ(f.tenant, "default");
+  EXPECT_EQ(f.user, "alice");
+  EXPECT_EQ(f.text, nf.text);
+  EXPECT_EQ(f.timestamp, "1:56 pm on 8 May, 2023");
+  EXPECT_EQ(f.timestamp_epoch, 1683554160);  // 2023-05-08T13:56:00Z
+  EXPECT_EQ(f.source, nf.source);
+  EXPECT_FALSE(f.turn_index.has_value());
+  EXPECT_EQ(f.metadata, nf.metadata);
+  EXPECT_EQ(f.version, 1);
+  EXPECT_GT(f.created_at_ms, 1'600'000'000'000);
+  EXPECT_EQ(f.created_at_ms, f.updated_at_ms);
+  EXPECT_EQ(store->count("default", "alice"), 1u);
+
+  const Fact undated = store->get("default", "alice", store->add_fact("default", "alice", fact("no date", "", "someday")));
+  EXPECT_EQ(undated.timestamp, "someday");
+  EXPECT_FALSE(undated.timestamp_epoch.has_value());
+}
+
+TEST(FactStore, BatchAddReturnsIncreasingIdsInInputOrder) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_facts("default", "u", numbered("fact", 50));
+  ASSERT_EQ(ids.size(), 50u);
+  for (size_t i = 1; i < ids.size(); ++i) EXPECT_GT(ids[i], ids[i - 1]);
+  const auto got = store->get_many("default", "u", std::vector<int64_t>{ids[7], ids[2], ids[40]});
+  EXPECT_EQ(texts(got), (std::vector<std::string>{"fact 7", "fact 2", "fact 40"}));
+  EXPECT_TRUE(store->add_facts("default", "u", {}).empty());
+}
+
+TEST(FactStore, ListPaginatesByIdWithoutGapsOrRepeats) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_facts("default", "u", numbered("f", 25));
+  store->add_facts("default", "other", numbered("x", 5));  // interleaved ids of another user
+  store->add_facts("default", "u", numbered("g", 3));
+  std::vector<Fact> all;
+  std::vector<size_t> page_sizes;
+  ListOptions opt{0, 10};
+  for (;;) {
+    const auto page = store->list("default", "u", opt);
+    if (page.empty()) break;
+    page_sizes.push_back(page.size());
+    all.insert(all.end(), page.begin(), page.end());
+    opt.after_id = page.back().id;
+  }
+  EXPECT_EQ(page_sizes, (std::vector<size_t>{10, 10, 8}));
+  ASSERT_EQ(all.size(), 28u);
+  for (size_t i = 0; i < 25; ++i) EXPECT_EQ(all[i].id, ids[i]);
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_GT(all[i].id, all[i - 1].id);
+  for (const Fact& f : all) EXPECT_EQ(f.user, "u");
+  EXPECT_TRUE(store->list("default", "u", ListOptions{0, 0}).empty());
+  EXPECT_TRUE(store->list("default", "nobody").empty());
+}
+
+TEST(FactStore, WindowIsThePrecedingTurnsOfTheSameConversationInOrder) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  // Two conversations interleaved in id order, plus a free-standing fact.
+  const auto a1 = store->add_turns("default", "u", "A", numbered("A", 4));      // A 0..3
+  const auto b1 = store->add_turns("default", "u", "B", numbered("B", 3));      // B 0..2
+  const int64_t loose = store->add_fact("default", "u", fact("loose fact"));
+  const auto a2 = store->add_turns("default", "u", "A", numbered("A+", 3));     // A 4..6 (appended)
+  store->add_turns("default", "other", "A", numbered("otherA", 5));            // same name, other user
+
+  EXPECT_EQ(store->get("default", "u", a2[0]).turn_index, 4);
+  EXPECT_EQ(store->get("default", "u", a2[0]).source.conversation, "A");
+
+  EXPECT_EQ(texts(store->window("default", "u", a2[1], 3)), (std::vector<std::string>{"A 2", "A 3", "A+ 0"}));
+  EXPECT_EQ(texts(store->window("default", "u", a1[2], 100)), (std::vector<std::string>{"A 0", "A 1"}));
+  EXPECT_EQ(texts(store->window("default", "u", b1[2], 5)), (std::vector<std::string>{"B 0", "B 1"}));
+  EXPECT_TRUE(store->window("default", "u", a1[0], 5).empty());  // first turn
+  EXPECT_TRUE(store->window("default", "u", a2[2], 0).empty());  // w = 0
+  EXPECT_TRUE(store->window("default", "u", loose, 5).empty());  // not a turn
+
+  // A deleted turn leaves the window: the w preceding turns that still exist.
+  store->remove("default", "u", a1[3]);
+  EXPECT_EQ(texts(store->window("default", "u", a2[1], 3)), (std::vector<std::string>{"A 1", "A 2", "A+ 0"}));
+  expect_error([&] { store->window("default", "other", a2[1], 3); }, ErrorKind::kNotFound, "not found");
+}
+
+TEST(FactStore, UsersAndTenantsAreIsolated) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const int64_t a = store->add_fact("default", "alice", fact("alice secret"));
+  const int64_t b = store->add_fact("default", "bob", fact("bob secret"));
+  const int64_t t2 = store->add_fact("acme", "alice", fact("acme alice secret"));
+  store->put_embeddings("default", "bob", "e", std::vector<EmbeddingRow>{{b, 0, {1.f, 2.f}}});
+
+  EXPECT_EQ(store->get("default", "alice", a).text, "alice secret");
+  EXPECT_EQ(store->get("acme", "alice", t2).text, "acme alice secret");
+  for (int64_t foreign : {b, t2}) {
+    expect_error([&] { store->get("default", "alice", foreign); }, ErrorKind::kNotFound, std::to_string(foreign));
+    expect_error([&] { store->update("default", "alice", foreign, FactUpdate{"x", {}}); }, ErrorKind::kNotFound, "not found");
+    expect_error([&] { store->remove("default", "alice", foreign); }, ErrorKind::kNotFound, "not found");
+    expect_error([&] { store->window("default", "alice", foreign, 2); }, ErrorKind::kNotFound, "not found");
+    expect_error([&] { store->get_embedding("default", "alice", foreign, "e"); }, ErrorKind::kNotFound, "not found");
+    expect_error([&] { store->put_embeddings("default", "alice", "e", std::vector<EmbeddingRow>{{foreign, 0, {1.f, 2.f}}}); },
+                 ErrorKind::kNotFound, "not found");
+  }
+  expect_error([&] { store->get_many("default", "alice", std::vector<int64_t>{a, b}); }, ErrorKind::kNotFound,
+               std::to_string(b));
+  EXPECT_EQ(texts(store->list("default", "alice")), (std::vector<std::string>{"alice secret"}));
+  EXPECT_EQ(texts(store->list("acme", "alice")), (std::vector<std::string>{"acme alice secret"}));
+  EXPECT_TRUE(store->embeddings("default", "alice", "e").ids.empty());
+  EXPECT_EQ(store->embeddings("default", "bob", "e").ids, std::vector<int64_t>{b});
+  // Nothing of bob's changed.
+  EXPECT_EQ(store->get("default", "bob", b).text, "bob secret");
+  EXPECT_EQ(store->get("default", "bob", b).version, 1);
+  EXPECT_EQ(store->users(), (std::vector<UserRef>{{"acme", "alice"}, {"default", "alice"}, {"default", "bob"}}));
+}
+
+TEST(FactStore, UpdateBumpsVersionAndDropsStaleEmbeddings) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const int64_t id = store->add_fact("default", "u", fact("old text"));
+  store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{id, 1, {1.f, 0.f}}});
+
+  Fact f = store->update("default", "u", id, FactUpdate{std::nullopt, std::string(R"({"k":1})")});
+  EXPECT_EQ(f.version, 2);
+  EXPECT_EQ(f.metadata, R"({"k":1})");
+  EXPECT_TRUE(store->get_embedding("default", "u", id, "e").has_value());  // text unchanged: vector kept
+
+  f = store->update("default", "u", id, FactUpdate{std::string("new text"), std::nullopt});
+  EXPECT_EQ(f.version, 3);
+  EXPECT_EQ(f.text, "new text");
+  EXPECT_GE(f.updated_at_ms, f.created_at_ms);
+  EXPECT_FALSE(store->get_embedding("default", "u", id, "e").has_value());  // computed from the old text
+
+  // No change, no new version.
+  f = store->update("default", "u", id, FactUpdate{std::string("new text"), std::string(R"({"k":1})")});
+  EXPECT_EQ(f.version, 3);
+  const Fact g = store->get("default", "u", id);
+  EXPECT_EQ(g.version, 3);
+  EXPECT_EQ(g.text, "new text");
+
+  // A vector computed from version 1 is refused now; version 3 is accepted.
+  EXPECT_EQ(store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{id, 1, {0.f, 1.f}}}), 0u);
+  EXPECT_FALSE(store->get_embedding("default", "u", id, "e").has_value());
+  EXPECT_EQ(store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{id, 3, {0.f, 1.f}}}), 1u);
+}
+
+TEST(FactStore, DeleteOneAndDeleteAllOfAUser) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_facts("default", "u", numbered("f", 5));
+  store->add_facts("default", "keep", numbered("k", 2));
+  store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{ids[1], 0, {1.f}}});
+
+  store->remove("default", "u", ids[1]);
+  expect_error([&] { store->get("default", "u", ids[1]); }, ErrorKind::kNotFound, std::to_string(ids[1]));
+  expect_error([&] { store->remove("default", "u", ids[1]); }, ErrorKind::kNotFound, "not found");
+  EXPECT_EQ(store->count("default", "u"), 4u);
+  EXPECT_TRUE(store->embeddings("default", "u", "e").ids.empty());
+
+  // Ids are never reused: KV cached under a deleted id must not match a new fact.
+  const int64_t last = store->add_fact("default", "u", fact("after delete"));
+  store->remove("default", "u", last);
+  EXPECT_GT(store->add_fact("default", "u", fact("newest")), last);
+
+  EXPECT_EQ(store->remove_user("default", "u"), 5u);
+  EXPECT_EQ(store->count("default", "u"), 0u);
+  EXPECT_TRUE(store->list("default", "u").empty());
+  EXPECT_EQ(store->remove_user("default", "u"), 0u);
+  EXPECT_EQ(store->count("default", "keep"), 2u);
+  EXPECT_EQ(store->users(), (std::vector<UserRef>{{"default", "keep"}}));
+  // The user can start over.
+  EXPECT_EQ(store->count("default", "u"), 0u);
+  store->add_fact("default", "u", fact("again"));
+  EXPECT_EQ(store->count("default", "u"), 1u);
+}
+
+TEST(FactStore, ReopenReloadsEverything) {
+  TempDir dir;
+  std::vector<Fact> before;
+  int64_t turn_id = 0;
+  {
+    auto store = FactStore::open(dir.path());
+    store->add_facts("default", "u", numbered("f", 3));
+    const auto turns = store->add_turns("default", "u", "c", numbered("turn", 4));
+    turn_id = turns[3];
+    store->update("default", "u", turns[0], FactUpdate{std::string("edited turn"), std::nullopt});
+    NewFact with_vec = fact("vector fact", "s", "2024-01-02");
+    with_vec.vector = {0.25f, -1.5f, 3.0f};
+    store->add_fact("acme", "v", with_vec);
+    store->set_setting("kv.fingerprint", "abc123");
+    before = store->list("default", "u");
+    const auto v = store->list("acme", "v");
+    before.insert(before.end(), v.begin(), v.end());
+  }
+  auto store = FactStore::open(dir.path(), FactStoreOptions{false});
+  std::vector<Fact> after = store->list("default", "u");
+  const auto v = store->list("acme", "v");
+  after.insert(after.end(), v.begin(), v.end());
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) expect_same_fact(after[i], before[i]);
+  EXPECT_EQ(texts(store->window("default", "u", turn_id, 2)), (std::vector<std::string>{"turn 1", "turn 2"}));
+  EXPECT_EQ(store->get_setting("kv.fingerprint"), "abc123");
+  EXPECT_EQ(store->get_embedding("acme", "v", v[0].id, kClientEmbedder), (std::vector<float>{0.25f, -1.5f, 3.0f}));
+  // Appending turns continues the conversation's numbering; new ids continue after the old ones.
+  const auto more = store->add_turns("default", "u", "c", numbered("turn", 1));
+  EXPECT_EQ(store->get("default", "u", more[0]).turn_index, 4);
+  EXPECT_GT(more[0], before.back().id);
+}
+
+TEST(FactStore, Settings) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  EXPECT_FALSE(store->get_setting("kv.window").has_value());
+  store->set_setting("kv.window", "5");
+  store->set_setting("kv.fingerprint", "");
+  EXPECT_EQ(store->get_setting("kv.window"), "5");
+  store->set_setting("kv.window", "20");
+  EXPECT_EQ(store->get_setting("kv.window"), "20");
+  EXPECT_EQ(store->get_setting("kv.fingerprint"), "");
+  expect_error([&] { store->set_setting("", "x"); }, ErrorKind::kInvalidInput, "setting name is empty");
+}
+
+TEST(FactStore, EmbeddingsRoundTripBitExact) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_facts("default", "u", numbered("f", 4));
+  const std::vector<float> v0 = {1.0f, -0.0f, 3.4028235e38f, 1.17549435e-38f, 0.1f};
+  const std::vector<float> v2 = {-1.0f, 2.5f, 1e-45f, 7.0f, -0.3f};
+  EXPECT_EQ(store->put_embeddings("default", "u", "m", std::vector<EmbeddingRow>{{ids[2], 0, v2}, {ids[0], 0, v0}}), 2u);
+  EXPECT_EQ(store->get_embedding("default", "u", ids[0], "m"), v0);
+  EXPECT_FALSE(store->get_embedding("default", "u", ids[1], "m").has_value());
+  EXPECT_FALSE(store->get_embedding("default", "u", ids[0], "other").has_value());
+
+  const EmbeddingMatrix m = store->embeddings("default", "u", "m");
+  EXPECT_EQ(m.dim, 5);
+  EXPECT_EQ(m.ids, (std::vector<int64_t>{ids[0], ids[2]}));  // ascending by id
+  std::vector<float> want = v0;
+  want.insert(want.end(), v2.begin(), v2.end());
+  EXPECT_EQ(m.data, want);
+
+  // Replace keeps one row; another dim for the same embedder is refused.
+  store->put_embeddings("default", "u", "m", std::vector<EmbeddingRow>{{ids[0], 0, v2}});
+  EXPECT_EQ(store->get_embedding("default", "u", ids[0], "m"), v2);
+  expect_error([&] { store->put_embeddings("default", "u", "m", std::vector<EmbeddingRow>{{ids[1], 0, {1.f, 2.f}}}); },
+               ErrorKind::kInvalidInput, "dim 5, got dim 2");
+  expect_error([&] { store->put_embeddings("default", "u", "m", std::vector<EmbeddingRow>{{ids[1], 0, {NAN, 0, 0, 0, 0}}}); },
+               ErrorKind::kInvalidInput, "non-finite");
+
+  const auto missing = store->facts_missing_embedding("default", "u", "m", 10);
+  ASSERT_EQ(missing.size(), 2u);
+  EXPECT_EQ(missing[0].id, ids[1]);
+  EXPECT_EQ(missing[1].id, ids[3]);
+  EXPECT_EQ(store->facts_missing_embedding("default", "u", "m", 1).size(), 1u);
+}
+
+TEST(FactStore, ClientVectorsAreStoredWithTheFacts) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  std::vector<NewFact> facts = numbered("f", 3);
+  facts[0].vector = {1.f, 0.f};
+  facts[2].vector = {0.f, 1.f};
+  const auto ids = store->add_facts("default", "u", facts);
+  const EmbeddingMatrix m = store->embeddings("default", "u", kClientEmbedder);
+  EXPECT_EQ(m.ids, (std::vector<int64_t>{ids[0], ids[2]}));
+  EXPECT_EQ(m.data, (std::vector<float>{1.f, 0.f, 0.f, 1.f}));
+  // A batch with mixed dims is refused as a whole.
+  facts[1].vector = {1.f, 2.f, 3.f};
+  expect_error([&] { store->add_facts("default", "u", facts); }, ErrorKind::kInvalidInput, "fact 1: vector has dim 3");
+  EXPECT_EQ(store->count("default", "u"), 3u);
+}
+
+TEST(FactStore, BadInputIsRejectedWithANamedError) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  expect_error([&] { store->add_fact("default", "u", fact("")); }, ErrorKind::kInvalidInput, "text is empty");
+  expect_error([&] { store->add_fact("default", "u", fact(" \n\t ")); }, ErrorKind::kInvalidInput, "text is empty");
+  expect_error([&] { store->add_fact("default", "", fact("x")); }, ErrorKind::kInvalidInput, "user name is empty");
+  expect_error([&] { store->add_fact("", "u", fact("x")); }, ErrorKind::kInvalidInput, "tenant name is empty");
+  expect_error([&] { store->add_fact("default", "a\nb", fact("x")); }, ErrorKind::kInvalidInput, "control character");
+  expect_error([&] { store->add_fact("default", "u", fact(std::string(FactStore::kMaxTextBytes + 1, 'x'))); },
+               ErrorKind::kInvalidInput, "limit");
+  NewFact bad_meta = fact("x");
+  bad_meta.metadata = "{not json";
+  expect_error([&] { store->add_fact("default", "u", bad_meta); }, ErrorKind::kInvalidInput, "metadata is not valid JSON");
+  // A bad fact in a batch names its index, and nothing of the batch is stored.
+  std::vector<NewFact> batch = numbered("ok", 3);
+  batch[2].text = "";
+  expect_error([&] { store->add_facts("default", "u", batch); }, ErrorKind::kInvalidInput, "fact 2: text is empty");
+  EXPECT_EQ(store->count("default", "u"), 0u);
+
+  const int64_t id = store->add_fact("default", "u", fact("x"));
+  expect_error([&] { store->get("default", "u", id + 1000); }, ErrorKind::kNotFound, std::to_string(id + 1000));
+  expect_error([&] { store->get("default", "nobody", id); }, ErrorKind::kNotFound, "nobody");
+  expect_error([&] { store->update("default", "u", id, FactUpdate{std::string(""), {}}); }, ErrorKind::kInvalidInput,
+               "text is empty");
+  expect_error([&] { store->update("default", "u", id, FactUpdate{{}, std::string("[1,")}); }, ErrorKind::kInvalidInput,
+               "metadata");
+  expect_error([&] { store->update("default", "u", id + 1000, FactUpdate{std::string("y"), {}}); }, ErrorKind::kNotFound,
+               "not found");
+  expect_error([&] { store->add_turns("default", "u", "", numbered("t", 1)); }, ErrorKind::kInvalidInput,
+               "conversation name is empty");
+  EXPECT_EQ(store->get("default", "u", id).version, 1);
+}
+
+TEST(FactStore, DurableJournalSettingsAndSchemaVersion) {
+  TempDir dir;
+  {
+    auto store = FactStore::open(dir.path());
+    EXPECT_EQ(store->pragma("journal_mode"), "wal");
+    EXPECT_EQ(store->pragma("synchronous"), "2");  // FULL
+    EXPECT_EQ(store->pragma("foreign_keys"), "1");
+    EXPECT_EQ(store->path(), dir.path() / "memory.db");
+  }
+  {
+    sqlite::Db db((dir.path() / "memory.db").string(), false);
+    EXPECT_EQ(schema_version(db), kSchemaVersion);
+    db.exec("UPDATE schema_version SET version = version + 1");
+  }
+  expect_error([&] { FactStore::open(dir.path()); }, ErrorKind::kUnsupported, "newer than this build");
+}
+
+TEST(FactStore, OpenWithoutCreateNeedsAnExistingStore) {
+  TempDir dir;
+  expect_error([&] { FactStore::open(dir.path() / "absent", FactStoreOptions{false}); }, ErrorKind::kNotFound,
+               "no memory store");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "absent"));
+  FactStore::open(dir.path() / "nested" / "dir");  // creates parents
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "nested" / "dir" / "memory.db"));
+  // Not a database.
+  std::filesystem::create_directories(dir.path() / "junk");
+  { std::ofstream(dir.path() / "junk" / "memory.db") << "this is not sqlite, just some text that is long enough......"; }
+  EXPECT_THROW(FactStore::open(dir.path() / "junk"), Error);
+}
+
+namespace {
+struct RecordingListener : FactStoreListener {
+  std::vector<std::string> events;
+  void on_facts_added(std::span<const Fact> facts) override {
+    for (const Fact& f : facts) events.push_back("add " + f.user + " " + f.text);
+  }
+  void on_fact_updated(const Fact& f, bool text_changed) override {
+    events.push_back("update " + f.text + (text_changed ? " text" : " meta") + " v" + std::to_string(f.version));
+  }
+  void on_facts_deleted(std::string_view, std::string_view user, std::span<const int64_t> ids) override {
+    events.push_back("delete " + std::string(user) + " " + std::to_string(ids.size()));
+  }
+  void on_embeddings_put(std::string_view, std::string_view user, std::string_view embedder,
+                         std::span<const int64_t> ids, std::span<const float>, int32_t dim) override {
+    events.push_back("vec " + std::string(user) + " " + std::string(embedder) + " " + std::to_string(ids.size()) + "x" +
+                     std::to_string(dim));
+  }
+};
+}  // namespace
+
+TEST(FactStore, ListenersSeeAReplayThenEveryCommittedChange) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  NewFact a = fact("a");
+  a.vector = {1.f, 2.f};
+  store->add_fact("default", "u", a);
+  RecordingListener l;
+  store->attach(&l);
+  EXPECT_EQ(l.events, (std::vector<std::string>{"add u a", "vec u client 1x2"}));
+  l.events.clear();
+  const int64_t b = store->add_fact("default", "v", fact("b"));
+  store->update("default", "v", b, FactUpdate{std::string("b2"), {}});
+  store->update("default", "v", b, FactUpdate{{}, std::string("{}")});
+  EXPECT_THROW(store->add_fact("default", "v", fact("")), Error);  // failed writes send nothing
+  store->remove("default", "v", b);
+  store->remove_user("default", "u");
+  store->detach(&l);
+  store->add_fact("default", "u", fact("unseen"));
+  EXPECT_EQ(l.events, (std::vector<std::string>{"add v b", "update b2 text v2", "update b2 meta v3", "delete v 1",
+                                                "delete u 1"}));
+}
+
+TEST(FactStore, ConcurrentWritersAndReaders) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  Bm25Retriever bm25(*store);
+  constexpr int kWriters = 3, kPerWriter = 60;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> searches{0};
+  std::thread reader([&] {
+    while (!stop) {
+      for (int w = 0; w < kWriters; ++w) {
+        for (const ScoredFact& h : bm25.search("default", "user" + std::to_string(w), "common words", 5)) {
+          try {
+            EXPECT_EQ(store->get("default", "user" + std::to_string(w), h.id).user, "user" + std::to_string(w));
+          } catch (const Error&) {
+            // Deleted since the search (a writer raced us); then it is nobody's, in particular
+            // not another user's.
+            for (int v = 0; v < kWriters; ++v)
+              EXPECT_THROW(store->get("default", "user" + std::to_string(v), h.id), Error) << h.id;
+          }
+        }
+      }
+      ++searches;
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      const std::string user = "user" + std::to_string(w);
+      for (int i = 0; i < kPerWriter; ++i) {
+        const int64_t id = store->add_fact("default", user, fact("common words " + std::to_string(i)));
+        if (i % 10 == 0) store->update("default", user, id, FactUpdate{std::string("common words edited"), {}});
+        if (i % 15 == 0) store->remove("default", user, id);
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  stop = true;
+  reader.join();
+  EXPECT_GT(searches.load(), 0);
+  for (int w = 0; w < kWriters; ++w) {
+    const std::string user = "user" + std::to_string(w);
+    EXPECT_EQ(store->count("default", user), static_cast<size_t>(kPerWriter - 4));
+    EXPECT_EQ(bm25.indexed("default", user), store->count("default", user));
+  }
+}
