@@ -10,4 +10,7 @@ void register_generate(CLI::App& app);
 void register_info(CLI::App& app);
 void register_memory(CLI::App& app);
 
+// `serve`: the OpenAI-compatible HTTP server (cmd_serve.cpp).
+void register_serve(CLI::App& app);
+
 }  // namespace inferscale::cli

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Checks a running `inferscale serve` with the official `openai` Python client.
+
+Usage: /work/venv/bin/python scripts/openai_client_check.py [--base-url http://127.0.0.1:8000/v1] [--model NAME]
+
+Covers: model listing, chat and text completions (plain and streamed, the streamed text equal to
+the plain one under greedy decoding), usage, stream_options.include_usage, seeds, stop strings, and
+the errors the client maps to exceptions (400, 404). Not part of CI (needs the `openai` package and
+a running server). Prints one line per check and 'N passed, N failed'; exits non-zero on a failure.
+"""
+import argparse
+import sys
+
+import openai
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    ap.add_argument("--model", default=None, help="default: the first model the server lists")
+    args = ap.parse_args()
+
+    client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=120)
+    results = []
+
+    def check(name, fn):
+        try:
+            detail = fn()
+            results.append(True)
+            print(f"PASS {name}" + (f": {detail}" if detail else ""))
+        except Exception as e:  # report and go on: one failing check must not hide the others
+            results.append(False)
+            print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+    def expect_error(exc_type, status, **kwargs):
+        try:
+            client.chat.completions.create(**kwargs)
+        except exc_type as e:
+            assert e.status_code == status, f"status {e.status_code}, expected {status}"
+            body = e.body if isinstance(e.body, dict) else {}
+            assert body.get("message"), f"no error message in {e.body!r}"
+            return f"{status} {body.get('message')}"
+        raise AssertionError(f"no {exc_type.__name__} raised")
+
+    models = client.models.list().data
+    model = args.model or models[0].id
+    check("models.list", lambda: ", ".join(m.id for m in models))
+    msgs = [{"role": "system", "content": "You are brief."}, {"role": "user", "content": "Say hello."}]
+
+    def chat_plain():
+        r = client.chat.completions.create(model=model, messages=msgs, max_tokens=24, temperature=0)
+        c = r.choices[0]
+        assert r.object == "chat.completion" and r.id.startswith("chatcmpl-"), r
+        assert c.message.role == "assistant" and isinstance(c.message.content, str)
+        assert c.finish_reason in ("stop", "length"), c.finish_reason
+        assert r.usage.prompt_tokens > 0 and r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+        return f"{r.usage.completion_tokens} tokens, finish {c.finish_reason}, {c.message.content[:40]!r}"
+
+    def chat_stream_equals_plain():
+        plain = client.chat.completions.create(model=model, messages=msgs, max_tokens=24, temperature=0)
+        stream = client.chat.completions.create(model=model, messages=msgs, max_tokens=24, temperature=0, stream=True,
+                                                stream_options={"include_usage": True})
+        text, finish, usage, n = "", None, None, 0
+        for chunk in stream:
+            n += 1
+            if chunk.usage:
+                usage = chunk.usage
+            for ch in chunk.choices:
+                text += ch.delta.content or ""
+                finish = ch.finish_reason or finish
+        assert text == plain.choices[0].message.content, f"{text!r} != {plain.choices[0].message.content!r}"
+        assert finish == plain.choices[0].finish_reason, finish
+        assert usage and usage.completion_tokens == plain.usage.completion_tokens, usage
+        return f"{n} chunks, text equal, usage {usage.completion_tokens}"
+
+    def completion_plain_and_stream():
+        kw = dict(model=model, prompt="Once upon a time", max_tokens=20, temperature=0.8, seed=7)
+        a = client.completions.create(**kw)
+        b = client.completions.create(**kw)
+        assert a.choices[0].text == b.choices[0].text, "the same seed gave different text"
+        s = "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw) if c.choices)
+        assert s == a.choices[0].text, f"{s!r} != {a.choices[0].text!r}"
+        return f"seeded text reproducible and equal when streamed ({len(s)} chars)"
+
+    def stop_string():
+        full = client.completions.create(model=model, prompt="abc", max_tokens=40, temperature=0).choices[0].text
+        stop = next((ch for ch in full[3:] if ch.isascii() and ch.isprintable()), None)
+        if stop is None:
+            return "skipped: no ASCII character in the output"
+        r = client.completions.create(model=model, prompt="abc", max_tokens=40, temperature=0, stop=[stop])
+        assert r.choices[0].text == full[: full.index(stop)], (r.choices[0].text, full)
+        assert r.choices[0].finish_reason == "stop"
+        return f"stopped before {stop!r}"
+
+    check("chat.completions", chat_plain)
+    check("chat.completions stream == plain", chat_stream_equals_plain)
+    check("completions (seed, stream)", completion_plain_and_stream)
+    check("stop strings", stop_string)
+    check("error: temperature out of range -> 400",
+          lambda: expect_error(openai.BadRequestError, 400, model=model, messages=msgs, temperature=9))
+    check("error: n=2 -> 400", lambda: expect_error(openai.BadRequestError, 400, model=model, messages=msgs, n=2))
+    check("error: unknown model -> 404",
+          lambda: expect_error(openai.NotFoundError, 404, model="no-such-model", messages=msgs))
+    check("error: empty messages -> 400", lambda: expect_error(openai.BadRequestError, 400, model=model, messages=[]))
+    check("error: memory not enabled -> 400",
+          lambda: expect_error(openai.BadRequestError, 400, model=model, messages=msgs,
+                               extra_body={"memory": {"user": "alice", "k": 5, "mode": "inject"}}))
+    check("error: prompt too long -> 400",
+          lambda: expect_error(openai.BadRequestError, 400, model=model,
+                               messages=[{"role": "user", "content": "x " * 200000}]))
+
+    passed = sum(results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+#include "server/api_request.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace inferscale::server {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMaxTokensLimit = 1 << 30;
+constexpr size_t kMaxStopStrings = 16;
+
+[[noreturn]] void unsupported(const std::string& param, const std::string& what) {
+  throw bad_request(fmt::format("'{}': {} is not supported by this server", param, what), param, "unsupported");
+}
+
+// Features we refuse rather than ignore: a client that asks for them must not get a silent no.
+void reject_unsupported(const JsonFields& f, ApiKind kind) {
+  if (auto n = f.integer("n", 1, 128); n && *n != 1) f.fail("n", fmt::format("only n=1 is supported, got {}", *n));
+  if (auto b = f.integer("best_of", 1, 128); b && *b != 1) unsupported("best_of", "best_of > 1");
+  for (const char* key : {"presence_penalty", "frequency_penalty"})
+    if (auto p = f.number(key, -2.0, 2.0); p && *p != 0.0) unsupported(key, "a non-zero penalty");
+  if (auto p = f.number("repetition_penalty", 0.0, 100.0); p && *p != 1.0) unsupported("repetition_penalty", "a repetition penalty");
+  if (const json* lb = f.get("logit_bias"); lb && !(lb->is_object() && lb->empty())) unsupported("logit_bias", "logit_bias");
+  if (const json* lp = f.get("logprobs")) {
+    if (kind == ApiKind::kChat) {
+      if (!lp->is_boolean()) f.fail("logprobs", fmt::format("expected a boolean, got {}", json_type_name(*lp)));
+      if (lp->get<bool>()) unsupported("logprobs", "logprobs");
+    } else if (!(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
+      unsupported("logprobs", "logprobs");
+    }
+  }
+  if (auto t = f.integer("top_logprobs", 0, 20); t && *t > 0) unsupported("top_logprobs", "top_logprobs");
+  for (const char* key : {"tools", "functions"})
+    if (const json* t = f.get(key); t && !(t->is_array() && t->empty())) unsupported(key, "tool calling");
+  if (const json* rf = f.get("response_format")) {
+    if (!rf->is_object()) f.fail("response_format", "expected an object");
+    if (rf->value("type", "text") != "text") unsupported("response_format", "a structured response format");
+  }
+  if (kind == ApiKind::kCompletion) {
+    if (f.boolean("echo").value_or(false)) unsupported("echo", "echo");
+    if (auto s = f.string("suffix"); s && !s->empty()) unsupported("suffix", "suffix");
+  }
+}
+
+std::vector<std::string> parse_stop(const JsonFields& f) {
+  const json* v = f.get("stop");
+  if (!v) return {};
+  std::vector<std::string> out;
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    if (v->size() > kMaxStopStrings) f.fail("stop", fmt::format("at most {} stop strings are allowed, got {}", kMaxStopStrings, v->size()));
+    for (const json& s : *v) {
+      if (!s.is_string()) f.fail("stop", fmt::format("expected strings, got {}", json_type_name(s)));
+      out.push_back(s.get<std::string>());
+    }
+  } else {
+    f.fail("stop", fmt::format("expected a string or an array of strings, got {}", json_type_name(*v)));
+  }
+  for (const std::string& s : out)
+    if (s.empty()) f.fail("stop", "stop strings must not be empty");
+  return out;
+}
+
+// The fields shared by both endpoints.
+GenerateRequest parse_common(const json& body, ApiKind kind) {
+  GenerateRequest r;
+  r.kind = kind;
+  const JsonFields f(body);
+  reject_unsupported(f, r.kind);
+  auto model = f.string("model");
+  if (!model || model->empty()) f.fail("model", "is required (the name of a served model, see GET /v1/models)");
+  r.model = *model;
+
+  SamplingParams& sp = r.sampling;
+  std::optional<int64_t> max_tokens = f.integer("max_tokens", 1, kMaxTokensLimit);
+  if (r.kind == ApiKind::kChat)
+    if (auto mct = f.integer("max_completion_tokens", 1, kMaxTokensLimit)) max_tokens = mct;  // the newer name wins
+  if (max_tokens) {
+    sp.max_tokens = static_cast<int32_t>(*max_tokens);
+    r.max_tokens_given = true;
+  }
+  sp.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
+  if (auto top_p = f.number("top_p", 0.0, 1.0)) {
+    if (*top_p <= 0.0) f.fail("top_p", "must be greater than 0 and at most 1");
+    sp.top_p = static_cast<float>(*top_p);
+  }
+  if (auto top_k = f.integer("top_k", -1, std::numeric_limits<int32_t>::max())) sp.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);
+  if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    sp.seed = static_cast<uint64_t>(*seed);
+  sp.stop = parse_stop(f);
+  sp.ignore_eos = f.boolean("ignore_eos").value_or(false);
+
+  r.stream = f.boolean("stream").value_or(false);
+  if (const json* so = f.get("stream_options")) {
+    if (!so->is_object()) f.fail("stream_options", fmt::format("expected an object, got {}", json_type_name(*so)));
+    if (!r.stream) f.fail("stream_options", "is only allowed with \"stream\": true");
+    r.include_usage = JsonFields(*so, "stream_options.").boolean("include_usage").value_or(false);
+  }
+  f.string("user");  // accepted (type-checked) and otherwise unused
+  if (const json* mem = f.get("memory")) r.memory = parse_memory_spec(*mem);
+  return r;
+}
+
+std::string message_content(const json& content, size_t i) {
+  const std::string param = fmt::format("messages[{}].content", i);
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array())
+    throw bad_request(fmt::format("'{}': expected a string or an array of content parts, got {}", param, json_type_name(content)), param);
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object()) throw bad_request(fmt::format("'{}': content parts must be objects", param), param);
+    const JsonFields pf(part, param + "[].");
+    const std::string type = pf.string("type").value_or("");
+    if (type != "text") unsupported(param, fmt::format("content of type '{}' (only text)", type));
+    auto t = pf.string("text");
+    if (!t) pf.fail("text", "is required in a text content part");
+    text += *t;
+  }
+  return text;
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw bad_request("the request body is not valid JSON", {}, "invalid_json");
+  if (!j.is_object()) throw bad_request(fmt::format("the request body must be a JSON object, got {}", json_type_name(j)));
+  return j;
+}
+
+GenerateRequest parse_chat_request(const json& body) {
+  GenerateRequest r = parse_common(body, ApiKind::kChat);
+  const JsonFields f(body);
+  const json* msgs = f.get("messages");
+  if (!msgs) f.fail("messages", "is required (a non-empty array of messages)");
+  if (!msgs->is_array() || msgs->empty()) f.fail("messages", "must be a non-empty array of messages");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    const std::string prefix = fmt::format("messages[{}].", i);
+    if (!m.is_object()) throw bad_request(fmt::format("'messages[{}]' must be an object", i), fmt::format("messages[{}]", i));
+    const JsonFields mf(m, prefix);
+    auto role = mf.string("role");
+    if (!role) mf.fail("role", "is required");
+    if (*role == "developer") *role = "system";
+    if (*role != "system" && *role != "user" && *role != "assistant")
+      mf.fail("role", fmt::format("must be system, developer, user or assistant; got '{}'", *role));
+    if (const json* tc = mf.get("tool_calls"); tc && !(tc->is_array() && tc->empty())) unsupported(prefix + "tool_calls", "tool calling");
+    const json* content = mf.get("content");
+    if (!content) mf.fail("content", "is required");
+    r.messages.push_back(ChatMessage{*role, message_content(*content, i)});
+  }
+  return r;
+}
+
+GenerateRequest parse_completion_request(const json& body) {
+  GenerateRequest r = parse_common(body, ApiKind::kCompletion);
+  const JsonFields f(body);
+  const json* p = f.get("prompt");
+  if (!p) f.fail("prompt", "is required (a string or an array of token ids)");
+  // A batch of one ([\"text\"] or [[ids]]) is the same as its only element.
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) p = &(*p)[0];
+  if (p->is_string()) {
+    r.prompt_text = p->get<std::string>();
+    if (r.prompt_text.empty()) f.fail("prompt", "must not be empty");
+  } else if (p->is_array()) {
+    if (p->empty()) f.fail("prompt", "must not be empty");
+    std::vector<int32_t> ids;
+    for (const json& t : *p) {
+      if (t.is_string() || t.is_array()) f.fail("prompt", "batched prompts are not supported: send one prompt per request");
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        f.fail("prompt", fmt::format("token ids must be non-negative integers, got {}", t.dump()));
+      ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    r.prompt_ids = std::move(ids);
+  } else {
+    f.fail("prompt", fmt::format("expected a string or an array of token ids, got {}", json_type_name(*p)));
+  }
+  return r;
+}
+
+}  // namespace inferscale::server

@@ -1,0 +1,47 @@
+// The native form of an OpenAI-style request, filled in on the HTTP thread. Nothing here is JSON:
+// the engine only ever sees token ids and SamplingParams (DESIGN.md section 3).
+//
+// Parsing rejects with ApiError 400 (naming the field): invalid JSON, a body that is not an object,
+// a missing required field, a wrong type, a value out of range, and OpenAI features this server
+// does not implement (n > 1, logprobs, penalties, tools, echo, ...) rather than silently ignoring
+// them. Unknown top-level fields are ignored, as OpenAI-compatible servers do.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/request.h"
+#include "server/memory_spec.h"
+#include "tokenizer/chat_template.h"
+
+namespace inferscale::server {
+
+enum class ApiKind { kChat, kCompletion };
+
+struct GenerateRequest {
+  ApiKind kind = ApiKind::kChat;
+  std::string model;
+
+  // kChat: the conversation ("developer" messages arrive here as "system").
+  std::vector<ChatMessage> messages;
+  // kCompletion: a text prompt, or token ids when the client sent a token array.
+  std::string prompt_text;
+  std::optional<std::vector<int32_t>> prompt_ids;
+
+  SamplingParams sampling;
+  bool max_tokens_given = false;  // false: the server picks (the rest of the context window)
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  std::optional<MemorySpec> memory;
+};
+
+// Parses a body: 400 when it is not valid JSON or not a JSON object.
+nlohmann::json parse_json_body(const std::string& body);
+
+GenerateRequest parse_chat_request(const nlohmann::json& body);
+GenerateRequest parse_completion_request(const nlohmann::json& body);
+
+}  // namespace inferscale::server

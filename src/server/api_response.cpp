@@ -1,0 +1,93 @@
+#include "server/api_response.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace inferscale::server {
+namespace {
+
+using nlohmann::json;
+
+// Generated text is valid UTF-8 by construction (IncrementalDecoder); replace rather than throw
+// should a tokenizer ever break that.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json usage_json(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json base(const ResponseMeta& m, bool chunk) {
+  const char* object = m.kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
+}
+
+json finish_json(FinishReason r) { return r == FinishReason::kNone ? json(nullptr) : json(finish_reason_text(r)); }
+
+// A streaming chunk with one choice; `delta_or_text` is the chat delta or the completion text.
+std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage) {
+  json j = base(m, true);
+  choice["index"] = 0;
+  if (m.kind == ApiKind::kCompletion) choice["logprobs"] = nullptr;
+  j["choices"] = json::array({std::move(choice)});
+  if (include_usage) j["usage"] = nullptr;
+  return "data: " + dump(j) + "\n\n";
+}
+
+}  // namespace
+
+std::string new_response_id(ApiKind kind) {
+  static const uint64_t salt = std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}();
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t n = counter.fetch_add(1, std::memory_order_relaxed);
+  return fmt::format("{}-{:016x}{:08x}", kind == ApiKind::kChat ? "chatcmpl" : "cmpl", salt, n);
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string finish_reason_text(FinishReason r) { return finish_reason_name(r); }
+
+std::string response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, const Usage& u) {
+  json j = base(m, false);
+  json choice = {{"index", 0}, {"finish_reason", finish_json(finish)}, {"logprobs", nullptr}};
+  if (m.kind == ApiKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else choice["text"] = text;
+  j["choices"] = json::array({std::move(choice)});
+  j["usage"] = usage_json(u);
+  return dump(j);
+}
+
+std::string sse_role_chunk(const ResponseMeta& m, bool include_usage) {
+  return choice_chunk(m, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}, include_usage);
+}
+
+std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage) {
+  json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"content", text}}}} : json{{"text", text}};
+  choice["finish_reason"] = nullptr;
+  return choice_chunk(m, std::move(choice), include_usage);
+}
+
+std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage) {
+  json choice = m.kind == ApiKind::kChat ? json{{"delta", json::object()}} : json{{"text", ""}};
+  choice["finish_reason"] = finish_json(finish);
+  return choice_chunk(m, std::move(choice), include_usage);
+}
+
+std::string sse_usage_chunk(const ResponseMeta& m, const Usage& u) {
+  json j = base(m, true);
+  j["choices"] = json::array();
+  j["usage"] = usage_json(u);
+  return "data: " + dump(j) + "\n\n";
+}
+
+std::string sse_error(const std::string& error_body) { return "data: " + error_body + "\n\n"; }
+
+}  // namespace inferscale::server

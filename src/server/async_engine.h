@@ -1,0 +1,133 @@
+// AsyncEngine: runs one Engine on one dedicated engine thread and lets any thread submit requests.
+//
+// Ownership and threading rules:
+//   - The engine thread is the only thread that ever touches the Engine (model, KV cache,
+//     scheduler). Other threads talk to it through `submit` (a bounded queue) and through each
+//     request's RequestStream (outputs back, cancel forward).
+//   - When there is nothing to do the engine thread sleeps on a condition variable; submit,
+//     cancel and shutdown wake it. It never spins.
+//   - An exception thrown by Engine::step() fails every request that was live in the engine
+//     (their streams get the error, the engine aborts them and frees their blocks) and the
+//     thread keeps serving. Exceptions from add_request reject just that request.
+//   - Statistics are published by the engine thread after every iteration into a snapshot that
+//     any thread may read (stats()).
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/request_stream.h"
+
+namespace inferscale::server {
+
+struct AsyncEngineOptions {
+  // Requests submitted and not yet finished (queued, waiting or running); past it submit throws
+  // Error(kResource) (HTTP 503).
+  int64_t max_pending = 256;
+};
+
+// What one submit asks for: token ids, sampling, and optionally an injected memory span.
+struct Submission {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  std::optional<InjectedSpan> injected;
+  // Kept alive until the request ends (e.g. a pin on the memory-pool slots of `injected`).
+  std::shared_ptr<void> hold;
+};
+
+struct AsyncEngineStats {
+  EngineStats engine;
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_free = 0;
+  int64_t num_waiting = 0;   // in the engine's scheduler
+  int64_t num_running = 0;
+  int64_t num_pending = 0;   // submitted and not yet finished
+  int64_t step_errors = 0;   // step() calls that threw
+};
+
+class AsyncEngine {
+ public:
+  using EngineFactory = std::function<std::unique_ptr<Engine>()>;
+  // Builds the Engine on the engine thread (so that thread-bound state, such as OpenMP's thread
+  // count set by the CPU backend or a device context, belongs to the thread that runs it) and
+  // returns once it is ready. What the factory throws is rethrown here.
+  AsyncEngine(EngineFactory make_engine, AsyncEngineOptions opts = {});
+  // Shuts down with no grace (aborts whatever is live) and joins the engine thread.
+  ~AsyncEngine();
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Thread-safe. Queues the request and returns its stream at once; the engine thread validates
+  // it (RequestStream::Poll::accepted or error). Throws Error(kResource) when the queue is full
+  // or the engine is shutting down.
+  std::shared_ptr<RequestStream> submit(Submission s);
+
+  // Stops taking requests, lets live ones finish for up to `grace`, aborts the rest (their
+  // streams fail with kResource "shutting down") and joins the engine thread. Idempotent.
+  void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
+
+  AsyncEngineStats stats() const;
+
+  // Fixed once constructed, safe from any thread.
+  int32_t max_model_len() const { return max_model_len_; }
+  int32_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t max_pending() const { return opts_.max_pending; }
+
+ private:
+  struct Live {
+    std::shared_ptr<RequestStream> stream;
+    std::shared_ptr<void> hold;
+  };
+  struct Pending {
+    Submission sub;
+    std::shared_ptr<RequestStream> stream;
+  };
+  // State shared with the streams' cancel callbacks, which may outlive this object.
+  struct Wake {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool poked = false;  // a stream was cancelled
+  };
+
+  void run(const EngineFactory& make_engine, std::promise<void>& ready);  // the engine thread
+  void serve();
+  void admit(std::vector<Pending>& incoming, bool aborting);
+  void step_once();
+  void fail_all_live(std::exception_ptr e);
+  void finish_request();                   // one pending request fewer
+  void publish_stats();
+
+  std::unique_ptr<Engine> engine_;         // engine thread only
+  std::unordered_map<int64_t, Live> live_; // engine thread only: engine id -> stream
+  const AsyncEngineOptions opts_;
+  int32_t max_model_len_ = 0;  // written by the engine thread before the constructor returns
+  int32_t block_size_ = 0;
+  int64_t num_blocks_ = 0;
+
+  // Guarded by wake_->mu.
+  std::shared_ptr<Wake> wake_;
+  std::vector<Pending> incoming_;
+  int64_t num_pending_ = 0;
+  bool stopping_ = false;   // no new submissions; exit when idle
+  bool aborting_ = false;   // abort everything live and exit
+  bool exited_ = false;
+
+  mutable std::mutex stats_mu_;
+  AsyncEngineStats stats_;
+  int64_t step_errors_ = 0;  // engine thread only
+
+  std::mutex shutdown_mu_;   // serializes shutdown() callers
+  std::thread thread_;
+};
+
+}  // namespace inferscale::server

@@ -1,0 +1,149 @@
+#include "server/generate_handler.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/api_response.h"
+#include "server/connection_watch.h"
+#include "server/prompt_builder.h"
+
+namespace inferscale::server {
+namespace {
+
+// How long a waiting HTTP thread sleeps before it looks at its connection again.
+constexpr std::chrono::milliseconds kPollInterval{50};
+
+const char* endpoint_name(ApiKind k) { return k == ApiKind::kChat ? "chat" : "completion"; }
+
+// One request's result so far, and its metrics once it ends (exactly once).
+struct Progress {
+  ApiKind kind;
+  ServerMetrics& metrics;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  Usage usage;
+  bool recorded = false;
+
+  void add(const RequestOutput& o) {
+    text += o.text;
+    usage.completion_tokens = o.num_output_tokens;
+    usage.cached_tokens = o.num_cached_tokens;
+    if (o.ttft_s > 0) metrics.record_ttft(o.ttft_s);
+    if (o.finished) finish = o.finish;
+  }
+  void end(const std::string& outcome) {
+    if (recorded) return;
+    recorded = true;
+    metrics.record_request(endpoint_name(kind), outcome, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens);
+  }
+};
+
+// Everything a streaming response needs after the handler has returned (httplib calls the
+// content provider, then the releaser, on the same HTTP thread).
+struct StreamingState {
+  std::shared_ptr<RequestStream> stream;
+  ResponseMeta meta;
+  bool include_usage = false;
+  ConnectionWatch watch;
+  Progress progress;
+  std::vector<RequestOutput> early;  // outputs that arrived while waiting for acceptance
+};
+
+// Streams until the request ends. Returns false when the client is gone (httplib then drops the
+// connection; the releaser cancels the request).
+bool stream_events(StreamingState& st, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  if (st.meta.kind == ApiKind::kChat && !write(sse_role_chunk(st.meta, st.include_usage))) return false;
+  std::vector<RequestOutput> outs = std::move(st.early);
+  for (;;) {
+    for (const RequestOutput& o : outs) {
+      st.progress.add(o);
+      if (!o.text.empty() && !write(sse_text_chunk(st.meta, o.text, st.include_usage))) return false;
+      if (o.finished) {
+        if (!write(sse_finish_chunk(st.meta, o.finish, st.include_usage))) return false;
+        if (st.include_usage && !write(sse_usage_chunk(st.meta, st.progress.usage))) return false;
+        st.progress.end(finish_reason_text(o.finish));
+        write(kSseDone);
+        sink.done();
+        return true;
+      }
+    }
+    RequestStream::Poll p = st.stream->poll(kPollInterval);
+    outs = std::move(p.outputs);
+    if (p.error && outs.empty()) {
+      // Too late for a status code: the error travels as an event, as OpenAI's API does.
+      st.progress.end("error");
+      write(sse_error(api_error_from(p.error).body()));
+      sink.done();
+      return true;
+    }
+    if (p.done && outs.empty()) return false;  // cancelled
+    if (outs.empty() && st.watch.closed()) return false;
+  }
+}
+
+}  // namespace
+
+void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  const nlohmann::json body = parse_json_body(req.body);
+  GenerateRequest g = kind == ApiKind::kChat ? parse_chat_request(body) : parse_completion_request(body);
+  if (g.model != model_.name)
+    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
+                   "model", "model_not_found");
+  PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_);
+  fit_to_context(g, prompt, PromptLimits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()});
+
+  Progress progress{kind, metrics_, {}, FinishReason::kNone, {}, false};
+  progress.usage.prompt_tokens = static_cast<int64_t>(prompt.ids.size());
+  std::shared_ptr<RequestStream> stream =
+      engine_.submit(Submission{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold)});
+  const ResponseMeta meta{kind, new_response_id(kind), unix_now(), model_.name};
+  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+
+  // Wait until the engine accepted the request (or rejected it: that is still a plain JSON error),
+  // and for a non-streaming request until it ends.
+  std::vector<RequestOutput> early;
+  for (;;) {
+    RequestStream::Poll p = stream->poll(kPollInterval);
+    for (RequestOutput& o : p.outputs) early.push_back(std::move(o));
+    if (p.error) {
+      progress.end("error");
+      throw api_error_from(p.error);
+    }
+    if (g.stream ? (p.accepted || p.done) : p.done) break;
+    if (watch.closed()) {
+      stream->cancel();
+      progress.end("cancelled");
+      res.status = 499;  // nginx's "client closed request": nobody reads it
+      return;
+    }
+  }
+
+  if (!g.stream) {
+    for (const RequestOutput& o : early) progress.add(o);
+    progress.end(finish_reason_text(progress.finish));
+    res.status = 200;
+    res.set_content(response_body(meta, progress.text, progress.finish, progress.usage), "application/json");
+    return;
+  }
+
+  auto st = std::make_shared<StreamingState>(
+      StreamingState{stream, meta, g.include_usage, watch, std::move(progress), std::move(early)});
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream", [st](size_t, httplib::DataSink& sink) { return stream_events(*st, sink); },
+      [st](bool) {
+        // However the response ended, an unfinished request must not keep running.
+        if (st->progress.recorded) return;
+        st->stream->cancel();
+        st->progress.end("cancelled");
+      });
+}
+
+}  // namespace inferscale::server

@@ -1,0 +1,36 @@
+// POST /v1/chat/completions and POST /v1/completions: parse -> build the prompt -> submit to the
+// AsyncEngine -> answer with one JSON body or a stream of server-sent events.
+//
+// Runs on HTTP threads (many at once). Per request it owns the RequestStream; a client that goes
+// away (ConnectionWatch, or a failed write while streaming) cancels it, which makes the engine
+// thread abort the request and free its KV blocks. Errors before the first byte of the answer are
+// JSON errors with their status; an error after a stream started is sent as an SSE event holding
+// the same JSON error.
+#pragma once
+#include <httplib.h>
+
+#include "server/api_request.h"
+#include "server/async_engine.h"
+#include "server/memory_provider.h"
+#include "server/metrics.h"
+#include "server/served_model.h"
+
+namespace inferscale::server {
+
+class GenerateHandler {
+ public:
+  // Everything referenced must outlive the handler; `memory` may be null (memory disabled).
+  GenerateHandler(const ServedModel& model, AsyncEngine& engine, ServerMetrics& metrics, MemoryProvider* memory)
+      : model_(model), engine_(engine), metrics_(metrics), memory_(memory) {}
+
+  // Throws ApiError (or anything api_error_from maps) for errors found before answering.
+  void handle(const httplib::Request& req, httplib::Response& res, ApiKind kind);
+
+ private:
+  const ServedModel& model_;
+  AsyncEngine& engine_;
+  ServerMetrics& metrics_;
+  MemoryProvider* memory_;
+};
+
+}  // namespace inferscale::server

@@ -1,0 +1,165 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <csignal>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/api_response.h"
+#include "server/generate_handler.h"
+#include "util/check.h"
+
+namespace inferscale::server {
+namespace {
+
+using nlohmann::json;
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(e.body(), "application/json");
+}
+
+void send_json(httplib::Response& res, const json& j) {
+  res.status = 200;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// Runs a handler and turns whatever it throws into the matching JSON error.
+template <class F>
+httplib::Server::Handler guarded(F f) {
+  return [f = std::move(f)](const httplib::Request& req, httplib::Response& res) {
+    try {
+      f(req, res);
+    } catch (...) {
+      send_error(res, api_error_from(std::current_exception()));
+    }
+  };
+}
+
+// The error body for statuses httplib produces by itself (no handler ran or none matched).
+ApiError error_for_status(const httplib::Request& req, int status, size_t max_body) {
+  switch (status) {
+    case 404: return ApiError(404, "not_found_error", fmt::format("unknown route: {} {}", req.method, req.path), {}, "unknown_route");
+    case 413:
+      return ApiError(413, "invalid_request_error", fmt::format("the request body is larger than {} bytes", max_body), {},
+                      "payload_too_large");
+    case 414: return ApiError(414, "invalid_request_error", "the request URI is too long");
+    default:
+      if (status >= 500) return ApiError(status, "server_error", fmt::format("HTTP {}", status));
+      return ApiError(status, "invalid_request_error", fmt::format("malformed HTTP request (status {})", status));
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServedModel model, AsyncEngine& engine, HttpServerOptions opts, MemoryProvider* memory)
+    : model_(std::move(model)), engine_(engine), opts_(std::move(opts)), memory_(memory), created_(unix_now()),
+      svr_(std::make_unique<httplib::Server>()) {
+  IS_REQUIRE(model_.tokenizer != nullptr, kInvalidInput, "the served model has no tokenizer");
+  IS_REQUIRE(opts_.http_threads >= 0, kInvalidInput, "http_threads must be >= 0, got {}", opts_.http_threads);
+  if (opts_.http_threads == 0) opts_.http_threads = static_cast<int>(std::min<int64_t>(engine_.max_pending() + 16, 4096));
+  routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+std::string HttpServer::url() const { return fmt::format("http://{}:{}", opts_.host, port_); }
+
+void HttpServer::routes() {
+  httplib::Server& s = *svr_;
+  const size_t threads = static_cast<size_t>(opts_.http_threads);
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(opts_.max_body_bytes);
+
+  auto gen = std::make_shared<GenerateHandler>(model_, engine_, metrics_, memory_);
+  s.Post("/v1/chat/completions", guarded([gen](const httplib::Request& req, httplib::Response& res) {
+    gen->handle(req, res, ApiKind::kChat);
+  }));
+  s.Post("/v1/completions", guarded([gen](const httplib::Request& req, httplib::Response& res) {
+    gen->handle(req, res, ApiKind::kCompletion);
+  }));
+
+  auto model_json = [this] {
+    return json{{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "inferscale"},
+                {"max_model_len", engine_.max_model_len()}};
+  };
+  s.Get("/v1/models", guarded([model_json](const httplib::Request&, httplib::Response& res) {
+    send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
+  }));
+  s.Get("/v1/models/(.+)", guarded([this, model_json](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != model_.name) throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist", id), "model", "model_not_found");
+    send_json(res, model_json());
+  }));
+  s.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); }));
+  s.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.render(engine_.stats()), "text/plain; version=0.0.4; charset=utf-8");
+  }));
+
+  // A known route asked with the wrong method.
+  auto wrong_method = [](const char* allowed) {
+    return guarded([allowed](const httplib::Request& req, httplib::Response& res) {
+      res.set_header("Allow", allowed);
+      throw ApiError(405, "invalid_request_error", fmt::format("{} is not allowed on {}; use {}", req.method, req.path, allowed), {},
+                     "method_not_allowed");
+    });
+  };
+  for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+    s.Get(path, wrong_method("POST"));
+    s.Put(path, wrong_method("POST"));
+    s.Delete(path, wrong_method("POST"));
+  }
+  for (const char* path : {"/v1/models", "/health", "/metrics"}) {
+    s.Post(path, wrong_method("GET"));
+    s.Put(path, wrong_method("GET"));
+    s.Delete(path, wrong_method("GET"));
+  }
+
+  // Statuses httplib sets without a handler (404, 413, malformed requests) get a JSON body too;
+  // bodies that a handler already wrote are kept.
+  const size_t max_body = opts_.max_body_bytes;
+  s.set_error_handler(httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    const ApiError e = error_for_status(req, res.status, max_body);
+    res.set_content(e.body(), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    send_error(res, api_error_from(ep));
+  });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.record_status(res.status);
+    spdlog::debug("{} {} -> {}", req.method, req.path, res.status);
+  });
+}
+
+int HttpServer::start() {
+  IS_REQUIRE(!thread_.joinable(), kInvalidInput, "the server is already started");
+  std::signal(SIGPIPE, SIG_IGN);
+  if (opts_.port == 0) {
+    port_ = svr_->bind_to_any_port(opts_.host);
+    IS_REQUIRE(port_ > 0, kResource, "cannot listen on {} (any port)", opts_.host);
+  } else {
+    IS_REQUIRE(svr_->bind_to_port(opts_.host, opts_.port), kResource,
+               "cannot listen on {}:{} (address in use, or not an address of this machine)", opts_.host, opts_.port);
+    port_ = opts_.port;
+  }
+  thread_ = std::thread([this] {
+    if (!svr_->listen_after_bind()) spdlog::error("the HTTP server stopped with an error");
+  });
+  // stop() is a no-op until the accept loop runs: wait for it, so a quick stop cannot be lost.
+  while (!svr_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return port_;
+}
+
+void HttpServer::stop() {
+  if (!thread_.joinable()) return;
+  svr_->stop();
+  thread_.join();
+}
+
+}  // namespace inferscale::server

@@ -1,0 +1,41 @@
+#include "server/memory_spec.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+#include "util/check.h"
+
+namespace inferscale::server {
+
+MemorySpec parse_memory_spec(const nlohmann::json& j) {
+  if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "user" && k != "k" && k != "w" && k != "mode" && k != "order")
+      throw bad_request(fmt::format("'memory' has an unknown field '{}' (known: user, k, w, mode, order)", k), "memory." + k);
+  }
+  const JsonFields f(j, "memory.");
+  MemorySpec s;
+  auto user = f.string("user");
+  if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");
+  if (user->size() > MemorySpec::kMaxUserBytes) f.fail("user", fmt::format("must be at most {} bytes", MemorySpec::kMaxUserBytes));
+  s.user = *user;
+  if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
+  if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.w = static_cast<int32_t>(*w);
+  // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.
+  auto named = [&f](const char* key, auto parse) {
+    try {
+      return parse(*f.string(key));
+    } catch (const Error& e) {
+      f.fail(key, e.what());
+    }
+  };
+  if (f.string("mode")) s.mode = named("mode", parse_memory_mode);
+  if (f.string("order")) s.order = named("order", parse_memory_order);
+  return s;
+}
+
+}  // namespace inferscale::server

@@ -1,0 +1,44 @@
+// The `memory` object of a request (InferScale's extension to the OpenAI API), parsed into native
+// types on the HTTP thread:
+//
+//   "memory": {"user": "alice",          required, 1..256 bytes
+//              "k": 10,                  facts to retrieve, 0..kMaxK            (default 10)
+//              "w": 0,                   context-window turns per fact, 0..kMaxW (default 0)
+//              "mode": "inject",         inject | text | off                     (default inject)
+//              "order": "rank"}          rank | time                             (default rank)
+//
+// mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
+// fact last, right before the question; time orders them by time.
+//
+// Unknown keys are rejected (a typo must not silently turn memory off).
+//
+// The extension point: a MemoryProvider (memory_provider.h) turns a MemorySpec plus the
+// conversation into the prompt ids and, for mode inject, the injected span, before the request
+// reaches the engine. Until a provider is installed, any memory object other than mode "off"
+// is refused with 400 "memory is not enabled on this server".
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "memory/compose.h"
+
+namespace inferscale::server {
+
+struct MemorySpec {
+  static constexpr int32_t kMaxK = 256;
+  static constexpr int32_t kMaxW = 128;
+  static constexpr size_t kMaxUserBytes = 256;
+
+  std::string user;
+  int32_t k = 10;
+  int32_t w = 0;
+  MemoryMode mode = MemoryMode::kInject;
+  MemoryOrder order = MemoryOrder::kRank;
+};
+
+// Parses and validates the object; throws ApiError 400 naming the field ("memory.k", ...).
+MemorySpec parse_memory_spec(const nlohmann::json& j);
+
+}  // namespace inferscale::server

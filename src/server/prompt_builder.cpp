@@ -1,0 +1,53 @@
+#include "server/prompt_builder.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "server/api_error.h"
+
+namespace inferscale::server {
+
+PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, const ChatTemplate& tmpl,
+                            MemoryProvider* memory) {
+  if (req.memory && req.memory->mode != MemoryMode::kOff) {
+    if (!memory) throw bad_request("memory is not enabled on this server", "memory", "memory_disabled");
+    return memory->prepare(req);
+  }
+  PreparedPrompt p;
+  if (req.kind == ApiKind::kChat) {
+    // The template writes special tokens (and BOS where the family wants it) as text.
+    const std::string text = tmpl.render(req.messages, /*add_generation_prompt=*/true);
+    p.ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = true});
+  } else if (req.prompt_ids) {
+    p.ids = *req.prompt_ids;
+    const int32_t vocab = tok.vocab_size();
+    for (int32_t id : p.ids)
+      if (id >= vocab) throw bad_request(fmt::format("'prompt': token id {} is outside the vocabulary of {}", id, vocab), "prompt");
+  } else {
+    // Client text is never parsed for special tokens: "<|eot_id|>" typed by a user stays text.
+    p.ids = tok.encode(req.prompt_text, EncodeOptions{.add_special = true, .parse_special = false});
+  }
+  if (p.ids.empty()) throw bad_request("the prompt is empty after tokenization", req.kind == ApiKind::kChat ? "messages" : "prompt");
+  return p;
+}
+
+void fit_to_context(GenerateRequest& req, const PreparedPrompt& prompt, const PromptLimits& limits) {
+  const int64_t n = static_cast<int64_t>(prompt.ids.size());
+  const int64_t window = std::min<int64_t>(limits.max_model_len, limits.kv_capacity_tokens);
+  const char* param = req.kind == ApiKind::kChat ? "messages" : "prompt";
+  if (n >= window)
+    throw bad_request(fmt::format("the prompt has {} tokens; this server takes at most {} prompt tokens ({} in all, "
+                                  "prompt and output)", n, window - 1, window),
+                      param, "context_length_exceeded");
+  const int64_t room = window - n;
+  if (!req.max_tokens_given) {
+    req.sampling.max_tokens = static_cast<int32_t>(room);
+  } else if (req.sampling.max_tokens > room) {
+    throw bad_request(fmt::format("max_tokens is {} but the prompt has {} tokens and this server takes {} in all: "
+                                  "at most {} tokens can be generated", req.sampling.max_tokens, n, window, room),
+                      "max_tokens", "context_length_exceeded");
+  }
+}
+
+}  // namespace inferscale::server

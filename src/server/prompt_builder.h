@@ -1,0 +1,27 @@
+// From a parsed request to what the engine takes: prompt ids (chat template + tokenizer, or the
+// completion's text / token ids; memory through the MemoryProvider) and a max_tokens that fits the
+// context. Runs on HTTP threads; the tokenizer and chat template are only read.
+#pragma once
+#include <cstdint>
+
+#include "server/api_request.h"
+#include "server/memory_provider.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferscale::server {
+
+struct PromptLimits {
+  int32_t max_model_len = 0;       // prompt + output tokens of one request
+  int64_t kv_capacity_tokens = 0;  // what the whole KV cache holds
+};
+
+// `memory` may be null (memory not enabled). Throws ApiError / inferscale::Error.
+PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, const ChatTemplate& tmpl,
+                            MemoryProvider* memory);
+
+// Rejects a prompt that leaves no room for output (400, code "context_length_exceeded") and fits
+// max_tokens: an explicit value must fit (else 400), a default one becomes the rest of the window.
+void fit_to_context(GenerateRequest& req, const PreparedPrompt& prompt, const PromptLimits& limits);
+
+}  // namespace inferscale::server

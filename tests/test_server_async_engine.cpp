@@ -1,0 +1,230 @@
+// AsyncEngine: one engine thread serving submissions from many threads.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/api_error.h"
+#include "server/async_engine.h"
+#include "server_test_model.h"
+#include "util/check.h"
+
+using namespace inferscale;
+using namespace inferscale::server;
+using namespace std::chrono_literals;
+
+namespace {
+
+const test_support::TestModel& model() {
+  static const test_support::TestModel m;
+  return m;
+}
+
+constexpr int32_t kPoison = 7;  // a byte no other prompt here contains: the backend throws on it
+
+// The CPU backend must be built on the thread that runs it (it sets that thread's OpenMP threads).
+AsyncEngine::EngineFactory engine_factory() {
+  return [] { return model().engine(); };
+}
+
+// Steps that take `ms` each: generations long enough to cancel or abort midway.
+AsyncEngine::EngineFactory slow_engine_factory(int ms) {
+  return [ms] {
+    auto be = std::make_unique<test_support::ControlledBackend>(model().backend(), kPoison);
+    be->delay_ms = ms;
+    return model().engine(64, std::move(be));
+  };
+}
+
+SamplingParams greedy(int32_t max_tokens) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  return sp;
+}
+
+std::vector<int32_t> prompt(int seed, int n) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(32 + (seed * 31 + i * 7) % 90);
+  return p;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason finish = FinishReason::kNone;
+  std::exception_ptr error;
+  bool accepted = false;
+};
+
+Result collect(RequestStream& s, std::chrono::seconds limit = 60s) {
+  Result r;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    RequestStream::Poll p = s.poll(100ms);
+    r.accepted = r.accepted || p.accepted;
+    for (const RequestOutput& o : p.outputs) {
+      r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      r.text += o.text;
+      if (o.finished) r.finish = o.finish;
+    }
+    if (p.done) {
+      r.error = p.error;
+      return r;
+    }
+    if (std::chrono::steady_clock::now() > deadline) ADD_FAILURE() << "request did not end in time";
+    if (std::chrono::steady_clock::now() > deadline) return r;
+  }
+}
+
+// Waits until the engine thread has published stats satisfying `pred`.
+template <class P>
+bool wait_stats(const AsyncEngine& e, P pred, std::chrono::seconds limit = 30s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred(e.stats())) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(ServerAsyncEngine, MatchesTheSynchronousEngine) {
+  std::vector<std::vector<int32_t>> expected;
+  {
+    auto eng = model().engine();
+    for (int i = 0; i < 4; ++i) eng->add_request(prompt(i, 5 + i * 9), greedy(12));
+    for (const RequestOutput& o : eng->run_to_completion()) expected.push_back(o.new_tokens);
+  }
+  AsyncEngine ae(engine_factory());
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) streams.push_back(ae.submit(Submission{prompt(i, 5 + i * 9), greedy(12), {}, {}}));
+  for (int i = 0; i < 4; ++i) {
+    Result r = collect(*streams[static_cast<size_t>(i)]);
+    EXPECT_FALSE(r.error);
+    EXPECT_TRUE(r.accepted);
+    EXPECT_EQ(r.finish, FinishReason::kLength);
+    EXPECT_EQ(r.tokens, expected[static_cast<size_t>(i)]) << "request " << i;
+  }
+  EXPECT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.num_pending == 0 && s.kv_blocks_free == s.kv_blocks_total; }));
+}
+
+TEST(ServerAsyncEngine, ConcurrentSubmittersFromManyThreads) {
+  AsyncEngine ae(engine_factory());
+  std::vector<Result> results(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] { results[static_cast<size_t>(i)] = collect(*ae.submit(Submission{prompt(1, 10), greedy(8), {}, {}})); });
+  for (auto& t : threads) t.join();
+  for (const Result& r : results) {
+    EXPECT_FALSE(r.error);
+    EXPECT_EQ(r.tokens, results[0].tokens);
+    EXPECT_EQ(r.tokens.size(), 8u);
+  }
+}
+
+TEST(ServerAsyncEngine, InvalidRequestIsRejectedAlone) {
+  AsyncEngine ae(engine_factory());
+  auto bad = ae.submit(Submission{{999999}, greedy(4), {}, {}});
+  auto good = ae.submit(Submission{prompt(2, 6), greedy(4), {}, {}});
+  Result rb = collect(*bad);
+  ASSERT_TRUE(rb.error);
+  EXPECT_FALSE(rb.accepted);
+  EXPECT_EQ(api_error_from(rb.error).status, 400);
+  Result rg = collect(*good);
+  EXPECT_FALSE(rg.error);
+  EXPECT_EQ(rg.tokens.size(), 4u);
+}
+
+TEST(ServerAsyncEngine, CancelFreesTheRequestsBlocks) {
+  AsyncEngine ae(slow_engine_factory(5));
+  auto s = ae.submit(Submission{prompt(3, 40), greedy(400), {}, {}});
+  // Wait for the first tokens, then cancel mid-generation.
+  size_t got = 0;
+  while (got < 3) {
+    RequestStream::Poll p = s->poll(1s);
+    for (const RequestOutput& o : p.outputs) got += o.new_tokens.size();
+    ASSERT_FALSE(p.done);
+  }
+  EXPECT_LT(ae.stats().kv_blocks_free, ae.stats().kv_blocks_total);
+  s->cancel();
+  Result r = collect(*s);
+  EXPECT_FALSE(r.error);
+  EXPECT_EQ(r.finish, FinishReason::kNone);  // ended without a finish: cancelled
+  EXPECT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) {
+    return st.num_pending == 0 && st.num_running == 0 && st.kv_blocks_free == st.kv_blocks_total;
+  }));
+}
+
+TEST(ServerAsyncEngine, BoundedQueueRefusesWithResourceError) {
+  AsyncEngineOptions o;
+  o.max_pending = 2;
+  AsyncEngine ae(slow_engine_factory(5), o);
+  auto a = ae.submit(Submission{prompt(4, 8), greedy(200), {}, {}});
+  auto b = ae.submit(Submission{prompt(5, 8), greedy(200), {}, {}});
+  try {
+    ae.submit(Submission{prompt(6, 8), greedy(2), {}, {}});
+    FAIL() << "a third request must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kResource);
+    EXPECT_EQ(api_error_from(std::current_exception()).status, 503);
+  }
+  a->cancel();
+  b->cancel();
+  collect(*a);
+  collect(*b);
+  EXPECT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.num_pending == 0; }));
+  Result r = collect(*ae.submit(Submission{prompt(6, 8), greedy(2), {}, {}}));
+  EXPECT_FALSE(r.error);
+}
+
+TEST(ServerAsyncEngine, StepExceptionFailsLiveRequestsAndKeepsServing) {
+  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::ControlledBackend>(model().backend(), kPoison)); });
+  Result bad = collect(*ae.submit(Submission{{40, 41, kPoison, 42}, greedy(4), {}, {}}));
+  ASSERT_TRUE(bad.error);
+  EXPECT_TRUE(bad.accepted);
+  EXPECT_EQ(api_error_from(bad.error).status, 500);
+  EXPECT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.step_errors == 1 && s.kv_blocks_free == s.kv_blocks_total; }));
+  Result good = collect(*ae.submit(Submission{prompt(7, 9), greedy(5), {}, {}}));
+  EXPECT_FALSE(good.error);
+  EXPECT_EQ(good.tokens.size(), 5u);
+}
+
+TEST(ServerAsyncEngine, ShutdownDrainsThenRefuses) {
+  AsyncEngine ae(engine_factory());
+  auto s = ae.submit(Submission{prompt(8, 10), greedy(6), {}, {}});
+  ae.shutdown(30s);
+  Result r = collect(*s, 1s);
+  EXPECT_FALSE(r.error);
+  EXPECT_EQ(r.tokens.size(), 6u);
+  EXPECT_THROW(ae.submit(Submission{prompt(8, 10), greedy(6), {}, {}}), Error);
+  ae.shutdown();  // idempotent
+}
+
+TEST(ServerAsyncEngine, ShutdownWithoutGraceAbortsLiveRequests) {
+  AsyncEngine ae(slow_engine_factory(5));
+  auto s = ae.submit(Submission{prompt(9, 10), greedy(480), {}, {}});
+  while (!s->poll(1s).accepted) {
+  }
+  ae.shutdown();
+  Result r = collect(*s, 5s);
+  ASSERT_TRUE(r.error);
+  EXPECT_EQ(api_error_from(r.error).status, 503);
+}
+
+TEST(ServerAsyncEngine, IdleEngineThreadSleeps) {
+  AsyncEngine ae(engine_factory());
+  Result r = collect(*ae.submit(Submission{prompt(10, 5), greedy(2), {}, {}}));
+  ASSERT_FALSE(r.error);
+  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) { return st.num_pending == 0; }));
+  const int64_t steps = ae.stats().engine.steps;
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(ae.stats().engine.steps, steps);  // no work, no steps
+}
+
+TEST(ServerAsyncEngine, FactoryErrorsReachTheConstructor) {
+  EXPECT_THROW(AsyncEngine([]() -> std::unique_ptr<Engine> { IS_THROW(kInvalidInput, "no model"); }), Error);
+  EXPECT_THROW(AsyncEngine([] { return std::unique_ptr<Engine>(); }), Error);
+}

@@ -1,0 +1,142 @@
+// Request parsing into native structs, prompt limits and the error mapping (no HTTP, no model).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/api_request.h"
+#include "server/prompt_builder.h"
+#include "util/check.h"
+
+using namespace inferscale;
+using namespace inferscale::server;
+using nlohmann::json;
+
+namespace {
+
+json chat(json extra = json::object()) {
+  json j = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  j.merge_patch(extra);
+  return j;
+}
+
+ApiError error_of(auto&& f) {
+  try {
+    f();
+  } catch (...) {
+    return api_error_from(std::current_exception());
+  }
+  ADD_FAILURE() << "no error";
+  return ApiError(0, "", "");
+}
+
+}  // namespace
+
+TEST(ServerParse, ChatFieldsBecomeSamplingParams) {
+  const GenerateRequest r = parse_chat_request(chat({{"max_tokens", 5},
+                                                     {"max_completion_tokens", 7},
+                                                     {"temperature", 0.5},
+                                                     {"top_p", 0.9},
+                                                     {"top_k", -1},
+                                                     {"seed", -1},
+                                                     {"stop", "END"},
+                                                     {"stream", true},
+                                                     {"stream_options", {{"include_usage", true}}},
+                                                     {"n", 1},
+                                                     {"presence_penalty", 0},
+                                                     {"user", "someone"},
+                                                     {"unknown_extension", {1, 2}}}));
+  EXPECT_EQ(r.kind, ApiKind::kChat);
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.sampling.max_tokens, 7);  // max_completion_tokens wins
+  EXPECT_TRUE(r.max_tokens_given);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(r.sampling.top_k, 0);  // -1 = off
+  ASSERT_TRUE(r.sampling.seed);
+  EXPECT_EQ(*r.sampling.seed, ~uint64_t{0});
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_FALSE(r.memory);
+}
+
+TEST(ServerParse, MessagesAndContentParts) {
+  const GenerateRequest r = parse_chat_request(chat(
+      {{"messages",
+        {{{"role", "developer"}, {"content", "sys"}},
+         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}}}},
+         {{"role", "assistant"}, {"content", "c"}, {"name", "bot"}}}}}));
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_FALSE(r.max_tokens_given);
+  const ApiError e = error_of([] {
+    parse_chat_request(chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}));
+  });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "unsupported");
+}
+
+TEST(ServerParse, MemorySpec) {
+  const GenerateRequest d = parse_chat_request(chat({{"memory", {{"user", "alice"}}}}));
+  ASSERT_TRUE(d.memory);
+  EXPECT_EQ(d.memory->user, "alice");
+  EXPECT_EQ(d.memory->k, 10);
+  EXPECT_EQ(d.memory->w, 0);
+  EXPECT_EQ(d.memory->mode, MemoryMode::kInject);
+  EXPECT_EQ(d.memory->order, MemoryOrder::kRank);
+  const GenerateRequest r =
+      parse_chat_request(chat({{"memory", {{"user", "bob"}, {"k", 50}, {"w", 20}, {"mode", "text"}, {"order", "time"}}}}));
+  EXPECT_EQ(r.memory->k, 50);
+  EXPECT_EQ(r.memory->w, 20);
+  EXPECT_EQ(r.memory->mode, MemoryMode::kText);
+  EXPECT_EQ(r.memory->order, MemoryOrder::kTime);
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"k", 100000}}}})); }).param, "memory.k");
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", std::string(300, 'u')}}}})); }).param, "memory.user");
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"w", "two"}}}})); }).param, "memory.w");
+}
+
+TEST(ServerParse, CompletionPrompts) {
+  const GenerateRequest t = parse_completion_request({{"model", "m"}, {"prompt", "hello"}});
+  EXPECT_EQ(t.prompt_text, "hello");
+  EXPECT_FALSE(t.prompt_ids);
+  const GenerateRequest ids = parse_completion_request({{"model", "m"}, {"prompt", {1, 2, 3}}});
+  EXPECT_EQ(*ids.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(parse_completion_request({{"model", "m"}, {"prompt", {"x"}}}).prompt_text, "x");
+  EXPECT_EQ(error_of([] { parse_completion_request({{"model", "m"}, {"prompt", ""}}); }).param, "prompt");
+  EXPECT_EQ(error_of([] { parse_completion_request({{"model", "m"}, {"prompt", {{1}, {2}}}}); }).param, "prompt");
+  EXPECT_EQ(error_of([] { parse_completion_request({{"model", "m"}, {"prompt", "x"}, {"best_of", 3}}); }).code, "unsupported");
+}
+
+TEST(ServerParse, FitToContext) {
+  GenerateRequest r = parse_completion_request({{"model", "m"}, {"prompt", "x"}});
+  PreparedPrompt p;
+  p.ids.assign(100, 1);
+  fit_to_context(r, p, PromptLimits{512, 1024});
+  EXPECT_EQ(r.sampling.max_tokens, 412);  // the rest of the window
+  fit_to_context(r, p, PromptLimits{512, 256});
+  EXPECT_EQ(r.sampling.max_tokens, 156);  // the KV cache is the tighter bound
+  r.max_tokens_given = true;
+  r.sampling.max_tokens = 157;
+  EXPECT_EQ(error_of([&] { fit_to_context(r, p, PromptLimits{512, 256}); }).code, "context_length_exceeded");
+  p.ids.assign(512, 1);
+  EXPECT_EQ(error_of([&] { fit_to_context(r, p, PromptLimits{512, 1024}); }).param, "prompt");
+}
+
+TEST(ServerParse, ErrorKindsMapToStatuses) {
+  auto status_of = [](ErrorKind k) { return api_error_from(std::make_exception_ptr(Error(k, "x"))).status; };
+  EXPECT_EQ(status_of(ErrorKind::kInvalidInput), 400);
+  EXPECT_EQ(status_of(ErrorKind::kUnsupported), 400);
+  EXPECT_EQ(status_of(ErrorKind::kNotFound), 404);
+  EXPECT_EQ(status_of(ErrorKind::kResource), 503);
+  EXPECT_EQ(status_of(ErrorKind::kInternal), 500);
+  EXPECT_EQ(api_error_from(std::make_exception_ptr(std::runtime_error("boom"))).status, 500);
+  EXPECT_EQ(api_error_from(std::make_exception_ptr(42)).status, 500);
+  const json body = json::parse(bad_request("bad \xff byte", "p").body());  // invalid UTF-8 never throws
+  EXPECT_EQ(body["error"]["param"], "p");
+  EXPECT_TRUE(body["error"]["code"].is_null());
+  EXPECT_THROW(parse_json_body("{"), ApiError);
+  EXPECT_THROW(parse_json_body("3"), ApiError);
+}
