@@ -114,15 +114,15 @@ TEST(ServerParse, FitToContext) {
   GenerateRequest r = parse_completion_request({{"model", "m"}, {"prompt", "x"}});
   PreparedPrompt p;
   p.ids.assign(100, 1);
-  fit_to_context(r, p, PromptLimits{512, 1024});
+  fit_to_context(r, static_cast<int64_t>(p.ids.size()), PromptLimits{512, 1024});
   EXPECT_EQ(r.sampling.max_tokens, 412);  // the rest of the window
-  fit_to_context(r, p, PromptLimits{512, 256});
+  fit_to_context(r, static_cast<int64_t>(p.ids.size()), PromptLimits{512, 256});
   EXPECT_EQ(r.sampling.max_tokens, 156);  // the KV cache is the tighter bound
   r.max_tokens_given = true;
   r.sampling.max_tokens = 157;
-  EXPECT_EQ(error_of([&] { fit_to_context(r, p, PromptLimits{512, 256}); }).code, "context_length_exceeded");
+  EXPECT_EQ(error_of([&] { fit_to_context(r, static_cast<int64_t>(p.ids.size()), PromptLimits{512, 256}); }).code, "context_length_exceeded");
   p.ids.assign(512, 1);
-  EXPECT_EQ(error_of([&] { fit_to_context(r, p, PromptLimits{512, 1024}); }).param, "prompt");
+  EXPECT_EQ(error_of([&] { fit_to_context(r, static_cast<int64_t>(p.ids.size()), PromptLimits{512, 1024}); }).param, "prompt");
 }
 
 TEST(ServerParse, ErrorKindsMapToStatuses) {

@@ -1,8 +1,8 @@
 // `inferscale serve`: the OpenAI-compatible HTTP server.
 //
-//   serve [--model PATH|demo] [--host 127.0.0.1] [--port 8000] [--max-num-seqs N]
-//         [--max-batched-tokens N] [--block-size 16] [--kv-cache-mb M] [--max-model-len N]
+//   serve [model options: --model PATH|demo, --kv-cache-mb, ...] [--host 127.0.0.1] [--port 8000]
 //         [--max-pending N] [--http-threads N] [--shutdown-timeout S]
+//         [--data-dir D [--memory-k K] [--window W] ...]   per-user memory (requests' `memory` object)
 //
 // Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM with sigwait; the
 // signals are blocked before any other thread exists, so every thread inherits the mask and only
@@ -18,24 +18,23 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "cli/memory_options.h"
+#include "cli/model_options.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
+#include "server/memory_bridge.h"
 #include "util/check.h"
 
 namespace inferscale::cli {
 namespace {
 
 struct ServeArgs {
-  std::string model = "demo";
+  ModelArgs model;
+  MemoryArgs memory;
   std::string host = "127.0.0.1";
   int port = 8000;
-  int32_t max_num_seqs = 64;
-  int32_t max_batched_tokens = 2048;
-  int32_t block_size = 16;
-  int64_t kv_cache_mb = 512;
-  int32_t max_model_len = 0;
   int64_t max_pending = 256;
   int http_threads = 0;
   double shutdown_timeout_s = 5.0;
@@ -55,10 +54,6 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_serve(const ServeArgs& a) {
   IS_REQUIRE(a.port >= 1 && a.port <= 65535, kInvalidInput, "--port must be in 1..65535, got {}", a.port);
-  IS_REQUIRE(a.kv_cache_mb >= 1, kInvalidInput, "--kv-cache-mb must be at least 1, got {}", a.kv_cache_mb);
-  IS_REQUIRE(a.block_size >= 1, kInvalidInput, "--block-size must be at least 1, got {}", a.block_size);
-  IS_REQUIRE(a.max_num_seqs >= 1 && a.max_batched_tokens >= 1, kInvalidInput,
-             "--max-num-seqs and --max-batched-tokens must be at least 1");
   IS_REQUIRE(a.shutdown_timeout_s >= 0, kInvalidInput, "--shutdown-timeout must be >= 0");
 
   // Before any thread starts (model loading may start OpenMP workers): see the header comment.
@@ -68,25 +63,24 @@ void run_serve(const ServeArgs& a) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
 
-  spdlog::info("loading model '{}'", a.model);
-  const Model model = load_model(a.model);
+  spdlog::info("loading model '{}'", a.model.model);
+  const Model model = load_model_from_args(a.model);
   const ModelConfig& cfg = model.config;
-  spdlog::info("model {} ({}): {} layers, hidden {}, {} heads / {} kv heads x {}, vocab {}, {} positions{}", model.name,
-               cfg.architecture, cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-               cfg.vocab_size, cfg.max_position_embeddings, model.random_weights ? " (random weights: text is meaningless)" : "");
+  // Memory (optional): the store and retriever live here; the bridge hands work to the engine thread.
+  OpenedMemory memory;
+  std::unique_ptr<server::MemoryBridge> bridge;
+  if (!a.memory.data_dir.empty()) {
+    memory = open_memory(a.memory);
+    bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory));
+    spdlog::info("memory: data dir {} ({} users), default k {}, window {}", a.memory.data_dir, memory.store->users().size(),
+                 a.memory.k, a.memory.window);
+  }
 
-  BackendOptions bo;
-  bo.block_size = a.block_size;
-  bo.cache_memory_bytes = a.kv_cache_mb << 20;
-  EngineOptions eo;
-  eo.scheduler.max_num_seqs = a.max_num_seqs;
-  eo.scheduler.max_num_batched_tokens = a.max_batched_tokens;
-  eo.max_model_len = a.max_model_len;
   server::AsyncEngineOptions ao;
   ao.max_pending = a.max_pending;
-  // The CPU reference backend; it is built on the engine thread, which runs it.
+  // The backend is built on the engine thread, which runs it.
   server::AsyncEngine engine(
-      [&] { return std::make_unique<Engine>(make_cpu_backend(cfg, model.weights, bo), model.tokenizer, eo); }, ao);
+      [&] { return std::make_unique<Engine>(make_backend(a.model, model), model.tokenizer, engine_options(a.model)); }, ao);
 
   const int64_t kv_per_token = cfg.kv_bytes_per_token(4);
   const int64_t cache_tokens = engine.num_blocks() * engine.block_size();
@@ -99,7 +93,7 @@ void run_serve(const ServeArgs& a) {
   ho.host = a.host;
   ho.port = a.port;
   ho.http_threads = a.http_threads;
-  server::HttpServer http(server::ServedModel::from(model), engine, ho);
+  server::HttpServer http(server::ServedModel::from(model), engine, ho, bridge.get());
   http.start();
   spdlog::info("serving '{}' at {}/v1 (OpenAI API; GET /health, /metrics); Ctrl-C to stop", server::ServedModel::from(model).name, http.url());
 
@@ -118,14 +112,10 @@ void run_serve(const ServeArgs& a) {
 void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* s = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
-  s->add_option("--model", a->model, "Model: \"demo\", an HF model directory or a .gguf file")->capture_default_str();
+  add_model_options(*s, a->model);
+  add_memory_options(*s, a->memory, false);
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   s->add_option("--port", a->port, "Port to listen on")->capture_default_str();
-  s->add_option("--max-num-seqs", a->max_num_seqs, "Requests running at once")->capture_default_str();
-  s->add_option("--max-batched-tokens", a->max_batched_tokens, "Tokens computed per engine step")->capture_default_str();
-  s->add_option("--block-size", a->block_size, "Tokens per KV cache block")->capture_default_str();
-  s->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache size in MiB")->capture_default_str();
-  s->add_option("--max-model-len", a->max_model_len, "Prompt + output tokens per request (0 = the model's)")->capture_default_str();
   s->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503")->capture_default_str();
   s->add_option("--http-threads", a->http_threads, "Connections served at once (0 = max-pending + 16)")->capture_default_str();
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds requests in flight get to finish on SIGINT/SIGTERM")

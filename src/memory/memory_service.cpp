@@ -103,7 +103,7 @@ KvFileKey MemoryService::file_key(const Fact& f, int32_t w) const {
   return KvFileKey{fingerprint_, f.id, f.version, w, static_cast<int32_t>(c.num_layers), static_cast<int32_t>(c.kv_size())};
 }
 
-void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, PreparedPrompt* stats,
+void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
                                   std::vector<FactKvKey>& pinned) {
   std::vector<EncodeJob> jobs;
   std::vector<const Fact*> job_facts;
@@ -186,7 +186,7 @@ std::pair<std::string, std::string> MemoryService::render_around_facts(const std
   return {text.substr(0, at), text.substr(at + std::string(kMarker).size())};
 }
 
-PreparedPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages) {
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages) {
   sync();
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;
@@ -198,7 +198,7 @@ PreparedPrompt MemoryService::prepare(const MemoryRequest& req, const std::vecto
   const EncodeOptions first_opts{.add_special = plain_prefix && tok.adds_bos(), .parse_special = !plain_prefix};
   const EncodeOptions rest_opts{.add_special = false, .parse_special = !plain_prefix};
 
-  PreparedPrompt out;
+  MemoryPrompt out;
   std::vector<ScoredFact> hits;
   if (req.mode != MemoryMode::kOff && k > 0) {
     IS_REQUIRE(!req.user.empty(), kInvalidInput, "memory.user is required");
@@ -277,7 +277,7 @@ PreparedPrompt MemoryService::prepare(const MemoryRequest& req, const std::vecto
   return out;
 }
 
-void MemoryService::release(const PreparedPrompt& p) {
+void MemoryService::release(const MemoryPrompt& p) {
   for (const FactKvKey& k : p.pins) pool_.unpin(k);
 }
 
@@ -290,7 +290,7 @@ int64_t MemoryService::encode_facts(const std::string& tenant, const std::string
   for (size_t i = 0; i < ids.size(); i += batch) {
     std::vector<Fact> facts;
     for (size_t j = i; j < std::min(ids.size(), i + batch); ++j) facts.push_back(store_.get(tenant, user, ids[j]));
-    PreparedPrompt stats;
+    MemoryPrompt stats;
     std::vector<FactKvKey> pinned;
     make_resident(facts, w, &stats, pinned);
     for (const FactKvKey& k : pinned) pool_.unpin(k);

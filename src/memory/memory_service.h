@@ -57,7 +57,7 @@ struct MemoryRequest {
   std::string query;              // retrieval query; empty: the last user message
 };
 
-struct PreparedPrompt {
+struct MemoryPrompt {
   std::vector<int32_t> tokens;
   std::optional<InjectedSpan> injected;  // inject mode with at least one fact
   std::vector<Fact> facts;               // in placement order
@@ -77,9 +77,9 @@ class MemoryService : private FactStoreListener {
 
   // Builds the prompt of a chat request with memory. Messages hold the system prompt (optional)
   // and the conversation; the memory block goes at the end of the system message.
-  PreparedPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages);
+  MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages);
   // Unpins the facts of a finished request.
-  void release(const PreparedPrompt& p);
+  void release(const MemoryPrompt& p);
 
   // Makes sure facts' KV (window w) exists: in KV files when kv_dir is set, else in the pool.
   // Returns how many were encoded. For imports; reports to `progress` per fact when given.
@@ -101,7 +101,7 @@ class MemoryService : private FactStoreListener {
   void on_fact_updated(const Fact& fact, bool text_changed) override;
 
   // Pins a resident pool entry for every fact (loading or encoding the missing ones).
-  void make_resident(const std::vector<Fact>& facts, int32_t w, PreparedPrompt* stats, std::vector<FactKvKey>& pinned);
+  void make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats, std::vector<FactKvKey>& pinned);
   std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
   KvFileKey file_key(const Fact& f, int32_t w) const;
   // Prefix text of the chat prompt up to the facts, and the text after them.

@@ -148,6 +148,7 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       continue;
     }
     try {
+      if (p.sub.prepare) p.sub.prepare(*engine_, p.sub);
       const int64_t id = engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::move(p.sub.injected));
       live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
       p.stream->accept();

@@ -42,6 +42,10 @@ struct Submission {
   std::optional<InjectedSpan> injected;
   // Kept alive until the request ends (e.g. a pin on the memory-pool slots of `injected`).
   std::shared_ptr<void> hold;
+  // Runs on the engine thread right before the request is added, and may fill prompt, injected,
+  // hold and sampling: memory retrieval and injection need the engine's backend and KV blocks,
+  // which only that thread may touch. What it throws rejects the request.
+  std::function<void(Engine&, Submission&)> prepare;
 };
 
 struct AsyncEngineStats {

@@ -30,6 +30,7 @@ struct Progress {
 
   void add(const RequestOutput& o) {
     text += o.text;
+    if (o.num_prompt_tokens > 0) usage.prompt_tokens = o.num_prompt_tokens;
     usage.completion_tokens = o.num_output_tokens;
     usage.cached_tokens = o.num_cached_tokens;
     if (o.ttft_s > 0) metrics.record_ttft(o.ttft_s);
@@ -95,12 +96,27 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
                    "model", "model_not_found");
   PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_);
-  fit_to_context(g, prompt, PromptLimits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()});
+  const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
+  Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}};
+  if (prompt.prepare) {
+    // Memory: the prompt exists only once the engine thread has retrieved and composed it.
+    sub.prepare = [build = std::move(prompt.prepare), g, limits](Engine& engine, Submission& s) mutable {
+      PreparedPrompt p;
+      build(engine, p);
+      fit_to_context(g, static_cast<int64_t>(p.ids.size()), limits);
+      s.prompt = std::move(p.ids);
+      s.injected = std::move(p.injected);
+      s.hold = std::move(p.hold);
+      s.sampling.max_tokens = g.sampling.max_tokens;
+    };
+  } else {
+    fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
+    sub.sampling.max_tokens = g.sampling.max_tokens;
+  }
 
   Progress progress{kind, metrics_, {}, FinishReason::kNone, {}, false};
-  progress.usage.prompt_tokens = static_cast<int64_t>(prompt.ids.size());
-  std::shared_ptr<RequestStream> stream =
-      engine_.submit(Submission{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold)});
+  progress.usage.prompt_tokens = static_cast<int64_t>(sub.prompt.size());
+  std::shared_ptr<RequestStream> stream = engine_.submit(std::move(sub));
   const ResponseMeta meta{kind, new_response_id(kind), unix_now(), model_.name};
   ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 

@@ -1,16 +1,20 @@
-// The extension point through which per-user memory reaches a request (not wired yet).
+// The extension point through which per-user memory reaches a request.
 //
-// On the HTTP thread, after parsing and before submission, a request whose `memory` mode is not
-// "off" is handed to the server's MemoryProvider, which retrieves the user's facts and returns the
-// prompt ids ([prefix][header][f_k..f_1][footer][query]) together with, for mode inject, the span
-// whose KV is copied from the memory pool instead of computed. Without a provider such requests
-// get 400 "memory is not enabled on this server".
+// On the HTTP thread, a request whose `memory` mode is not "off" is handed to the server's
+// MemoryProvider, which returns a preparation to run ON THE ENGINE THREAD (the memory pool, the
+// backend and the KV blocks belong to it): retrieve the user's facts, build the prompt ids
+// ([prefix][header][f_k..f_1][footer][query]) and, for mode inject, the span whose KV is copied
+// from the memory pool instead of computed. Without a provider such requests get 400
+// "memory is not enabled on this server".
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include <functional>
+
+#include "engine/engine.h"
 #include "engine/request.h"
 #include "server/api_request.h"
 
@@ -23,13 +27,17 @@ struct PreparedPrompt {
   // blocks behind `injected->pool_slots` while the request may still need them (preemption
   // re-injects).
   std::shared_ptr<void> hold;
+  // Set instead of `ids` when the prompt can only be built on the engine thread (memory). It
+  // fills ids, injected and hold.
+  std::function<void(Engine&, PreparedPrompt&)> prepare;
 };
 
 class MemoryProvider {
  public:
   virtual ~MemoryProvider() = default;
   // Called concurrently from HTTP threads: must be thread-safe. `req.memory` is set and its mode
-  // is inject or text. Throws inferscale::Error (kNotFound for an unknown user, ...) or ApiError.
+  // is inject or text. Returns a PreparedPrompt whose `prepare` runs on the engine thread; both
+  // may throw inferscale::Error (kNotFound for an unknown user, ...) or ApiError.
   virtual PreparedPrompt prepare(const GenerateRequest& req) = 0;
 };
 

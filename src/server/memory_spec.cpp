@@ -14,8 +14,9 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    if (k != "user" && k != "k" && k != "w" && k != "mode" && k != "order")
-      throw bad_request(fmt::format("'memory' has an unknown field '{}' (known: user, k, w, mode, order)", k), "memory." + k);
+    if (k != "user" && k != "tenant" && k != "query" && k != "k" && k != "w" && k != "mode" && k != "order")
+      throw bad_request(fmt::format("'memory' has an unknown field '{}' (known: user, tenant, query, k, w, mode, order)", k),
+                        "memory." + k);
   }
   const JsonFields f(j, "memory.");
   MemorySpec s;
@@ -23,6 +24,11 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");
   if (user->size() > MemorySpec::kMaxUserBytes) f.fail("user", fmt::format("must be at most {} bytes", MemorySpec::kMaxUserBytes));
   s.user = *user;
+  if (auto t = f.string("tenant")) {
+    if (t->empty() || t->size() > MemorySpec::kMaxUserBytes) f.fail("tenant", fmt::format("must be 1 to {} bytes", MemorySpec::kMaxUserBytes));
+    s.tenant = *t;
+  }
+  if (auto q = f.string("query")) s.query = *q;
   if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
   if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.w = static_cast<int32_t>(*w);
   // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.

@@ -2,8 +2,10 @@
 // types on the HTTP thread:
 //
 //   "memory": {"user": "alice",          required, 1..256 bytes
-//              "k": 10,                  facts to retrieve, 0..kMaxK            (default 10)
-//              "w": 0,                   context-window turns per fact, 0..kMaxW (default 0)
+//              "tenant": "acme",         optional (default "default")
+//              "k": 10,                  facts to retrieve, 0..kMaxK            (default: the server's)
+//              "w": 2,                   context-window turns per fact, 0..kMaxW (default: the server's)
+//              "query": "...",           retrieval query (default: the last user message)
 //              "mode": "inject",         inject | text | off                     (default inject)
 //              "order": "rank"}          rank | time                             (default rank)
 //
@@ -32,8 +34,10 @@ struct MemorySpec {
   static constexpr size_t kMaxUserBytes = 256;
 
   std::string user;
-  int32_t k = 10;
-  int32_t w = 0;
+  std::string tenant;   // "" = the default tenant
+  std::string query;    // "" = the last user message
+  int32_t k = -1;       // -1 = the server's default
+  int32_t w = -1;
   MemoryMode mode = MemoryMode::kInject;
   MemoryOrder order = MemoryOrder::kRank;
 };

@@ -32,8 +32,8 @@ PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, co
   return p;
 }
 
-void fit_to_context(GenerateRequest& req, const PreparedPrompt& prompt, const PromptLimits& limits) {
-  const int64_t n = static_cast<int64_t>(prompt.ids.size());
+void fit_to_context(GenerateRequest& req, int64_t prompt_tokens, const PromptLimits& limits) {
+  const int64_t n = prompt_tokens;
   const int64_t window = std::min<int64_t>(limits.max_model_len, limits.kv_capacity_tokens);
   const char* param = req.kind == ApiKind::kChat ? "messages" : "prompt";
   if (n >= window)

@@ -22,6 +22,6 @@ PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, co
 
 // Rejects a prompt that leaves no room for output (400, code "context_length_exceeded") and fits
 // max_tokens: an explicit value must fit (else 400), a default one becomes the rest of the window.
-void fit_to_context(GenerateRequest& req, const PreparedPrompt& prompt, const PromptLimits& limits);
+void fit_to_context(GenerateRequest& req, int64_t prompt_tokens, const PromptLimits& limits);
 
 }  // namespace inferscale::server

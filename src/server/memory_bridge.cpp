@@ -1,0 +1,49 @@
+#include "server/memory_bridge.h"
+
+#include <spdlog/spdlog.h>
+
+#include "server/api_error.h"
+
+namespace inferscale::server {
+
+MemoryBridge::MemoryBridge(FactStore& store, const Retriever& retriever, const Model& model, MemoryOptions opts)
+    : store_(store), retriever_(retriever), model_(model), opts_(std::move(opts)) {}
+
+MemoryService& MemoryBridge::service(Engine& engine) {
+  if (!service_) service_ = std::make_unique<MemoryService>(store_, retriever_, model_, engine.backend(), engine.blocks(), opts_);
+  return *service_;
+}
+
+PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
+  const MemorySpec& spec = *req.memory;
+  MemoryRequest mr;
+  mr.tenant = spec.tenant.empty() ? kDefaultTenant : spec.tenant;
+  mr.user = spec.user;
+  mr.k = spec.k;
+  mr.window = spec.w;
+  mr.mode = spec.mode;
+  mr.order = spec.order;
+  mr.query = spec.query;
+  std::vector<ChatMessage> messages;
+  if (req.kind == ApiKind::kChat) {
+    messages = req.messages;
+  } else {
+    if (req.prompt_ids) throw bad_request("memory needs a text prompt, not token ids", "prompt");
+    messages.push_back(ChatMessage{"user", req.prompt_text});
+  }
+  PreparedPrompt p;
+  p.prepare = [this, mr = std::move(mr), messages = std::move(messages)](Engine& engine, PreparedPrompt& out) {
+    MemoryService& svc = service(engine);
+    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, messages));
+    out.ids = prepared->tokens;
+    out.injected = prepared->injected;
+    spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
+                  mr.user, mr.k, prepared->facts.size(), prepared->encoded, prepared->loaded, out.ids.size(),
+                  out.injected ? out.injected->end - out.injected->start : 0);
+    // The pins go when the request ends; AsyncEngine drops `hold` on the engine thread.
+    out.hold = std::shared_ptr<void>(prepared.get(), [&svc, prepared](void*) { svc.release(*prepared); });
+  };
+  return p;
+}
+
+}  // namespace inferscale::server
