@@ -83,8 +83,9 @@ TEST(ServerParse, MemorySpec) {
   const GenerateRequest d = parse_chat_request(chat({{"memory", {{"user", "alice"}}}}));
   ASSERT_TRUE(d.memory);
   EXPECT_EQ(d.memory->user, "alice");
-  EXPECT_EQ(d.memory->k, 10);
-  EXPECT_EQ(d.memory->w, 0);
+  EXPECT_EQ(d.memory->k, -1);  // the server's default
+  EXPECT_EQ(d.memory->w, -1);
+  EXPECT_EQ(d.memory->tenant, "");
   EXPECT_EQ(d.memory->mode, MemoryMode::kInject);
   EXPECT_EQ(d.memory->order, MemoryOrder::kRank);
   const GenerateRequest r =
@@ -93,6 +94,11 @@ TEST(ServerParse, MemorySpec) {
   EXPECT_EQ(r.memory->w, 20);
   EXPECT_EQ(r.memory->mode, MemoryMode::kText);
   EXPECT_EQ(r.memory->order, MemoryOrder::kTime);
+  const GenerateRequest q =
+      parse_chat_request(chat({{"memory", {{"user", "c"}, {"tenant", "acme"}, {"query", "cats"}}}}));
+  EXPECT_EQ(q.memory->tenant, "acme");
+  EXPECT_EQ(q.memory->query, "cats");
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"tenant", ""}}}})); }).param, "memory.tenant");
   EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"k", 100000}}}})); }).param, "memory.k");
   EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", std::string(300, 'u')}}}})); }).param, "memory.user");
   EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"w", "two"}}}})); }).param, "memory.w");
