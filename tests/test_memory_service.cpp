@@ -1,0 +1,376 @@
+// The memory read/write path on the built-in demo model (fp32 CPU): k = 0 and mode off are plain
+// serving; text mode is an ordinary prompt holding the same rendered facts; inject mode shares
+// text mode's tokens; a fact injected at position 0 matches the joint prefill; users are isolated;
+// deletes free KV; KV files survive restarts and are rebuilt when corrupt or stale.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "memory/bm25_retriever.h"
+#include "memory/fact_encoder.h"
+#include "memory/memory_service.h"
+#include "model/model.h"
+#include "test_fact_store_util.h"
+
+using namespace inferscale;
+using inferscale::testing::TempDir;
+
+namespace {
+
+const Model& demo() {
+  static const Model m = load_model("demo");
+  return m;
+}
+
+SamplingParams greedy(int n) {
+  SamplingParams s;
+  s.temperature = 0;
+  s.max_tokens = n;
+  s.ignore_eos = true;
+  return s;
+}
+
+// One store + retriever + engine + memory service over a data directory.
+struct Stack {
+  explicit Stack(const std::filesystem::path& dir, MemoryOptions opts = {}, int64_t cache_blocks = 512) {
+    store = FactStore::open(dir);
+    retriever = std::make_unique<Bm25Retriever>(*store);
+    BackendOptions bo;
+    bo.num_cache_blocks = cache_blocks;
+    bo.num_pool_blocks = 256;
+    engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, EngineOptions{});
+    if (opts.kv_dir.empty()) opts.kv_dir = dir / "kv";
+    service = std::make_unique<MemoryService>(*store, *retriever, demo(), engine->backend(), engine->blocks(), opts);
+  }
+  std::vector<int32_t> run(const MemoryPrompt& p, int n = 8) {
+    engine->add_request(p.tokens, greedy(n), p.injected);
+    return engine->run_to_completion().at(0).new_tokens;
+  }
+  std::unique_ptr<FactStore> store;
+  std::unique_ptr<Bm25Retriever> retriever;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<MemoryService> service;
+};
+
+std::vector<int64_t> add_alice(FactStore& s) {
+  std::vector<NewFact> facts{
+      {"Alice adopted a cat named Miso in March", "2023-03-02", {"", "", "", "Alice"}, "", {}},
+      {"Alice works as a nurse in Lisbon", "2023-04-10", {"", "", "", "Alice"}, "", {}},
+      {"Alice's cat Miso hates the vacuum cleaner", "2023-05-01", {"", "", "", "Alice"}, "", {}},
+      {"Alice is learning to play the cello", "2023-06-12", {"", "", "", "Alice"}, "", {}},
+  };
+  return s.add_facts(kDefaultTenant, "alice", facts);
+}
+
+const std::vector<ChatMessage> kAsk{{"user", "What is the name of the cat Alice adopted?"}};
+
+MemoryRequest req(MemoryMode mode, int32_t k = 3, int32_t w = 0) {
+  MemoryRequest r;
+  r.user = "alice";
+  r.mode = mode;
+  r.k = k;
+  r.window = w;
+  return r;
+}
+
+std::vector<int32_t> plain_tokens(const std::vector<ChatMessage>& msgs) {
+  return demo().tokenizer->encode(demo().chat_template.render(msgs, true), {.add_special = false, .parse_special = true});
+}
+
+}  // namespace
+
+TEST(MemoryService, KZeroAndModeOffArePlainServing) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  const auto plain = plain_tokens(kAsk);
+  for (const MemoryRequest& r : {req(MemoryMode::kInject, 0), req(MemoryMode::kOff, 5), req(MemoryMode::kText, 0)}) {
+    MemoryPrompt p = s.service->prepare(r, kAsk);
+    EXPECT_EQ(p.tokens, plain);
+    EXPECT_FALSE(p.injected.has_value());
+    EXPECT_TRUE(p.facts.empty());
+  }
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 0), kAsk);
+  s.engine->add_request(plain, greedy(8));
+  const auto want = s.engine->run_to_completion().at(0).new_tokens;
+  EXPECT_EQ(s.run(p), want);
+}
+
+TEST(MemoryService, TextModeIsTheOrdinaryPromptWithTheRenderedFacts) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kText, 3), kAsk);
+  ASSERT_EQ(p.facts.size(), 3u);
+  EXPECT_FALSE(p.injected.has_value());
+  // Best-ranked fact last: scores ascend in placement order.
+  for (size_t i = 1; i < p.scores.size(); ++i) EXPECT_LE(p.scores[i - 1], p.scores[i]);
+  std::string memory = s.service->options().header;
+  for (const Fact& f : p.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
+  memory += s.service->options().footer;
+  std::vector<ChatMessage> with{{"system", memory}, kAsk[0]};
+  const auto ordinary = plain_tokens(with);
+  EXPECT_EQ(p.tokens, ordinary);
+  EXPECT_EQ(s.run(p), [&] {
+    s.engine->add_request(ordinary, greedy(8));
+    return s.engine->run_to_completion().at(0).new_tokens;
+  }());
+}
+
+TEST(MemoryService, InjectSharesTextModeTokensAndCoversTheFacts) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3), kAsk);
+  MemoryPrompt inj = s.service->prepare(req(MemoryMode::kInject, 3), kAsk);
+  EXPECT_EQ(inj.tokens, text.tokens);
+  ASSERT_TRUE(inj.injected.has_value());
+  int32_t fact_tokens = 0;
+  for (const Fact& f : inj.facts) fact_tokens += static_cast<int32_t>(s.service->fact_tokens(f).size());
+  EXPECT_EQ(inj.injected->end - inj.injected->start, fact_tokens);
+  EXPECT_EQ(inj.encoded, 3);
+  EXPECT_NE(inj.injected->cache_key, 0u);
+  // Generation runs; blocks and pins are all returned.
+  s.run(inj);
+  s.service->release(inj);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
+TEST(MemoryService, SingleFactAtPositionZeroMatchesJointPrefill) {
+  // [fact][question] with the fact injected at 0 (no BOS, no header) == the joint prefill.
+  const Model& m = demo();
+  BackendOptions bo;
+  bo.num_cache_blocks = 32;
+  bo.num_pool_blocks = 4;
+  auto be = make_cpu_backend(m.config, m.weights, bo);
+  const auto fact = m.tokenizer->encode("[2023-03-02] Alice: Alice adopted a cat named Miso.\n");
+  const auto question = m.tokenizer->encode("What is the cat's name?");
+  const int32_t nf = static_cast<int32_t>(fact.size()), nq = static_cast<int32_t>(question.size());
+  BlockManager enc_blocks(8, 16);
+  EncodeJob job{{}, fact, {}};
+  for (int32_t j = 0; j < nf; ++j) job.pool_slots.push_back(j);
+  FactEncoder(*be, enc_blocks).encode(std::span<const EncodeJob>(&job, 1));
+  auto forward = [&](int32_t first_block, int32_t from, int32_t to, std::vector<float>& out) {
+    ForwardBatch fb;
+    for (int32_t i = from; i < to; ++i) {
+      fb.token_ids.push_back(i < nf ? fact[static_cast<size_t>(i)] : question[static_cast<size_t>(i - nf)]);
+      fb.positions.push_back(i);
+      fb.slot_mapping.push_back(static_cast<int64_t>(first_block + i / 16) * 16 + i % 16);
+      if (i >= nf) fb.output_tokens.push_back(i - from);
+    }
+    fb.q_indptr = {0, to - from};
+    for (int32_t b = 0; b * 16 < nf + nq; ++b) fb.kv_indices.push_back(first_block + b);
+    fb.kv_indptr = {0, static_cast<int32_t>(fb.kv_indices.size())};
+    be->forward(fb, out);
+  };
+  std::vector<float> joint, injected;
+  forward(8, 0, nf + nq, joint);
+  InjectBatch ib;
+  for (int32_t j = 0; j < nf; ++j) {
+    ib.src_slots.push_back(j);
+    ib.dst_slots.push_back(16 * 16 + j);
+    ib.positions.push_back(j);
+  }
+  be->inject(ib);
+  forward(16, nf, nf + nq, injected);
+  ASSERT_EQ(joint.size(), injected.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < joint.size(); ++i) {
+    num = std::max(num, std::fabs(double(joint[i]) - injected[i]));
+    den = std::max(den, std::fabs(double(joint[i])));
+  }
+  EXPECT_LT(num / den, 1e-5);
+}
+
+TEST(MemoryService, UsersNeverSeeEachOthersFacts) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  const auto bob = s.store->add_fact(kDefaultTenant, "bob", NewFact{"Bob's cat is named Pixel and Bob adopted it", "", {}, "", {}});
+  const auto other_tenant = s.store->add_fact("acme", "alice", NewFact{"The cat Alice adopted is named Zorro", "", {}, "", {}});
+  for (MemoryMode mode : {MemoryMode::kInject, MemoryMode::kText}) {
+    MemoryPrompt p = s.service->prepare(req(mode, 10), kAsk);
+    for (const Fact& f : p.facts) {
+      EXPECT_EQ(f.user, "alice");
+      EXPECT_EQ(f.tenant, kDefaultTenant);
+      EXPECT_NE(f.id, bob);
+      EXPECT_NE(f.id, other_tenant);
+    }
+    s.service->release(p);
+  }
+  MemoryRequest rb = req(MemoryMode::kInject, 10);
+  rb.user = "bob";
+  MemoryPrompt pb = s.service->prepare(rb, kAsk);
+  ASSERT_EQ(pb.facts.size(), 1u);
+  EXPECT_EQ(pb.facts[0].id, bob);
+  s.service->release(pb);
+}
+
+TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
+  TempDir dir;
+  Stack s(dir.path());
+  const auto ids = add_alice(*s.store);
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  s.service->release(p);
+  const int64_t resident = s.service->pool().num_entries();
+  const int64_t free_before = s.service->pool().num_free_blocks();
+  EXPECT_TRUE(std::filesystem::exists(s.service->kv_path(ids[0])));
+  s.store->remove(kDefaultTenant, "alice", ids[0]);
+  MemoryPrompt q = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);  // sync() runs first
+  for (const Fact& f : q.facts) EXPECT_NE(f.id, ids[0]);
+  EXPECT_EQ(s.service->pool().num_entries(), resident - 1);
+  EXPECT_GT(s.service->pool().num_free_blocks(), free_before);
+  EXPECT_FALSE(std::filesystem::exists(s.service->kv_path(ids[0])));
+  s.service->release(q);
+}
+
+TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
+  TempDir dir;
+  std::vector<float> k0, v0;
+  std::vector<int64_t> ids;
+  {
+    Stack s(dir.path());
+    ids = add_alice(*s.store);
+    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+    EXPECT_EQ(p.encoded, static_cast<int32_t>(p.facts.size()));
+    s.engine->backend().read_pool(p.injected->pool_slots, k0, v0);
+    s.service->release(p);
+  }
+  Stack s(dir.path());
+  EXPECT_EQ(s.store->count(kDefaultTenant, "alice"), 4u);
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  EXPECT_EQ(p.encoded, 0);
+  EXPECT_EQ(p.loaded, static_cast<int32_t>(p.facts.size()));
+  std::vector<float> k1, v1;
+  s.engine->backend().read_pool(p.injected->pool_slots, k1, v1);
+  EXPECT_EQ(k0, k1);
+  EXPECT_EQ(v0, v1);
+  s.service->release(p);
+}
+
+TEST(MemoryService, CorruptKvFileIsDetectedAndRebuilt) {
+  TempDir dir;
+  std::vector<float> k0, v0;
+  std::vector<int64_t> ids;
+  {
+    Stack s(dir.path());
+    ids = add_alice(*s.store);
+    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+    s.engine->backend().read_pool(p.injected->pool_slots, k0, v0);
+    s.service->release(p);
+    // Flip one payload byte of the first placed fact's file.
+    const auto path = s.service->kv_path(p.facts[0].id);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x5a);
+    f.write(&c, 1);
+  }
+  Stack s(dir.path());
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  EXPECT_EQ(p.encoded, 1);
+  EXPECT_EQ(p.loaded, static_cast<int32_t>(p.facts.size()) - 1);
+  std::vector<float> k1, v1;
+  s.engine->backend().read_pool(p.injected->pool_slots, k1, v1);
+  // Rebuilt from the text: the same numbers (up to GEMM blocking: it was encoded in another batch).
+  ASSERT_EQ(k0.size(), k1.size());
+  for (size_t i = 0; i < k0.size(); ++i) {
+    EXPECT_NEAR(k0[i], k1[i], 1e-5f);
+    EXPECT_NEAR(v0[i], v1[i], 1e-5f);
+  }
+  s.service->release(p);
+}
+
+TEST(MemoryService, ChangedFingerprintForcesARebuild) {
+  TempDir dir;
+  {
+    Stack s(dir.path());
+    add_alice(*s.store);
+    s.service->release(s.service->prepare(req(MemoryMode::kInject, 4), kAsk));
+  }
+  MemoryOptions changed;
+  changed.fact_template = "{speaker} said: {text}";
+  Stack s(dir.path(), changed);
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  EXPECT_EQ(p.loaded, 0);
+  EXPECT_EQ(p.encoded, static_cast<int32_t>(p.facts.size()));
+  s.service->release(p);
+}
+
+TEST(MemoryService, UpdatedFactIsReencodedAndWindowsKeyTheKv) {
+  TempDir dir;
+  Stack s(dir.path());
+  std::vector<NewFact> turns{{"I just got back from Lisbon", "", {"", "", "", "Alice"}, "", {}},
+                             {"The weather there was great", "", {"", "", "", "Bob"}, "", {}},
+                             {"My cat Miso missed me a lot", "", {"", "", "", "Alice"}, "", {}}};
+  const auto ids = s.store->add_turns(kDefaultTenant, "alice", "conv-1", turns);
+  auto cat = [](int32_t w) {
+    MemoryRequest r = req(MemoryMode::kInject, 1, w);
+    r.query = "cat Miso";
+    return r;
+  };
+  MemoryPrompt w0 = s.service->prepare(cat(0), kAsk);
+  ASSERT_EQ(w0.facts.size(), 1u);
+  EXPECT_EQ(w0.facts[0].id, ids[2]);
+  std::vector<float> k0, v0, k2, v2;
+  s.engine->backend().read_pool(w0.injected->pool_slots, k0, v0);
+  s.service->release(w0);
+  MemoryPrompt w2 = s.service->prepare(cat(2), kAsk);
+  EXPECT_EQ(w2.encoded, 1);  // another window is another KV
+  s.engine->backend().read_pool(w2.injected->pool_slots, k2, v2);
+  EXPECT_NE(k0, k2);
+  s.service->release(w2);
+  s.store->update(kDefaultTenant, "alice", ids[2], FactUpdate{std::string("My cat Miso missed me so much"), {}});
+  MemoryPrompt u = s.service->prepare(cat(2), kAsk);
+  EXPECT_EQ(u.encoded, 1);
+  EXPECT_EQ(u.facts[0].version, 2);
+  s.service->release(u);
+}
+
+TEST(MemoryService, InjectedPrefixBlocksNeverServeATextRequest) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryPrompt inj = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  s.engine->add_request(inj.tokens, greedy(4), inj.injected);
+  const auto first = s.engine->run_to_completion().at(0);
+  // The same memory request again hits the cached injected blocks and gives the same tokens.
+  s.engine->add_request(inj.tokens, greedy(4), inj.injected);
+  const auto again = s.engine->run_to_completion().at(0);
+  EXPECT_GT(again.num_cached_tokens, inj.injected->end - 16);
+  EXPECT_EQ(again.new_tokens, first.new_tokens);
+  // Text mode has the same tokens, but may reuse only the blocks before the facts.
+  MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 4), kAsk);
+  ASSERT_EQ(text.tokens, inj.tokens);
+  s.engine->add_request(text.tokens, greedy(4));
+  const auto t = s.engine->run_to_completion().at(0);
+  EXPECT_LE(t.num_cached_tokens, inj.injected->start);
+  s.service->release(inj);
+}
+
+TEST(MemoryService, PreemptedInjectedRequestsEqualUninterrupted) {
+  TempDir dir;
+  std::vector<std::vector<int32_t>> alone;
+  std::vector<MemoryPrompt> prompts;
+  Stack s(dir.path(), {}, 40);
+  add_alice(*s.store);
+  const std::vector<std::string> questions{"Where does Alice work?", "What does the cat hate?", "What instrument?",
+                                           "When was the cat adopted?"};
+  for (const auto& q : questions) {
+    prompts.push_back(s.service->prepare(req(MemoryMode::kInject, 3), {{"user", q}}));
+    s.engine->add_request(prompts.back().tokens, greedy(60), prompts.back().injected);
+    alone.push_back(s.engine->run_to_completion().at(0).new_tokens);
+  }
+  for (const auto& p : prompts) s.engine->add_request(p.tokens, greedy(60), p.injected);
+  const auto out = s.engine->run_to_completion();
+  EXPECT_GT(s.engine->stats().preemptions, 0);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].new_tokens, alone[i]) << i;
+  for (const auto& p : prompts) s.service->release(p);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
