@@ -2,7 +2,7 @@
 //
 //   memory add           --data-dir D --user U --text T [--speaker S --date DATE --source C --metadata JSON]
 //   memory import        --data-dir D --user U FILE          (JSON array or JSON Lines of fact records)
-//   memory import-locomo FILE --data-dir D [--window W] [--replace]
+//   memory import-locomo FILE --data-dir D [--window W] [--replace] [--model M ...]  (--model: encode KV files)
 //   memory search        --data-dir D --user U --query Q [--top-k K] [--json]
 //   memory list          --data-dir D --user U [--after ID] [--limit N] [--json]
 //   memory delete        --data-dir D --user U (--id ID | --all)
@@ -18,6 +18,10 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/memory_options.h"
+#include "cli/model_options.h"
+#include "engine/engine.h"
+#include "memory/memory_service.h"
 #include "memory/bm25_retriever.h"
 #include "memory/fact_json.h"
 #include "memory/fact_store.h"
@@ -30,10 +34,7 @@ namespace inferscale::cli {
 
 namespace {
 
-// Setting under which import-locomo records the encoding window (read by the KV write path).
-constexpr const char* kWindowSetting = "kv.window";
-
-struct MemoryArgs {
+struct MemoryCmdArgs {
   std::string data_dir;
   std::string tenant = kDefaultTenant;
   std::string user;
@@ -44,6 +45,10 @@ struct MemoryArgs {
   int64_t window = 0;
   bool window_given = false;
   bool replace = false;
+  // import-locomo --model: encode every imported fact's KV (files under DATA_DIR/kv)
+  ModelArgs model;
+  bool encode = false;
+  std::string fact_template = MemoryOptions{}.fact_template;
   // search, list
   std::string query;
   int64_t top_k = 10;
@@ -56,7 +61,7 @@ struct MemoryArgs {
 };
 
 // The options every subcommand shares; `user` only where the command acts on one user.
-CLI::App* subcommand(CLI::App* memory, const char* name, const char* help, MemoryArgs& a, bool user) {
+CLI::App* subcommand(CLI::App* memory, const char* name, const char* help, MemoryCmdArgs& a, bool user) {
   CLI::App* sub = memory->add_subcommand(name, help);
   sub->add_option("--data-dir", a.data_dir, "Directory of the memory store")->required();
   sub->add_option("--tenant", a.tenant, "Tenant of the user")->capture_default_str();
@@ -64,7 +69,7 @@ CLI::App* subcommand(CLI::App* memory, const char* name, const char* help, Memor
   return sub;
 }
 
-std::unique_ptr<FactStore> open_store(const MemoryArgs& a, bool create) {
+std::unique_ptr<FactStore> open_store(const MemoryCmdArgs& a, bool create) {
   return FactStore::open(a.data_dir, FactStoreOptions{create});
 }
 
@@ -73,7 +78,7 @@ std::string read_file(const std::string& path) {
   return std::string(reinterpret_cast<const char*>(f->data()), f->size());
 }
 
-void run_add(const MemoryArgs& a) {
+void run_add(const MemoryCmdArgs& a) {
   auto store = open_store(a, true);
   NewFact f;
   f.text = a.text;
@@ -84,7 +89,7 @@ void run_add(const MemoryArgs& a) {
   std::printf("%lld\n", static_cast<long long>(store->add_fact(a.tenant, a.user, f)));
 }
 
-void run_import(const MemoryArgs& a) {
+void run_import(const MemoryCmdArgs& a) {
   const std::vector<NewFact> facts = parse_fact_records(read_file(a.file), a.file);
   IS_REQUIRE(!facts.empty(), kInvalidInput, "{}: no facts to import", a.file);
   auto store = open_store(a, true);
@@ -93,9 +98,48 @@ void run_import(const MemoryArgs& a) {
               static_cast<long long>(ids.front()), static_cast<long long>(ids.back()));
 }
 
+// Encodes the KV of every imported turn (window w) with the model, into KV files.
+void encode_locomo_kv(const MemoryCmdArgs& a, FactStore& store, const std::vector<LocomoConversation>& convs) {
+  const Model model = load_model_from_args(a.model);
+  Engine engine(make_backend(a.model, model), model.tokenizer, engine_options(a.model));
+  Bm25Retriever retriever(store);
+  MemoryArgs margs;
+  margs.data_dir = a.data_dir;
+  margs.window = static_cast<int32_t>(a.window);
+  margs.kv_files = true;
+  margs.fact_template = a.fact_template;
+  MemoryService service(store, retriever, model, engine.backend(), engine.blocks(), memory_options(margs, store));
+  int64_t total = 0;
+  for (const auto& c : convs) total += static_cast<int64_t>(store.count(a.tenant, c.sample_id));
+  Progress::Options popts;
+  popts.unit = "facts";
+  Progress progress("encode KV", total, popts);
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t encoded = 0;
+  for (const auto& c : convs) {
+    std::vector<int64_t> ids;
+    for (ListOptions page;;) {
+      const auto facts = store.list(a.tenant, c.sample_id, page);
+      for (const Fact& f : facts) ids.push_back(f.id);
+      if (facts.size() < page.limit) break;
+      page.after_id = facts.back().id;
+    }
+    encoded += service.encode_facts(a.tenant, c.sample_id, ids, static_cast<int32_t>(a.window), &progress);
+  }
+  progress.finish();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  uintmax_t bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(a.data_dir) / "kv")) bytes += e.file_size();
+  std::printf("encoded KV of %lld facts (window %lld) in %.2f s (%.1f facts/s, %.0f tokens/s through the model); "
+              "KV files %.1f MiB\n",
+              static_cast<long long>(encoded), static_cast<long long>(a.window), s, s > 0 ? encoded / s : 0.0,
+              s > 0 ? static_cast<double>(service.tokens_encoded()) / s : 0.0,
+              static_cast<double>(bytes) / (1 << 20));
+}
+
 // Each conversation becomes a user named by its sample_id, each turn a fact (one transaction per
 // conversation, so a conversation is imported whole or not at all).
-void run_import_locomo(const MemoryArgs& a) {
+void run_import_locomo(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.window >= 0, kInvalidInput, "--window must be 0 or more, got {}", a.window);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<LocomoConversation> convs = load_locomo(a.file);
@@ -146,9 +190,10 @@ void run_import_locomo(const MemoryArgs& a) {
   std::printf("imported %zu turns of %zu conversations in %.2f s (%.0f facts/s)%s\n", imported, convs.size(), s,
               s > 0 ? static_cast<double>(imported) / s : 0.0,
               skipped > 0 ? fmt::format("; skipped {} empty turns", skipped).c_str() : "");
+  if (a.encode) encode_locomo_kv(a, *store, convs);
 }
 
-void run_search(const MemoryArgs& a) {
+void run_search(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.top_k >= 1, kInvalidInput, "--top-k must be at least 1, got {}", a.top_k);
   auto store = open_store(a, false);
   const Bm25Retriever bm25(*store);
@@ -179,7 +224,7 @@ void run_search(const MemoryArgs& a) {
   }
 }
 
-void run_list(const MemoryArgs& a) {
+void run_list(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.limit >= 1, kInvalidInput, "--limit must be at least 1, got {}", a.limit);
   auto store = open_store(a, false);
   const std::vector<Fact> facts =
@@ -200,7 +245,7 @@ void run_list(const MemoryArgs& a) {
     std::fprintf(stderr, "more facts may follow: --after %lld\n", static_cast<long long>(facts.back().id));
 }
 
-void run_delete(const MemoryArgs& a) {
+void run_delete(const MemoryCmdArgs& a) {
   IS_REQUIRE((a.id != 0) != a.all, kInvalidInput, "memory delete needs exactly one of --id ID or --all");
   IS_REQUIRE(a.all || a.id > 0, kInvalidInput, "--id must be a positive fact id, got {}", a.id);
   auto store = open_store(a, false);
@@ -213,7 +258,7 @@ void run_delete(const MemoryArgs& a) {
   }
 }
 
-void run_users(const MemoryArgs& a) {
+void run_users(const MemoryCmdArgs& a) {
   auto store = open_store(a, false);
   for (const UserRef& u : store->users())
     std::printf("%s\t%s\t%zu\n", u.tenant.c_str(), u.user.c_str(), store->count(u.tenant, u.user));
@@ -222,7 +267,7 @@ void run_users(const MemoryArgs& a) {
 }  // namespace
 
 void register_memory(CLI::App& app) {
-  auto a = std::make_shared<MemoryArgs>();
+  auto a = std::make_shared<MemoryCmdArgs>();
   CLI::App* memory = app.add_subcommand("memory", "Manage per-user memory: add, import, search, list, delete facts");
   memory->require_subcommand(1);
 
@@ -241,9 +286,12 @@ void register_memory(CLI::App& app) {
   CLI::App* loc = subcommand(memory, "import-locomo", "Import LoCoMo conversations (one user per sample_id)", *a, false);
   loc->add_option("file", a->file, "locomo10.json")->required();
   CLI::Option* window = loc->add_option("--window", a->window, "Encoding window w (preceding turns) to record for KV encoding");
+  add_model_options(*loc, a->model);
+  loc->add_option("--fact-template", a->fact_template, "how a fact is rendered for encoding")->capture_default_str();
   loc->add_flag("--replace", a->replace, "Delete the conversations' users first when they already have facts");
-  loc->callback([a, window] {
+  loc->callback([a, window, loc] {
     a->window_given = window->count() > 0;
+    a->encode = loc->get_option("--model")->count() > 0;
     run_import_locomo(*a);
   });
 

@@ -71,9 +71,9 @@ void run_serve(const ServeArgs& a) {
   std::unique_ptr<server::MemoryBridge> bridge;
   if (!a.memory.data_dir.empty()) {
     memory = open_memory(a.memory);
-    bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory));
+    bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory, *memory.store));
     spdlog::info("memory: data dir {} ({} users), default k {}, window {}", a.memory.data_dir, memory.store->users().size(),
-                 a.memory.k, a.memory.window);
+                 a.memory.k, memory_options(a.memory, *memory.store).default_window);
   }
 
   server::AsyncEngineOptions ao;

@@ -12,18 +12,22 @@
 
 namespace inferscale::cli {
 
+// Setting under which the data dir records the encoding window its KV was (or will be) built with.
+inline constexpr const char* kWindowSetting = "kv.window";
+
 struct MemoryArgs {
   std::string data_dir;
   int32_t k = 10;
-  int32_t window = 2;
-  bool no_kv_files = false;
+  int32_t window = -1;  // -1: the data dir's kv.window setting, else MemoryOptions' default
+  bool kv_files = false;
   std::string fact_template = MemoryOptions{}.fact_template;
   bool sink = false;
 };
 
 // `required`: the subcommand cannot run without --data-dir.
 void add_memory_options(CLI::App& cmd, MemoryArgs& args, bool required);
-MemoryOptions memory_options(const MemoryArgs& args);
+// Without an explicit --window, the window the data dir was encoded with (setting kv.window) wins.
+MemoryOptions memory_options(const MemoryArgs& args, const FactStore& store);
 
 // The store and its BM25 retriever, opened together (the retriever listens to the store).
 struct OpenedMemory {

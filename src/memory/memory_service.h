@@ -92,6 +92,7 @@ class MemoryService : private FactStoreListener {
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
   std::vector<int32_t> fact_tokens(const Fact& f) const;
   uint64_t kv_fingerprint() const { return fingerprint_; }
+  int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
   std::filesystem::path kv_path(int64_t fact_id) const;

@@ -69,14 +69,28 @@ class CpuBackend final : public Backend {
     const int64_t QS = cfg_.q_size(), KS = cfg_.kv_size(), I = cfg_.intermediate_size;
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
-    std::vector<float> x(static_cast<size_t>(T * H));   // [T, H] residual stream
-    std::vector<float> h(static_cast<size_t>(T * H));   // [T, H] normed
-    std::vector<float> q(static_cast<size_t>(T * QS));  // [T, NH, D]
-    std::vector<float> k(static_cast<size_t>(T * KS));  // [T, NKV, D]
-    std::vector<float> v(static_cast<size_t>(T * KS));  // [T, NKV, D]
-    std::vector<float> attn(static_cast<size_t>(T * QS));
-    std::vector<float> gate(static_cast<size_t>(T * I)), up(static_cast<size_t>(T * I));
-    std::vector<float> cosv(static_cast<size_t>(T * D / 2)), sinv(static_cast<size_t>(T * D / 2));
+    // Activations live in buffers kept across forwards: every element is written before it is read.
+    Workspace& w = ws_;
+    auto& x = w.x;        // [T, H] residual stream
+    auto& h = w.h;        // [T, H] normed
+    auto& q = w.q;        // [T, NH, D]
+    auto& k = w.k;        // [T, NKV, D]
+    auto& v = w.v;        // [T, NKV, D]
+    auto& attn = w.attn;  // [T, NH, D]
+    auto& gate = w.gate;  // [T, I]
+    auto& up = w.up;      // [T, I]
+    auto& cosv = w.cos;   // [T, D / 2]
+    auto& sinv = w.sin;   // [T, D / 2]
+    x.resize(static_cast<size_t>(T * H));
+    h.resize(x.size());
+    q.resize(static_cast<size_t>(T * QS));
+    k.resize(static_cast<size_t>(T * KS));
+    v.resize(k.size());
+    attn.resize(q.size());
+    gate.resize(static_cast<size_t>(T * I));
+    up.resize(gate.size());
+    cosv.resize(static_cast<size_t>(T * D / 2));
+    sinv.resize(cosv.size());
 
     for (int64_t t = 0; t < T; ++t) {
       const int32_t id = b.token_ids[static_cast<size_t>(t)];
@@ -211,8 +225,13 @@ class CpuBackend final : public Backend {
     }
   }
 
+  struct Workspace {
+    std::vector<float> x, h, q, k, v, attn, gate, up, cos, sin;
+  };
+
   ModelConfig cfg_;
   Rope rope_;
+  Workspace ws_;
   int32_t block_size_;
   ThreadPool threads_;  // attention, norms, SiLU; GEMMs use OpenBLAS's own threads
   int64_t num_blocks_ = 0;
