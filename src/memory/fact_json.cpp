@@ -107,18 +107,19 @@ nlohmann::ordered_json source_to_json(const FactSource& s) {
 }
 
 nlohmann::ordered_json fact_to_json(const Fact& f) {
-  nlohmann::ordered_json j = {{"id", f.id},
-            {"tenant", f.tenant},
-            {"user", f.user},
-            {"text", f.text},
-            {"source", source_to_json(f.source)},
-            {"version", f.version},
-            {"created_at_ms", f.created_at_ms},
-            {"updated_at_ms", f.updated_at_ms}};
-  if (!f.timestamp.empty()) j["date"] = f.timestamp;
-  if (f.timestamp_epoch) j["date_epoch"] = *f.timestamp_epoch;
-  if (f.turn_index) j["turn_index"] = *f.turn_index;
-  if (!f.metadata.empty()) j["metadata"] = nlohmann::ordered_json::parse(f.metadata, nullptr, /*allow_exceptions=*/false);
+  using oj = nlohmann::ordered_json;
+  auto or_null = [](const std::string& s) { return s.empty() ? oj(nullptr) : oj(s); };
+  oj j = {{"id", f.id},
+          {"text", f.text},
+          {"speaker", or_null(f.source.speaker)},
+          {"date", or_null(f.timestamp)},
+          {"date_epoch", f.timestamp_epoch ? oj(*f.timestamp_epoch) : oj(nullptr)},
+          {"source", source_to_json(f.source)},
+          {"turn_index", f.turn_index ? oj(*f.turn_index) : oj(nullptr)},
+          {"metadata", f.metadata.empty() ? oj(nullptr) : oj::parse(f.metadata, nullptr, /*allow_exceptions=*/false)},
+          {"version", f.version},
+          {"created_at", f.created_at_ms / 1000},
+          {"updated_at", f.updated_at_ms / 1000}};
   return j;
 }
 

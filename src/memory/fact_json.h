@@ -25,7 +25,9 @@ std::vector<NewFact> parse_fact_records(std::string_view text, std::string_view 
 // {"conversation", "session", "turn", "speaker"}, with the empty fields left out. Outputs keep
 // their keys in the order written (ordered_json), so printed JSON reads naturally.
 nlohmann::ordered_json source_to_json(const FactSource& source);
-// Every field of a fact; metadata as parsed JSON, absent fields left out.
+// A fact as the CLI prints it and the HTTP API returns it, every key always present (null when
+// unknown): {"id", "text", "speaker", "date", "date_epoch", "source", "turn_index", "metadata"
+// (parsed JSON), "version", "created_at", "updated_at" (unix seconds)}.
 nlohmann::ordered_json fact_to_json(const Fact& fact);
 
 }  // namespace inferscale

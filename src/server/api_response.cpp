@@ -23,6 +23,13 @@ json usage_json(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+json memory_json(const MemoryReport& r) {
+  json facts = json::array();
+  for (const MemoryReport::PlacedFact& f : r.facts) facts.push_back({{"id", f.id}, {"score", f.score}, {"text", f.text}});
+  return {{"mode", memory_mode_name(r.mode)}, {"facts", std::move(facts)}, {"injected_tokens", r.injected_tokens},
+          {"encoded", r.encoded}, {"loaded", r.loaded}, {"retrieve_ms", r.retrieve_ms}, {"kv_ms", r.kv_ms}};
+}
+
 json base(const ResponseMeta& m, bool chunk) {
   const char* object = m.kind == ApiKind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   return {{"id", m.id}, {"object", object}, {"created", m.created}, {"model", m.model}};
@@ -31,12 +38,13 @@ json base(const ResponseMeta& m, bool chunk) {
 json finish_json(FinishReason r) { return r == FinishReason::kNone ? json(nullptr) : json(finish_reason_text(r)); }
 
 // A streaming chunk with one choice; `delta_or_text` is the chat delta or the completion text.
-std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage) {
+std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage, const MemoryReport* memory = nullptr) {
   json j = base(m, true);
   choice["index"] = 0;
   if (m.kind == ApiKind::kCompletion) choice["logprobs"] = nullptr;
   j["choices"] = json::array({std::move(choice)});
   if (include_usage) j["usage"] = nullptr;
+  if (memory) j["memory"] = memory_json(*memory);
   return "data: " + dump(j) + "\n\n";
 }
 
@@ -55,18 +63,22 @@ int64_t unix_now() {
 
 std::string finish_reason_text(FinishReason r) { return finish_reason_name(r); }
 
-std::string response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, const Usage& u) {
+std::string response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, const Usage& u,
+                          const MemoryReport* memory) {
   json j = base(m, false);
   json choice = {{"index", 0}, {"finish_reason", finish_json(finish)}, {"logprobs", nullptr}};
   if (m.kind == ApiKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
   else choice["text"] = text;
   j["choices"] = json::array({std::move(choice)});
   j["usage"] = usage_json(u);
+  if (memory) j["memory"] = memory_json(*memory);
   return dump(j);
 }
 
-std::string sse_role_chunk(const ResponseMeta& m, bool include_usage) {
-  return choice_chunk(m, {{"delta", {{"role", "assistant"}, {"content", ""}}}, {"finish_reason", nullptr}}, include_usage);
+std::string sse_first_chunk(const ResponseMeta& m, bool include_usage, const MemoryReport* memory) {
+  json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"role", "assistant"}, {"content", ""}}}} : json{{"text", ""}};
+  choice["finish_reason"] = nullptr;
+  return choice_chunk(m, std::move(choice), include_usage, memory);
 }
 
 std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage) {

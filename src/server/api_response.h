@@ -6,12 +6,19 @@
 //                 one the role), the last choice chunk the finish_reason, and with
 //                 stream_options.include_usage a final chunk with "choices": [] and the usage
 //                 (every other chunk then has "usage": null).
+//
+// A request that carried a `memory` object gets InferScale's extension field
+//   "memory": {"mode", "facts": [{"id", "score", "text"}] (placement order), "injected_tokens",
+//              "encoded", "loaded", "retrieve_ms", "kv_ms"}
+// in the response body, or when streaming in the first chunk (chat: the role chunk; completion: a
+// leading chunk with empty text, sent only then).
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "engine/request.h"
 #include "server/api_request.h"
+#include "server/memory_report.h"
 
 namespace inferscale::server {
 
@@ -34,10 +41,13 @@ int64_t unix_now();
 
 std::string finish_reason_text(FinishReason r);
 
-std::string response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, const Usage& u);
+// `memory` may be null (the request had no memory object).
+std::string response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, const Usage& u,
+                          const MemoryReport* memory = nullptr);
 
 // One "data: ...\n\n" event each.
-std::string sse_role_chunk(const ResponseMeta& m, bool include_usage);  // chat only: the assistant role
+// The first chunk: chat: the assistant role; completion: empty text. `memory` may be null.
+std::string sse_first_chunk(const ResponseMeta& m, bool include_usage, const MemoryReport* memory);
 std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage);
 std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage);
 std::string sse_usage_chunk(const ResponseMeta& m, const Usage& u);

@@ -10,6 +10,7 @@
 #include "server/api_response.h"
 #include "server/connection_watch.h"
 #include "server/prompt_builder.h"
+#include "server/tenant.h"
 
 namespace inferscale::server {
 namespace {
@@ -52,13 +53,15 @@ struct StreamingState {
   ConnectionWatch watch;
   Progress progress;
   std::vector<RequestOutput> early;  // outputs that arrived while waiting for acceptance
+  std::shared_ptr<const MemoryReport> memory;  // null without a memory object; complete (accepted)
 };
 
 // Streams until the request ends. Returns false when the client is gone (httplib then drops the
 // connection; the releaser cancels the request).
 bool stream_events(StreamingState& st, httplib::DataSink& sink) {
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-  if (st.meta.kind == ApiKind::kChat && !write(sse_role_chunk(st.meta, st.include_usage))) return false;
+  if ((st.meta.kind == ApiKind::kChat || st.memory) && !write(sse_first_chunk(st.meta, st.include_usage, st.memory.get())))
+    return false;
   std::vector<RequestOutput> outs = std::move(st.early);
   for (;;) {
     for (const RequestOutput& o : outs) {
@@ -92,10 +95,18 @@ bool stream_events(StreamingState& st, httplib::DataSink& sink) {
 void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
   const nlohmann::json body = parse_json_body(req.body);
   GenerateRequest g = kind == ApiKind::kChat ? parse_chat_request(body) : parse_completion_request(body);
+  if (g.memory) apply_tenant_header(req, *g.memory);
   if (g.model != model_.name)
     throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
                    "model", "model_not_found");
   PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_);
+  // The memory report: the provider's preparation fills it on the engine thread; mode "off" asks
+  // no provider and reports no facts.
+  std::shared_ptr<MemoryReport> report = std::move(prompt.report);
+  if (g.memory && !report) {
+    report = std::make_shared<MemoryReport>();
+    report->mode = g.memory->mode;
+  }
   const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
   Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}};
   if (prompt.prepare) {
@@ -123,8 +134,10 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   // Wait until the engine accepted the request (or rejected it: that is still a plain JSON error),
   // and for a non-streaming request until it ends.
   std::vector<RequestOutput> early;
+  bool accepted = false;
   for (;;) {
     RequestStream::Poll p = stream->poll(kPollInterval);
+    accepted = accepted || p.accepted;
     for (RequestOutput& o : p.outputs) early.push_back(std::move(o));
     if (p.error) {
       progress.end("error");
@@ -139,16 +152,20 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     }
   }
 
+  // Only now may this thread read the report: the engine thread wrote it before accepting.
+  if (!accepted) report.reset();
+  if (report) metrics_.record_memory(*report);
+
   if (!g.stream) {
     for (const RequestOutput& o : early) progress.add(o);
     progress.end(finish_reason_text(progress.finish));
     res.status = 200;
-    res.set_content(response_body(meta, progress.text, progress.finish, progress.usage), "application/json");
+    res.set_content(response_body(meta, progress.text, progress.finish, progress.usage, report.get()), "application/json");
     return;
   }
 
   auto st = std::make_shared<StreamingState>(
-      StreamingState{stream, meta, g.include_usage, watch, std::move(progress), std::move(early)});
+      StreamingState{stream, meta, g.include_usage, watch, std::move(progress), std::move(early), std::move(report)});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

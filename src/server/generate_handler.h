@@ -6,6 +6,10 @@
 // thread abort the request and free its KV blocks. Errors before the first byte of the answer are
 // JSON errors with their status; an error after a stream started is sent as an SSE event holding
 // the same JSON error.
+//
+// Memory: the X-InferScale-Tenant header sets the memory object's tenant (tenant.h); a request
+// with a memory object answers with a "memory" report (api_response.h), which this thread reads
+// only once the engine accepted the request (memory_provider.h says why that is the sync point).
 #pragma once
 #include <httplib.h>
 

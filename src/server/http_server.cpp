@@ -11,6 +11,7 @@
 #include "server/api_error.h"
 #include "server/api_response.h"
 #include "server/generate_handler.h"
+#include "server/memory_handler.h"
 #include "util/check.h"
 
 namespace inferscale::server {
@@ -82,6 +83,17 @@ void HttpServer::routes() {
   s.Post("/v1/completions", guarded([gen](const httplib::Request& req, httplib::Response& res) {
     gen->handle(req, res, ApiKind::kCompletion);
   }));
+
+  // The memory REST API: one handler routes every method under /v1/memory (memory_handler.h).
+  // [\s\S] and not '.': httplib matches the decoded path, which may hold a newline.
+  auto mem = std::make_shared<MemoryHandler>(memory_);
+  const auto memory_api = guarded([mem](const httplib::Request& req, httplib::Response& res) { mem->handle(req, res); });
+  const char* memory_routes = R"(/v1/memory(/[\s\S]*)?)";
+  s.Get(memory_routes, memory_api);
+  s.Post(memory_routes, memory_api);
+  s.Put(memory_routes, memory_api);
+  s.Patch(memory_routes, memory_api);
+  s.Delete(memory_routes, memory_api);
 
   auto model_json = [this] {
     return json{{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "inferscale"},

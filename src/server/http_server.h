@@ -3,6 +3,7 @@
 //   POST /v1/chat/completions   POST /v1/completions   (generate_handler.h)
 //   GET  /v1/models             GET  /v1/models/{id}
 //   GET  /health                GET  /metrics (Prometheus text)
+//   /v1/memory/...              the memory REST API (memory_handler.h)
 //
 // Every error is an OpenAI-style JSON error (api_error.h): unknown routes 404, a wrong method on a
 // known route 405, bodies over max_body_bytes 413, the rest as mapped by api_error_from.
@@ -39,7 +40,8 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // `engine` (and `memory`, which may be null) must outlive the server.
+  // `engine` (and `memory`, which may be null) must outlive the server. `memory` serves both the
+  // requests' memory objects and the memory REST API; null disables both.
   HttpServer(ServedModel model, AsyncEngine& engine, HttpServerOptions opts, MemoryProvider* memory = nullptr);
   ~HttpServer();  // stop()
   HttpServer(const HttpServer&) = delete;

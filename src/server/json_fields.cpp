@@ -1,8 +1,10 @@
 #include "server/json_fields.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "server/api_error.h"
 
@@ -24,6 +26,15 @@ const char* json_type_name(const nlohmann::json& v) {
 
 void JsonFields::fail(const char* key, const std::string& message) const {
   throw bad_request(fmt::format("'{}': {}", param(key), message), param(key));
+}
+
+void JsonFields::only(std::initializer_list<std::string_view> known) const {
+  for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+    if (std::find(known.begin(), known.end(), it.key()) != known.end()) continue;
+    const std::string where = prefix_.empty() ? "the request body" : "'" + prefix_.substr(0, prefix_.size() - 1) + "'";
+    throw bad_request(fmt::format("{} has an unknown field '{}' (known: {})", where, it.key(), fmt::join(known, ", ")),
+                      prefix_ + it.key());
+  }
 }
 
 const nlohmann::json* JsonFields::get(const char* key) const {

@@ -3,8 +3,10 @@
 // ApiError 400 whose `param` names it (with its parent, e.g. "memory.k").
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +25,9 @@ class JsonFields {
   std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const;
   // A number in [lo, hi].
   std::optional<double> number(const char* key, double lo, double hi) const;
+
+  // 400 naming the first field not in `known`: where a typo would silently change the meaning.
+  void only(std::initializer_list<std::string_view> known) const;
 
   std::string param(const char* key) const { return prefix_ + key; }
   // A 400 naming `key`.

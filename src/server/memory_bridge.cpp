@@ -5,6 +5,21 @@
 #include "server/api_error.h"
 
 namespace inferscale::server {
+namespace {
+
+// Engine thread, before the request is accepted (memory_provider.h).
+void fill_report(const MemoryPrompt& p, MemoryMode mode, MemoryReport& r) {
+  r.mode = mode;
+  r.facts.clear();
+  for (size_t i = 0; i < p.facts.size(); ++i) r.facts.push_back({p.facts[i].id, p.scores[i], p.facts[i].text});
+  r.injected_tokens = p.injected ? p.injected->end - p.injected->start : 0;
+  r.encoded = p.encoded;
+  r.loaded = p.loaded;
+  r.retrieve_ms = p.retrieve_ms;
+  r.kv_ms = p.kv_ms;
+}
+
+}  // namespace
 
 MemoryBridge::MemoryBridge(FactStore& store, const Retriever& retriever, const Model& model, MemoryOptions opts)
     : store_(store), retriever_(retriever), model_(model), opts_(std::move(opts)) {}
@@ -32,11 +47,15 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
     messages.push_back(ChatMessage{"user", req.prompt_text});
   }
   PreparedPrompt p;
-  p.prepare = [this, mr = std::move(mr), messages = std::move(messages)](Engine& engine, PreparedPrompt& out) {
+  p.report = std::make_shared<MemoryReport>();
+  p.report->mode = mr.mode;
+  p.prepare = [this, mr = std::move(mr), messages = std::move(messages), report = p.report](Engine& engine,
+                                                                                           PreparedPrompt& out) {
     MemoryService& svc = service(engine);
     auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, messages));
     out.ids = prepared->tokens;
     out.injected = prepared->injected;
+    fill_report(*prepared, mr.mode, *report);
     spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
                   mr.user, mr.k, prepared->facts.size(), prepared->encoded, prepared->loaded, out.ids.size(),
                   out.injected ? out.injected->end - out.injected->start : 0);

@@ -17,6 +17,8 @@ class MemoryBridge final : public MemoryProvider {
   // store, retriever and model must outlive the bridge; the bridge must outlive the AsyncEngine.
   MemoryBridge(FactStore& store, const Retriever& retriever, const Model& model, MemoryOptions opts);
   PreparedPrompt prepare(const GenerateRequest& req) override;
+  FactStore& store() override { return store_; }
+  const Retriever& retriever() const override { return retriever_; }
 
  private:
   MemoryService& service(Engine& engine);  // engine thread: made on first use, bound to its backend

@@ -6,17 +6,35 @@
 // ([prefix][header][f_k..f_1][footer][query]) and, for mode inject, the span whose KV is copied
 // from the memory pool instead of computed. Without a provider such requests get 400
 // "memory is not enabled on this server".
+//
+// What the preparation did travels back to the HTTP thread in a MemoryReport (the response's
+// "memory" object and the memory metrics):
+//
+//   HTTP thread                              engine thread
+//   provider.prepare(req) -> report (empty)
+//   submit --------------------------------> prepare(engine, p): retrieve, compose, inject;
+//                                            fill *report; then RequestStream::accept()
+//   poll() sees accepted <------------------
+//   read *report
+//
+// The report is written only on the engine thread and only before accept(); the HTTP thread reads
+// it only after a poll() reported `accepted`. accept() and poll() take the stream's mutex, so the
+// writes happen-before the reads and no other lock is needed. A request that is rejected or
+// cancelled before acceptance leaves the report unread.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
-
-#include <functional>
 
 #include "engine/engine.h"
 #include "engine/request.h"
+#include "memory/fact_store.h"
+#include "memory/retriever.h"
 #include "server/api_request.h"
+#include "server/memory_report.h"
 
 namespace inferscale::server {
 
@@ -30,6 +48,8 @@ struct PreparedPrompt {
   // Set instead of `ids` when the prompt can only be built on the engine thread (memory). It
   // fills ids, injected and hold.
   std::function<void(Engine&, PreparedPrompt&)> prepare;
+  // Set with `prepare`: filled by it on the engine thread, read by the HTTP thread after acceptance.
+  std::shared_ptr<MemoryReport> report;
 };
 
 class MemoryProvider {
@@ -39,6 +59,11 @@ class MemoryProvider {
   // is inject or text. Returns a PreparedPrompt whose `prepare` runs on the engine thread; both
   // may throw inferscale::Error (kNotFound for an unknown user, ...) or ApiError.
   virtual PreparedPrompt prepare(const GenerateRequest& req) = 0;
+
+  // The store and retriever behind the provider, for the memory REST API (memory_handler.h). Both
+  // are thread-safe: HTTP threads use them directly, never through the engine thread.
+  virtual FactStore& store() = 0;
+  virtual const Retriever& retriever() const = 0;
 };
 
 }  // namespace inferscale::server

@@ -12,13 +12,8 @@ namespace inferscale::server {
 
 MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& k = it.key();
-    if (k != "user" && k != "tenant" && k != "query" && k != "k" && k != "w" && k != "mode" && k != "order")
-      throw bad_request(fmt::format("'memory' has an unknown field '{}' (known: user, tenant, query, k, w, mode, order)", k),
-                        "memory." + k);
-  }
   const JsonFields f(j, "memory.");
+  f.only({"user", "tenant", "query", "k", "w", "mode", "order"});
   MemorySpec s;
   auto user = f.string("user");
   if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");

@@ -4,6 +4,28 @@
 
 namespace inferscale::server {
 
+void Histogram::record(double v) {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    if (v <= bounds_[i]) {
+      ++counts_[i];
+      break;
+    }
+  }
+  ++count_;
+  sum_ += v;
+}
+
+void Histogram::render(std::string& out, const char* name) const {
+  int64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cum);
+  }
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, count_);
+  out += fmt::format("{}_sum {}\n", name, sum_);
+  out += fmt::format("{}_count {}\n", name, count_);
+}
+
 void ServerMetrics::record_request(const std::string& endpoint, const std::string& finish, int64_t prompt_tokens,
                                    int64_t output_tokens, int64_t cached_tokens) {
   std::lock_guard lk(mu_);
@@ -15,14 +37,18 @@ void ServerMetrics::record_request(const std::string& endpoint, const std::strin
 
 void ServerMetrics::record_ttft(double seconds) {
   std::lock_guard lk(mu_);
-  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
-    if (seconds <= kTtftBuckets[i]) {
-      ++ttft_counts_[i];
-      break;
-    }
-  }
-  ++ttft_count_;
-  ttft_sum_ += seconds;
+  ttft_.record(seconds);
+}
+
+void ServerMetrics::record_memory(const MemoryReport& r) {
+  const std::string mode = memory_mode_name(r.mode);
+  std::lock_guard lk(mu_);
+  ++memory_requests_[mode];
+  memory_facts_[mode] += static_cast<int64_t>(r.facts.size());
+  memory_encoded_ += r.encoded;
+  memory_loaded_ += r.loaded;
+  memory_kv_seconds_ += r.kv_ms / 1000.0;
+  if (r.mode != MemoryMode::kOff) retrieve_.record(r.retrieve_ms / 1000.0);
 }
 
 void ServerMetrics::record_status(int status) {
@@ -35,51 +61,48 @@ std::string ServerMetrics::render(const AsyncEngineStats& e) const {
   auto header = [&](const char* name, const char* type, const char* help) {
     out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
-  auto sample = [&](const char* name, int64_t v) { out += fmt::format("{} {}\n", name, v); };
+  // A metric with one unlabeled sample.
+  auto metric = [&](const char* name, const char* type, const char* help, auto v) {
+    header(name, type, help);
+    out += fmt::format("{} {}\n", name, v);
+  };
+  // A counter with one label: a sample per key of `counts`.
+  auto by_label = [&](const char* name, const char* help, const char* label, const auto& counts) {
+    header(name, "counter", help);
+    for (const auto& [key, n] : counts) out += fmt::format("{}{{{}=\"{}\"}} {}\n", name, label, key, n);
+  };
 
   std::lock_guard lk(mu_);
   header("inferscale_requests_total", "counter", "Generation requests that ended, by endpoint and finish reason.");
   for (const auto& [key, n] : requests_)
     out += fmt::format("inferscale_requests_total{{endpoint=\"{}\",finish_reason=\"{}\"}} {}\n", key.first, key.second, n);
-  header("inferscale_http_responses_total", "counter", "HTTP responses, by status code.");
-  for (const auto& [status, n] : statuses_) out += fmt::format("inferscale_http_responses_total{{code=\"{}\"}} {}\n", status, n);
-  header("inferscale_prompt_tokens_total", "counter", "Prompt tokens of ended requests.");
-  sample("inferscale_prompt_tokens_total", prompt_tokens_);
-  header("inferscale_generation_tokens_total", "counter", "Generated tokens of ended requests.");
-  sample("inferscale_generation_tokens_total", output_tokens_);
-  header("inferscale_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.");
-  sample("inferscale_prefix_cache_hit_tokens_total", e.engine.prefix_hit_tokens);
-  header("inferscale_injected_tokens_total", "counter", "Tokens whose KV was injected from memory.");
-  sample("inferscale_injected_tokens_total", e.engine.tokens_injected);
-  header("inferscale_computed_tokens_total", "counter", "Tokens computed by forward passes.");
-  sample("inferscale_computed_tokens_total", e.engine.tokens_computed);
-  header("inferscale_engine_steps_total", "counter", "Engine steps.");
-  sample("inferscale_engine_steps_total", e.engine.steps);
-  header("inferscale_engine_step_errors_total", "counter", "Engine steps that failed (their requests got an error).");
-  sample("inferscale_engine_step_errors_total", e.step_errors);
-  header("inferscale_preemptions_total", "counter", "Requests preempted for lack of KV blocks.");
-  sample("inferscale_preemptions_total", e.engine.preemptions);
+  by_label("inferscale_http_responses_total", "HTTP responses, by status code.", "code", statuses_);
+  metric("inferscale_prompt_tokens_total", "counter", "Prompt tokens of ended requests.", prompt_tokens_);
+  metric("inferscale_generation_tokens_total", "counter", "Generated tokens of ended requests.", output_tokens_);
+  metric("inferscale_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", e.engine.prefix_hit_tokens);
+  metric("inferscale_injected_tokens_total", "counter", "Tokens whose KV was injected from memory.", e.engine.tokens_injected);
+  metric("inferscale_computed_tokens_total", "counter", "Tokens computed by forward passes.", e.engine.tokens_computed);
+  metric("inferscale_engine_steps_total", "counter", "Engine steps.", e.engine.steps);
+  metric("inferscale_engine_step_errors_total", "counter", "Engine steps that failed (their requests got an error).", e.step_errors);
+  metric("inferscale_preemptions_total", "counter", "Requests preempted for lack of KV blocks.", e.engine.preemptions);
 
   header("inferscale_time_to_first_token_seconds", "histogram", "Time from arrival in the engine to the first token.");
-  int64_t cum = 0;
-  for (size_t i = 0; i < kTtftBuckets.size(); ++i) {
-    cum += ttft_counts_[i];
-    out += fmt::format("inferscale_time_to_first_token_seconds_bucket{{le=\"{}\"}} {}\n", kTtftBuckets[i], cum);
-  }
-  out += fmt::format("inferscale_time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {}\n", ttft_count_);
-  out += fmt::format("inferscale_time_to_first_token_seconds_sum {}\n", ttft_sum_);
-  out += fmt::format("inferscale_time_to_first_token_seconds_count {}\n", ttft_count_);
+  ttft_.render(out, "inferscale_time_to_first_token_seconds");
 
-  header("inferscale_kv_blocks_used", "gauge", "KV cache blocks held by requests.");
-  sample("inferscale_kv_blocks_used", e.kv_blocks_total - e.kv_blocks_free);
-  header("inferscale_kv_blocks_free", "gauge", "KV cache blocks free (possibly holding a cached prefix).");
-  sample("inferscale_kv_blocks_free", e.kv_blocks_free);
-  header("inferscale_requests_running", "gauge", "Requests running in the engine.");
-  sample("inferscale_requests_running", e.num_running);
-  header("inferscale_requests_waiting", "gauge", "Requests waiting in the engine's scheduler.");
-  sample("inferscale_requests_waiting", e.num_waiting);
-  header("inferscale_requests_pending", "gauge", "Requests submitted and not yet ended (the bounded queue).");
-  sample("inferscale_requests_pending", e.num_pending);
+  by_label("inferscale_memory_requests_total", "Generation requests with a memory object, by mode.", "mode", memory_requests_);
+  by_label("inferscale_memory_facts_total", "Facts placed in prompts, by mode (inject: KV copied; text: prefilled).", "mode",
+           memory_facts_);
+  metric("inferscale_memory_facts_encoded_total", "counter", "Facts whose KV was encoded on demand by requests.", memory_encoded_);
+  metric("inferscale_memory_facts_loaded_total", "counter", "Facts whose KV was read from KV files by requests.", memory_loaded_);
+  metric("inferscale_memory_kv_seconds_total", "counter", "Time requests spent encoding and loading fact KV.", memory_kv_seconds_);
+  header("inferscale_memory_retrieval_seconds", "histogram", "Time to retrieve a request's facts (modes inject and text).");
+  retrieve_.render(out, "inferscale_memory_retrieval_seconds");
+
+  metric("inferscale_kv_blocks_used", "gauge", "KV cache blocks held by requests.", e.kv_blocks_total - e.kv_blocks_free);
+  metric("inferscale_kv_blocks_free", "gauge", "KV cache blocks free (possibly holding a cached prefix).", e.kv_blocks_free);
+  metric("inferscale_requests_running", "gauge", "Requests running in the engine.", e.num_running);
+  metric("inferscale_requests_waiting", "gauge", "Requests waiting in the engine's scheduler.", e.num_waiting);
+  metric("inferscale_requests_pending", "gauge", "Requests submitted and not yet ended (the bounded queue).", e.num_pending);
   return out;
 }
 

@@ -1,0 +1,285 @@
+#include "server/memory_handler.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string_view>
+
+#include "memory/fact_json.h"
+#include "server/api_error.h"
+#include "server/api_request.h"
+#include "server/json_fields.h"
+#include "server/tenant.h"
+#include "server/url_path.h"
+#include "util/check.h"
+
+namespace inferscale::server {
+namespace {
+
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+constexpr size_t kMaxFactsPerRequest = 4096;
+constexpr int64_t kDefaultListLimit = 100;
+constexpr int64_t kMaxListLimit = 1000;
+constexpr int64_t kDefaultSearchK = 10;
+
+// One call: where it runs (store, tenant) and the path's parameters.
+struct Call {
+  const httplib::Request& req;
+  httplib::Response& res;
+  FactStore& store;
+  const Retriever& retriever;
+  std::string tenant;
+  std::string user;     // "" on routes without {user}
+  std::string id_text;  // "" on routes without {id}
+
+  int64_t id() const {
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(id_text.data(), id_text.data() + id_text.size(), v);
+    if (ec != std::errc() || end != id_text.data() + id_text.size() || v <= 0)
+      throw bad_request(fmt::format("'{}' is not a fact id (a positive integer)", id_text), "id", "invalid_id");
+    return v;
+  }
+};
+
+void send(httplib::Response& res, const ojson& j) {
+  res.status = 200;
+  res.set_content(j.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+}
+
+[[noreturn]] void too_large(const std::string& message, const std::string& param, const char* code) {
+  throw ApiError(413, "invalid_request_error", message, param, code);
+}
+
+// 404 unless the user has a fact: users exist through their facts.
+void require_user(const Call& c) {
+  if (c.store.count(c.tenant, c.user) == 0)
+    throw ApiError(404, "not_found_error", fmt::format("user '{}' has no facts (tenant '{}')", c.user, c.tenant), "user",
+                   "user_not_found");
+}
+
+// Runs `f`, turning the store's kNotFound for the path's fact into a 404 naming it.
+template <class F>
+auto on_fact(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kNotFound) throw ApiError(404, "not_found_error", e.what(), "id", "fact_not_found");
+    throw;
+  }
+}
+
+// An integer query parameter in [lo, hi], or nullopt when absent.
+std::optional<int64_t> query_int(const httplib::Request& req, const char* name, int64_t lo, int64_t hi) {
+  if (!req.has_param(name)) return std::nullopt;
+  const std::string s = req.get_param_value(name);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
+    throw bad_request(fmt::format("query parameter '{}' must be an integer between {} and {}, got '{}'", name, lo, hi, s), name);
+  return v;
+}
+
+// The records of a "facts" or "turns" array, in the JSON shape of memory/fact_json.h.
+std::vector<NewFact> parse_records(const json& arr, const char* key) {
+  if (!arr.is_array() || arr.empty()) throw bad_request(fmt::format("'{}' must be a non-empty array of facts", key), key);
+  if (arr.size() > kMaxFactsPerRequest)
+    too_large(fmt::format("'{}' holds {} facts; at most {} per request", key, arr.size(), kMaxFactsPerRequest), key,
+              "too_many_facts");
+  std::vector<NewFact> out;
+  out.reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string where = fmt::format("{}[{}]", key, i);
+    try {
+      out.push_back(fact_record_from_json(arr[i], where));
+    } catch (const Error& e) {
+      throw bad_request(e.what(), where);
+    }
+    if (out.back().text.size() > FactStore::kMaxTextBytes)
+      too_large(fmt::format("'{}.text' is {} bytes; at most {}", where, out.back().text.size(), FactStore::kMaxTextBytes),
+                where + ".text", "fact_too_large");
+  }
+  return out;
+}
+
+// ---- handlers (HTTP thread) ----
+
+void list_users(Call& c) {
+  ojson data = ojson::array();
+  for (const UserRef& u : c.store.users())
+    if (u.tenant == c.tenant) data.push_back({{"user", u.user}, {"facts", c.store.count(c.tenant, u.user)}});
+  send(c.res, {{"object", "list"}, {"data", std::move(data)}});
+}
+
+void get_user(Call& c) {
+  require_user(c);
+  send(c.res, {{"user", c.user}, {"facts", c.store.count(c.tenant, c.user)}});
+}
+
+void delete_user(Call& c) {
+  const size_t n = c.store.remove_user(c.tenant, c.user);
+  if (n == 0) require_user(c);  // throws: nothing to delete
+  send(c.res, {{"user", c.user}, {"deleted", true}, {"facts_deleted", n}});
+}
+
+void add_facts(Call& c) {
+  const json body = parse_json_body(c.req.body);
+  const JsonFields f(body);
+  f.only({"facts", "conversation", "turns"});
+  const json* facts = f.get("facts");
+  const json* turns = f.get("turns");
+  if ((facts != nullptr) == (turns != nullptr))
+    throw bad_request("give either \"facts\", or \"conversation\" with \"turns\"", facts ? "turns" : "facts");
+  std::vector<int64_t> ids;
+  if (facts) {
+    if (f.get("conversation")) f.fail("conversation", "goes with \"turns\", not with \"facts\"");
+    ids = c.store.add_facts(c.tenant, c.user, parse_records(*facts, "facts"));
+  } else {
+    const auto conversation = f.string("conversation");
+    if (!conversation) f.fail("conversation", "is required with \"turns\"");
+    check_name(*conversation, "conversation");
+    ids = c.store.add_turns(c.tenant, c.user, *conversation, parse_records(*turns, "turns"));
+  }
+  send(c.res, {{"ids", ids}});
+}
+
+void list_facts(Call& c) {
+  const int64_t after = query_int(c.req, "after", 0, std::numeric_limits<int64_t>::max()).value_or(0);
+  const auto limit = static_cast<size_t>(query_int(c.req, "limit", 1, kMaxListLimit).value_or(kDefaultListLimit));
+  require_user(c);
+  // One more than asked tells whether another page follows.
+  std::vector<Fact> facts = c.store.list(c.tenant, c.user, ListOptions{after, limit + 1});
+  const bool more = facts.size() > limit;
+  if (more) facts.resize(limit);
+  ojson data = ojson::array();
+  for (const Fact& fact : facts) data.push_back(fact_to_json(fact));
+  send(c.res, {{"object", "list"},
+               {"data", std::move(data)},
+               {"has_more", more},
+               {"next_after", more ? ojson(facts.back().id) : ojson(nullptr)}});
+}
+
+void get_fact(Call& c) {
+  const int64_t id = c.id();
+  send(c.res, fact_to_json(on_fact([&] { return c.store.get(c.tenant, c.user, id); })));
+}
+
+void update_fact(Call& c) {
+  const int64_t id = c.id();
+  const json body = parse_json_body(c.req.body);
+  const JsonFields f(body);
+  f.only({"text", "metadata"});
+  FactUpdate u;
+  u.text = f.string("text");
+  if (u.text && u.text->size() > FactStore::kMaxTextBytes)
+    too_large(fmt::format("'text' is {} bytes; at most {}", u.text->size(), FactStore::kMaxTextBytes), "text", "fact_too_large");
+  if (auto it = body.find("metadata"); it != body.end()) u.metadata = it->is_null() ? std::string() : it->dump();  // null clears
+  if (!u.text && !u.metadata) throw bad_request("nothing to change: give \"text\" and/or \"metadata\"");
+  send(c.res, fact_to_json(on_fact([&] { return c.store.update(c.tenant, c.user, id, u); })));
+}
+
+void delete_fact(Call& c) {
+  const int64_t id = c.id();
+  on_fact([&] { c.store.remove(c.tenant, c.user, id); });
+  send(c.res, {{"id", id}, {"deleted", true}});
+}
+
+void search(Call& c) {
+  const json body = parse_json_body(c.req.body);
+  const JsonFields f(body);
+  f.only({"query", "k"});
+  const auto query = f.string("query");
+  if (!query || query->empty()) f.fail("query", "is required (a non-empty string)");
+  const auto k = static_cast<size_t>(f.integer("k", 1, MemorySpec::kMaxK).value_or(kDefaultSearchK));
+  require_user(c);
+  ojson data = ojson::array();
+  for (const ScoredFact& hit : c.retriever.search(c.tenant, c.user, *query, k)) {
+    Fact fact;
+    try {
+      fact = c.store.get(c.tenant, c.user, hit.id);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kNotFound) continue;  // deleted since the search
+      throw;
+    }
+    const ojson full = fact_to_json(fact);
+    ojson h = {{"id", hit.id}, {"score", hit.score}};
+    for (const char* key : {"text", "speaker", "date", "source"}) h[key] = full[key];
+    data.push_back(std::move(h));
+  }
+  send(c.res, {{"object", "list"}, {"data", std::move(data)}});
+}
+
+// ---- routing ----
+
+struct Route {
+  std::string_view method;
+  std::string_view shape;  // the path after /v1/memory; {user} and {id} are parameters
+  void (*run)(Call&);
+};
+
+constexpr Route kRoutes[] = {
+    {"GET", "users", list_users},
+    {"GET", "users/{user}", get_user},
+    {"DELETE", "users/{user}", delete_user},
+    {"POST", "users/{user}/facts", add_facts},
+    {"GET", "users/{user}/facts", list_facts},
+    {"GET", "users/{user}/facts/{id}", get_fact},
+    {"PATCH", "users/{user}/facts/{id}", update_fact},
+    {"DELETE", "users/{user}/facts/{id}", delete_fact},
+    {"POST", "users/{user}/search", search},
+};
+
+// Whether `segs` has the route's shape; then binds {user} and {id}.
+bool matches(std::string_view shape, std::span<const std::string> segs, std::string& user_out, std::string& id_out) {
+  std::string user, id;
+  size_t i = 0;
+  for (size_t start = 0; start <= shape.size(); ++i) {
+    const size_t end = std::min(shape.find('/', start), shape.size());
+    const std::string_view part = shape.substr(start, end - start);
+    if (i >= segs.size()) return false;
+    if (part == "{user}") user = segs[i];
+    else if (part == "{id}") id = segs[i];
+    else if (part != segs[i]) return false;
+    start = end + 1;
+  }
+  if (i != segs.size()) return false;
+  user_out = std::move(user);
+  id_out = std::move(id);
+  return true;
+}
+
+}  // namespace
+
+void MemoryHandler::handle(const httplib::Request& req, httplib::Response& res) const {
+  const std::vector<std::string> segs = path_segments(req.target);
+  // Registered for /v1/memory(/...)?: the first two segments are "v1", "memory".
+  const std::span<const std::string> rest = std::span(segs).subspan(std::min<size_t>(2, segs.size()));
+  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
+  const Route* route = nullptr;
+  std::vector<std::string_view> allowed;
+  std::string user, id;
+  for (const Route& r : kRoutes) {
+    if (!matches(r.shape, rest, user, id)) continue;
+    allowed.push_back(r.method);
+    if (r.method == method) route = &r;
+  }
+  if (allowed.empty())
+    throw ApiError(404, "not_found_error", fmt::format("unknown route: {} {}", req.method, req.path), {}, "unknown_route");
+  if (!route) {
+    res.set_header("Allow", fmt::format("{}", fmt::join(allowed, ", ")));
+    throw ApiError(405, "invalid_request_error",
+                   fmt::format("{} is not allowed on {}; use {}", req.method, req.path, fmt::join(allowed, " or ")), {},
+                   "method_not_allowed");
+  }
+  if (!memory_) throw bad_request("memory is not enabled on this server", {}, "memory_disabled");
+  Call c{req, res, memory_->store(), memory_->retriever(), request_tenant(req), std::move(user), std::move(id)};
+  if (route->shape.find("{user}") != std::string_view::npos) check_name(c.user, "user");
+  route->run(c);
+}
+
+}  // namespace inferscale::server

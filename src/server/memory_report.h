@@ -1,0 +1,28 @@
+// What the memory preparation of one request did: the response's "memory" object and the memory
+// metrics. Filled on the engine thread before the request is accepted, read by its HTTP thread
+// after (memory_provider.h explains why that needs no lock of its own).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "memory/compose.h"
+
+namespace inferscale::server {
+
+struct MemoryReport {
+  struct PlacedFact {
+    int64_t id = 0;
+    double score = 0;  // the retriever's score
+    std::string text;
+  };
+  MemoryMode mode = MemoryMode::kInject;
+  std::vector<PlacedFact> facts;  // in placement order (rank: best-ranked last)
+  int32_t injected_tokens = 0;    // tokens whose KV was copied from the memory pool
+  int32_t encoded = 0;            // facts encoded on demand for this request
+  int32_t loaded = 0;             // facts read from KV files
+  double retrieve_ms = 0;
+  double kv_ms = 0;               // encoding + loading
+};
+
+}  // namespace inferscale::server

@@ -1,0 +1,35 @@
+#include "server/tenant.h"
+
+#include <fmt/format.h>
+
+#include "memory/fact_store.h"
+#include "server/api_error.h"
+
+namespace inferscale::server {
+
+void check_name(std::string_view name, const std::string& param) {
+  if (name.empty() || name.size() > FactStore::kMaxNameBytes)
+    throw bad_request(fmt::format("'{}' must be 1 to {} bytes, got {}", param, FactStore::kMaxNameBytes, name.size()), param,
+                      "invalid_name");
+  for (char c : name)
+    if (static_cast<unsigned char>(c) < 0x20)
+      throw bad_request(fmt::format("'{}' must not hold control characters", param), param, "invalid_name");
+}
+
+std::string request_tenant(const httplib::Request& req) {
+  if (!req.has_header(kTenantHeader)) return kDefaultTenant;
+  std::string t = req.get_header_value(kTenantHeader);
+  check_name(t, kTenantHeader);
+  return t;
+}
+
+void apply_tenant_header(const httplib::Request& req, MemorySpec& spec) {
+  if (!req.has_header(kTenantHeader)) return;
+  const std::string t = request_tenant(req);
+  if (!spec.tenant.empty() && spec.tenant != t)
+    throw bad_request(fmt::format("'memory.tenant' is '{}' but the {} header says '{}'", spec.tenant, kTenantHeader, t),
+                      "memory.tenant");
+  spec.tenant = t;
+}
+
+}  // namespace inferscale::server

@@ -1,0 +1,473 @@
+// The memory REST API and memory-aware responses end to end: the demo model in an AsyncEngine +
+// HttpServer with a MemoryBridge over a FactStore in a temporary data dir, on a loopback
+// ephemeral port. Every test works on its own users, so tests share one server.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "memory/bm25_retriever.h"
+#include "server/memory_bridge.h"
+#include "server_http_client.h"
+#include "test_fact_store_util.h"
+
+using namespace inferscale;
+using namespace inferscale::test_support;
+
+namespace {
+
+// AsyncEngine + HttpServer with memory; torn down engine first, then the bridge, then the store.
+class MemoryServer {
+ public:
+  explicit MemoryServer(size_t max_body_bytes) {
+    store = FactStore::open(dir.path());
+    retriever = std::make_unique<Bm25Retriever>(*store);
+    MemoryOptions mo;
+    mo.default_k = 4;
+    mo.default_window = 1;
+    mo.kv_dir = dir.path() / "kv";
+    bridge = std::make_unique<server::MemoryBridge>(*store, *retriever, TestModel::demo(), mo);
+    engine = std::make_unique<server::AsyncEngine>([] {
+      BackendOptions bo;
+      bo.block_size = 16;
+      bo.num_cache_blocks = 128;
+      bo.num_pool_blocks = 128;
+      bo.num_threads = 1;
+      return TestModel().engine(128, make_cpu_backend(TestModel::demo().config, TestModel::demo().weights, bo));
+    });
+    server::HttpServerOptions ho;
+    ho.host = "127.0.0.1";
+    ho.port = 0;
+    ho.max_body_bytes = max_body_bytes;
+    http = std::make_unique<server::HttpServer>(TestModel().served(), *engine, ho, bridge.get());
+    port = http->start();
+  }
+  ~MemoryServer() {
+    engine->shutdown();
+    http->stop();
+  }
+
+  inferscale::testing::TempDir dir;
+  std::unique_ptr<FactStore> store;
+  std::unique_ptr<Retriever> retriever;
+  std::unique_ptr<server::MemoryBridge> bridge;
+  std::unique_ptr<server::AsyncEngine> engine;
+  std::unique_ptr<server::HttpServer> http;
+  int port = 0;
+};
+
+// A client of one tenant ("" = no header: the default tenant).
+struct Api {
+  int port;
+  std::string tenant;
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  httplib::Headers headers() const {
+    return tenant.empty() ? httplib::Headers{} : httplib::Headers{{"X-InferScale-Tenant", tenant}};
+  }
+  httplib::Result get(const std::string& p) const { return client().Get(p.c_str(), headers()); }
+  httplib::Result del(const std::string& p) const { return client().Delete(p.c_str(), headers()); }
+  httplib::Result post(const std::string& p, const std::string& body) const {
+    return client().Post(p.c_str(), headers(), body, "application/json");
+  }
+  httplib::Result post(const std::string& p, const json& body) const { return post(p, body.dump()); }
+  httplib::Result patch(const std::string& p, const json& body) const {
+    return client().Patch(p.c_str(), headers(), body.dump(), "application/json");
+  }
+  // Adds facts (texts) for `user`; returns their ids.
+  std::vector<int64_t> add(const std::string& user, const std::vector<std::string>& texts) const {
+    json facts = json::array();
+    for (const std::string& t : texts) facts.push_back({{"text", t}, {"speaker", user}});
+    const json r = ok(post("/v1/memory/users/" + user + "/facts", json{{"facts", facts}}));
+    return r["ids"].get<std::vector<int64_t>>();
+  }
+
+  static json ok(const httplib::Result& r) {
+    if (!r) {
+      ADD_FAILURE() << "no response";
+      return json::object();
+    }
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  }
+  // The "data" array of a list response, by value: a range-for over `ok(r)["data"]` would iterate
+  // a destroyed temporary.
+  static json data(const httplib::Result& r) { return ok(r)["data"]; }
+  // The error object of a response that must have `status`, after checking its OpenAI shape.
+  static json fails(const httplib::Result& r, int status) {
+    if (!r) {
+      ADD_FAILURE() << "no response";
+      return json::object();
+    }
+    EXPECT_EQ(r->status, status) << r->body;
+    const json e = json::parse(r->body).value("error", json::object());
+    for (const char* key : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(key)) << key << " in " << r->body;
+    return e;
+  }
+};
+
+json chat(const std::string& question, const json& memory, int max_tokens = 8) {
+  json body = {{"model", "demo"},
+               {"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", question}}}},
+               {"max_tokens", max_tokens},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  if (!memory.is_null()) body["memory"] = memory;
+  return body;
+}
+
+std::vector<int64_t> fact_ids(const json& response) {
+  std::vector<int64_t> ids;
+  for (const json& f : response["memory"]["facts"]) ids.push_back(f["id"]);
+  return ids;
+}
+
+std::string content(const json& response) { return response["choices"][0]["message"]["content"]; }
+
+const std::vector<std::string> kAliceFacts = {"Alice adopted a cat named Miso", "Alice works as a nurse in Oslo",
+                                              "Alice likes hiking in the mountains", "Alice plays the cello on Sundays"};
+
+class ServerMemory : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { s = new MemoryServer(2u << 20); }
+  static void TearDownTestSuite() {
+    delete s;
+    s = nullptr;
+  }
+  static Api api(const std::string& tenant = {}) { return Api{s->port, tenant}; }
+  static MemoryServer* s;
+};
+MemoryServer* ServerMemory::s = nullptr;
+
+}  // namespace
+
+TEST_F(ServerMemory, FactCrudRoundTrip) {
+  const Api a = api();
+  const json added = Api::ok(a.post("/v1/memory/users/crud/facts",
+                                    json{{"facts",
+                                          {{{"text", "Crud likes tea"},
+                                            {"speaker", "Crud"},
+                                            {"date", "2024-03-02"},
+                                            {"source", {{"conversation", "c1"}, {"session", "s1"}, {"turn", "D1:1"}}},
+                                            {"metadata", {{"topic", "food"}}}},
+                                           {{"text", "Crud lives in Lyon"}}}}}));
+  ASSERT_EQ(added["ids"].size(), 2u);
+  const int64_t id = added["ids"][0];
+
+  const json f = Api::ok(a.get("/v1/memory/users/crud/facts/" + std::to_string(id)));
+  EXPECT_EQ(f["id"], id);
+  EXPECT_EQ(f["text"], "Crud likes tea");
+  EXPECT_EQ(f["speaker"], "Crud");
+  EXPECT_EQ(f["date"], "2024-03-02");
+  EXPECT_EQ(f["source"]["conversation"], "c1");
+  EXPECT_EQ(f["source"]["session"], "s1");
+  EXPECT_EQ(f["source"]["turn"], "D1:1");
+  EXPECT_EQ(f["metadata"]["topic"], "food");
+  EXPECT_EQ(f["version"], 1);
+  EXPECT_GT(f["created_at"].get<int64_t>(), 1'600'000'000);
+  EXPECT_EQ(f["updated_at"], f["created_at"]);
+
+  const json patched = Api::ok(a.patch("/v1/memory/users/crud/facts/" + std::to_string(id),
+                                       json{{"text", "Crud likes green tea"}, {"metadata", {{"topic", "drinks"}}}}));
+  EXPECT_EQ(patched["text"], "Crud likes green tea");
+  EXPECT_EQ(patched["metadata"]["topic"], "drinks");
+  EXPECT_EQ(patched["version"], 2);
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/crud/facts/" + std::to_string(id)))["text"], "Crud likes green tea");
+  EXPECT_TRUE(Api::ok(a.patch("/v1/memory/users/crud/facts/" + std::to_string(id), json{{"metadata", nullptr}}))["metadata"].is_null());
+
+  const json hits = Api::ok(a.post("/v1/memory/users/crud/search", json{{"query", "Lyon"}, {"k", 5}}));
+  ASSERT_FALSE(hits["data"].empty());
+  EXPECT_EQ(hits["data"][0]["id"], added["ids"][1]);
+  for (const char* key : {"id", "score", "text", "speaker", "date", "source"}) EXPECT_TRUE(hits["data"][0].contains(key)) << key;
+
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/crud"))["facts"], 2);
+  const json del = Api::ok(a.del("/v1/memory/users/crud/facts/" + std::to_string(id)));
+  EXPECT_EQ(del["deleted"], true);
+  EXPECT_EQ(Api::fails(a.get("/v1/memory/users/crud/facts/" + std::to_string(id)), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::fails(a.del("/v1/memory/users/crud/facts/" + std::to_string(id)), 404)["code"], "fact_not_found");
+  const json listed = Api::ok(a.get("/v1/memory/users/crud/facts"));
+  ASSERT_EQ(listed["data"].size(), 1u);
+  EXPECT_EQ(listed["data"][0]["text"], "Crud lives in Lyon");
+
+  bool found = false;
+  for (const json& u : Api::data(a.get("/v1/memory/users")))
+    if (u["user"] == "crud") found = (u["facts"] == 1);
+  EXPECT_TRUE(found);
+  EXPECT_EQ(Api::ok(a.del("/v1/memory/users/crud"))["facts_deleted"], 1);
+  EXPECT_EQ(Api::fails(a.get("/v1/memory/users/crud"), 404)["code"], "user_not_found");
+  EXPECT_EQ(Api::fails(a.del("/v1/memory/users/crud"), 404)["code"], "user_not_found");
+  for (const json& u : Api::data(a.get("/v1/memory/users"))) EXPECT_NE(u["user"], "crud");
+}
+
+TEST_F(ServerMemory, PaginationTurnsAndEncodedUserNames) {
+  const Api a = api();
+  std::vector<std::string> texts;
+  for (int i = 0; i < 5; ++i) texts.push_back("page fact " + std::to_string(i));
+  const std::vector<int64_t> ids = a.add("pager", texts);
+  std::vector<int64_t> seen;
+  std::string next = "0";
+  for (int page = 0; page < 3; ++page) {
+    const json r = Api::ok(a.get("/v1/memory/users/pager/facts?limit=2&after=" + next));
+    for (const json& f : r["data"]) seen.push_back(f["id"]);
+    EXPECT_EQ(r["has_more"], page < 2) << page;
+    if (!r["has_more"]) {
+      EXPECT_TRUE(r["next_after"].is_null());
+      break;
+    }
+    next = std::to_string(r["next_after"].get<int64_t>());
+  }
+  EXPECT_EQ(seen, ids);
+
+  // Conversation turns: each gets the conversation and the next turn index.
+  const json turns = Api::ok(a.post("/v1/memory/users/pager/facts",
+                                    json{{"conversation", "chat-1"},
+                                         {"turns", {{{"text", "hi there"}, {"speaker", "Bo"}}, {{"text", "hello Bo"}, {"speaker", "Al"}}}}}));
+  ASSERT_EQ(turns["ids"].size(), 2u);
+  const json t0 = Api::ok(a.get("/v1/memory/users/pager/facts/" + std::to_string(turns["ids"][0].get<int64_t>())));
+  const json t1 = Api::ok(a.get("/v1/memory/users/pager/facts/" + std::to_string(turns["ids"][1].get<int64_t>())));
+  EXPECT_EQ(t0["source"]["conversation"], "chat-1");
+  EXPECT_EQ(t1["turn_index"].get<int64_t>(), t0["turn_index"].get<int64_t>() + 1);
+
+  // A user name with '/', ' ' and UTF-8 travels percent-encoded as one path segment.
+  const std::string encoded = "a%2Fb%20%C3%A9";
+  Api::ok(a.post("/v1/memory/users/" + encoded + "/facts", json{{"facts", {{{"text", "slash user"}}}}}));
+  EXPECT_EQ(s->store->count(kDefaultTenant, "a/b \xC3\xA9"), 1u);
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/" + encoded + "/facts"))["data"][0]["text"], "slash user");
+}
+
+TEST_F(ServerMemory, EveryBadInputGetsItsStatus) {
+  const Api a = api();
+  const int64_t id = a.add("errs", {"errs has a fact"})[0];
+  const std::string facts = "/v1/memory/users/errs/facts";
+  const std::string fact = facts + "/" + std::to_string(id);
+  auto code = [](const httplib::Result& r, int status) { return Api::fails(r, status)["code"]; };
+  auto param = [](const httplib::Result& r, int status) { return Api::fails(r, status)["param"]; };
+
+  // 400: JSON, fields, types, names.
+  EXPECT_EQ(code(a.post(facts, std::string("{nope")), 400), "invalid_json");
+  EXPECT_EQ(Api::fails(a.post(facts, std::string("[1]")), 400)["type"], "invalid_request_error");
+  EXPECT_EQ(param(a.post(facts, json::object()), 400), "facts");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", "x"}}), 400), "facts");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", json::array()}}), 400), "facts");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"speaker", "x"}}}}}), 400), "facts[0]");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}}, {{"text", 5}}}}}), 400), "facts[1]");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}, {"colour", "red"}}}}}), 400), "facts[0]");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}}}}, {"typo", 1}}), 400), "typo");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}}}}, {"turns", {{{"text", "ok"}}}}}), 400), "turns");
+  EXPECT_EQ(param(a.post(facts, json{{"turns", {{{"text", "ok"}}}}}), 400), "conversation");
+  EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}}}}, {"conversation", "c"}}), 400), "conversation");
+  EXPECT_EQ(Api::fails(a.post(facts, json{{"facts", {{{"text", "   "}}}}}), 400)["type"], "invalid_request_error");
+  EXPECT_EQ(code(a.get(facts + "/abc"), 400), "invalid_id");
+  EXPECT_EQ(code(a.get(facts + "/-3"), 400), "invalid_id");
+  EXPECT_EQ(param(a.get(facts + "?limit=0"), 400), "limit");
+  EXPECT_EQ(param(a.get(facts + "?limit=5000"), 400), "limit");
+  EXPECT_EQ(param(a.get(facts + "?after=x"), 400), "after");
+  EXPECT_EQ(Api::fails(a.patch(fact, json::object()), 400)["type"], "invalid_request_error");
+  EXPECT_EQ(param(a.patch(fact, json{{"text", 3}}), 400), "text");
+  EXPECT_EQ(param(a.patch(fact, json{{"version", 3}}), 400), "version");
+  EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json::object()), 400), "query");
+  EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json{{"query", "x"}, {"k", 0}}), 400), "k");
+  EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json{{"query", "x"}, {"k", "ten"}}), 400), "k");
+  EXPECT_EQ(param(a.get("/v1/memory/users/" + std::string(300, 'u') + "/facts"), 400), "user");
+  EXPECT_EQ(param(a.get("/v1/memory/users/bad%01name/facts"), 400), "user");
+  EXPECT_EQ(code(a.get("/v1/memory/users/bad%zzname/facts"), 400), "invalid_path");
+  EXPECT_EQ(param(Api{s->port, std::string(300, 't')}.get("/v1/memory/users"), 400), "X-InferScale-Tenant");
+
+  // 404: unknown user, fact, route.
+  EXPECT_EQ(code(a.get("/v1/memory/users/nobody/facts"), 404), "user_not_found");
+  EXPECT_EQ(code(a.post("/v1/memory/users/nobody/search", json{{"query", "x"}}), 404), "user_not_found");
+  EXPECT_EQ(code(a.get(facts + "/999999999"), 404), "fact_not_found");
+  EXPECT_EQ(code(a.patch(facts + "/999999999", json{{"text", "x"}}), 404), "fact_not_found");
+  EXPECT_EQ(code(a.get("/v1/memory/users/errs/nothing"), 404), "unknown_route");
+  EXPECT_EQ(code(a.get("/v1/memory"), 404), "unknown_route");
+  EXPECT_EQ(code(a.get("/v1/memoryx"), 404), "unknown_route");
+
+  // 405 with Allow.
+  auto r = a.post(fact, json::object());
+  EXPECT_EQ(code(r, 405), "method_not_allowed");
+  EXPECT_EQ(r->get_header_value("Allow"), "GET, PATCH, DELETE");
+  EXPECT_EQ(code(a.del("/v1/memory/users/errs/facts"), 405), "method_not_allowed");
+
+  // 413: a fact text over the store's limit, too many facts, a body over the server's limit (2 MiB).
+  const std::string big(FactStore::kMaxTextBytes + 1, 'x');
+  EXPECT_EQ(code(a.post(facts, json{{"facts", {{{"text", big}}}}}), 413), "fact_too_large");
+  EXPECT_EQ(code(a.patch(fact, json{{"text", big}}), 413), "fact_too_large");
+  EXPECT_EQ(code(a.post(facts, json{{"facts", std::vector<json>(5000, json{{"text", "x"}})}}), 413), "too_many_facts");
+  EXPECT_EQ(code(a.post(facts, json{{"facts", {{{"text", std::string(3u << 20, 'x')}}}}}), 413), "payload_too_large");
+
+  // Nothing above changed the user's facts, and the server still serves.
+  EXPECT_EQ(s->store->count(kDefaultTenant, "errs"), 1u);
+  EXPECT_EQ(Api::ok(a.get(fact))["version"], 1);
+}
+
+TEST(ServerMemoryDisabled, EveryRouteSaysMemoryIsNotEnabled) {
+  Harness h;  // no MemoryProvider
+  const Api a{h.port, {}};
+  for (const httplib::Result& r : {a.get("/v1/memory/users"), a.get("/v1/memory/users/x/facts"),
+                                   a.post("/v1/memory/users/x/facts", json{{"facts", {{{"text", "t"}}}}}),
+                                   a.post("/v1/memory/users/x/search", json{{"query", "q"}}), a.del("/v1/memory/users/x")}) {
+    const json e = Api::fails(r, 400);
+    EXPECT_EQ(e["message"], "memory is not enabled on this server");
+    EXPECT_EQ(e["code"], "memory_disabled");
+  }
+  EXPECT_EQ(Api::fails(a.get("/v1/memory/nope"), 404)["code"], "unknown_route");
+}
+
+TEST_F(ServerMemory, TenantsAndUsersAreIsolated) {
+  const Api acme = api("acme"), other = api("other"), plain = api();
+  const std::vector<int64_t> alice = acme.add("alice", kAliceFacts);
+  const std::vector<int64_t> bob = plain.add("bob", {"Bob adopted a dog named Rex", "Bob works as a pilot in Rome"});
+
+  // Another tenant sees neither the user nor its facts, by id or by search.
+  EXPECT_EQ(Api::fails(other.get("/v1/memory/users/alice/facts"), 404)["code"], "user_not_found");
+  EXPECT_EQ(Api::fails(plain.get("/v1/memory/users/alice/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::fails(other.post("/v1/memory/users/alice/search", json{{"query", "cat"}}), 404)["code"], "user_not_found");
+  for (const json& u : Api::data(other.get("/v1/memory/users"))) EXPECT_NE(u["user"], "alice");
+  for (const json& u : Api::data(acme.get("/v1/memory/users"))) EXPECT_NE(u["user"], "bob");
+  // Another user of the same tenant cannot reach a fact by id.
+  EXPECT_EQ(Api::fails(plain.get("/v1/memory/users/bob/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::fails(plain.del("/v1/memory/users/bob/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
+  for (const json& hit : Api::data(plain.post("/v1/memory/users/bob/search", json{{"query", "cat Miso nurse Oslo"}, {"k", 10}})))
+    EXPECT_TRUE(std::find(bob.begin(), bob.end(), hit["id"].get<int64_t>()) != bob.end()) << hit.dump();
+
+  // A chat for alice, asking about bob's words, receives only alice's facts.
+  const json r = Api::ok(acme.post("/v1/chat/completions", chat("Does Bob fly a plane to Rome with his dog Rex?",
+                                                                 {{"user", "alice"}, {"k", 10}})));
+  const std::set<int64_t> mine(alice.begin(), alice.end());
+  for (int64_t id : fact_ids(r)) EXPECT_TRUE(mine.count(id)) << id;
+  // The same user name in the default tenant (no header) is another user: no facts at all.
+  EXPECT_TRUE(fact_ids(Api::ok(plain.post("/v1/chat/completions", chat("cat?", {{"user", "alice"}, {"k", 10}})))).empty());
+  // The tenant in the body must agree with the header.
+  EXPECT_EQ(Api::fails(other.post("/v1/chat/completions", chat("cat?", {{"user", "alice"}, {"tenant", "acme"}})), 400)["param"],
+            "memory.tenant");
+  EXPECT_FALSE(fact_ids(Api::ok(plain.post("/v1/chat/completions", chat("cat?", {{"user", "alice"}, {"tenant", "acme"}})))).empty());
+}
+
+TEST_F(ServerMemory, InjectAndTextPlaceTheSameFacts) {
+  const Api a = api();
+  a.add("carol", {"Carol adopted a cat named Miso", "Carol works as a nurse in Oslo", "Carol likes hiking in the mountains"});
+  const json mem = {{"user", "carol"}, {"k", 2}, {"w", 1}};
+  const json inject = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Carol's cat?", mem)));
+  json text_mem = mem;
+  text_mem["mode"] = "text";
+  const json text = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Carol's cat?", text_mem)));
+
+  EXPECT_EQ(inject["usage"]["prompt_tokens"], text["usage"]["prompt_tokens"]);
+  EXPECT_EQ(inject["memory"]["facts"], text["memory"]["facts"]);
+  ASSERT_EQ(inject["memory"]["facts"].size(), 2u);
+  EXPECT_EQ(inject["memory"]["facts"][1]["text"], "Carol adopted a cat named Miso");  // best-ranked last
+  EXPECT_EQ(inject["memory"]["mode"], "inject");
+  EXPECT_EQ(text["memory"]["mode"], "text");
+  EXPECT_GT(inject["memory"]["injected_tokens"].get<int>(), 20);
+  EXPECT_EQ(text["memory"]["injected_tokens"], 0);
+  EXPECT_EQ(inject["memory"]["encoded"], 2);  // first use: encoded on demand
+  EXPECT_EQ(text["memory"]["encoded"], 0);
+  for (const char* key : {"loaded", "retrieve_ms", "kv_ms"}) EXPECT_TRUE(inject["memory"].contains(key)) << key;
+  // Again: the facts' KV is resident now.
+  const json again = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Carol's cat?", mem)));
+  EXPECT_EQ(again["memory"]["encoded"], 0);
+  EXPECT_EQ(content(again), content(inject));
+
+  // Completions carry the object too.
+  json completion = {{"model", "demo"}, {"prompt", "Carol's cat is called"}, {"max_tokens", 4}, {"temperature", 0},
+                     {"memory", mem}};
+  const json c = Api::ok(a.post("/v1/completions", completion));
+  EXPECT_EQ(c["memory"]["facts"].size(), 2u);
+}
+
+TEST_F(ServerMemory, ModeOffAndKZeroEqualAPlainRequest) {
+  const Api a = api();
+  a.add("dave", {"Dave adopted a cat named Miso", "Dave works as a nurse in Oslo"});
+  const json plain = Api::ok(a.post("/v1/chat/completions", chat("Tell me about Dave's cat", nullptr, 12)));
+  EXPECT_FALSE(plain.contains("memory"));
+  for (const json& mem : {json{{"user", "dave"}, {"mode", "off"}}, json{{"user", "dave"}, {"k", 0}},
+                          json{{"user", "dave"}, {"k", 0}, {"mode", "text"}}}) {
+    const json r = Api::ok(a.post("/v1/chat/completions", chat("Tell me about Dave's cat", mem, 12)));
+    EXPECT_EQ(content(r), content(plain)) << mem.dump();
+    EXPECT_EQ(r["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"]) << mem.dump();
+    EXPECT_TRUE(r["memory"]["facts"].empty()) << mem.dump();
+    EXPECT_EQ(r["memory"]["mode"], mem.value("mode", "inject"));
+    EXPECT_EQ(r["memory"]["injected_tokens"], 0);
+  }
+}
+
+TEST_F(ServerMemory, DeletedAndUpdatedFactsReachTheNextRequest) {
+  const Api a = api();
+  const std::vector<int64_t> ids = a.add("erin", {"Erin adopted a cat named Miso", "Erin works as a nurse in Oslo"});
+  const json mem = {{"user", "erin"}, {"k", 4}};
+  auto ask = [&] { return Api::ok(a.post("/v1/chat/completions", chat("What is Erin's cat called?", mem))); };
+  const json before = ask();
+  auto has = [](const json& r, int64_t id) {
+    const std::vector<int64_t> got = fact_ids(r);
+    return std::find(got.begin(), got.end(), id) != got.end();
+  };
+  ASSERT_TRUE(has(before, ids[0]));
+  Api::ok(a.patch("/v1/memory/users/erin/facts/" + std::to_string(ids[1]), json{{"text", "Erin works as a cat vet in Oslo"}}));
+  Api::ok(a.del("/v1/memory/users/erin/facts/" + std::to_string(ids[0])));
+  const json after = ask();
+  EXPECT_FALSE(has(after, ids[0]));
+  ASSERT_EQ(after["memory"]["facts"].size(), 1u);
+  EXPECT_EQ(after["memory"]["facts"][0]["text"], "Erin works as a cat vet in Oslo");
+  EXPECT_EQ(after["memory"]["encoded"], 1);  // the new version's KV, not the stale one
+}
+
+TEST_F(ServerMemory, StreamingFirstChunkCarriesTheMemoryObject) {
+  const Api a = api();
+  a.add("fay", {"Fay adopted a cat named Miso", "Fay works as a nurse in Oslo"});
+  const json mem = {{"user", "fay"}, {"k", 2}};
+  const json plain = Api::ok(a.post("/v1/chat/completions", chat("What is Fay's cat called?", mem, 10)));
+  json body = chat("What is Fay's cat called?", mem, 10);
+  body["stream"] = true;
+  auto r = a.post("/v1/chat/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::vector<json> events = parse_sse(r->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(events[0]["memory"]["facts"], plain["memory"]["facts"]);
+  EXPECT_EQ(events[0]["memory"]["mode"], "inject");
+  std::string text;
+  for (size_t i = 1; i < events.size(); ++i) {
+    if (events[i] == "[DONE]") continue;
+    EXPECT_FALSE(events[i].contains("memory")) << i;
+    text += events[i]["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(text, content(plain));
+
+  // Completions: a leading chunk with empty text carries it.
+  json completion = {{"model", "demo"}, {"prompt", "Fay's cat is called"}, {"max_tokens", 4}, {"temperature", 0},
+                     {"memory", mem}, {"stream", true}};
+  const std::vector<json> cev = parse_sse(a.post("/v1/completions", completion)->body);
+  ASSERT_GE(cev.size(), 3u);
+  EXPECT_EQ(cev[0]["choices"][0]["text"], "");
+  EXPECT_EQ(cev[0]["memory"]["facts"].size(), 2u);
+  // Without memory, completions stream no leading empty chunk.
+  completion.erase("memory");
+  EXPECT_FALSE(parse_sse(a.post("/v1/completions", completion)->body)[0].contains("memory"));
+}
+
+TEST_F(ServerMemory, MetricsCountMemoryRequests) {
+  const Api a = api();
+  a.add("gus", {"Gus adopted a cat named Miso", "Gus works as a nurse in Oslo"});
+  auto metrics = [&] { return parse_prometheus(a.get("/metrics")->body); };
+  auto at = [](const std::map<std::string, double>& m, const std::string& k) { return m.count(k) ? m.at(k) : 0.0; };
+  const auto m0 = metrics();
+  Api::ok(a.post("/v1/chat/completions", chat("Gus's cat?", {{"user", "gus"}, {"k", 2}})));
+  Api::ok(a.post("/v1/chat/completions", chat("Gus's cat?", {{"user", "gus"}, {"k", 2}, {"mode", "text"}})));
+  Api::ok(a.post("/v1/chat/completions", chat("Gus's cat?", {{"user", "gus"}, {"mode", "off"}})));
+  const auto m1 = metrics();
+  for (const char* mode : {"inject", "text", "off"})
+    EXPECT_EQ(at(m1, fmt::format("inferscale_memory_requests_total{{mode=\"{}\"}}", mode)) -
+                  at(m0, fmt::format("inferscale_memory_requests_total{{mode=\"{}\"}}", mode)), 1) << mode;
+  EXPECT_EQ(at(m1, "inferscale_memory_facts_total{mode=\"inject\"}") - at(m0, "inferscale_memory_facts_total{mode=\"inject\"}"), 2);
+  EXPECT_EQ(at(m1, "inferscale_memory_facts_total{mode=\"text\"}") - at(m0, "inferscale_memory_facts_total{mode=\"text\"}"), 2);
+  EXPECT_EQ(at(m1, "inferscale_memory_facts_encoded_total") - at(m0, "inferscale_memory_facts_encoded_total"), 2);
+  EXPECT_TRUE(m1.count("inferscale_memory_facts_loaded_total"));
+  EXPECT_TRUE(m1.count("inferscale_memory_kv_seconds_total"));
+  EXPECT_EQ(at(m1, "inferscale_memory_retrieval_seconds_count") - at(m0, "inferscale_memory_retrieval_seconds_count"), 2);
+  EXPECT_EQ(m1.at("inferscale_memory_retrieval_seconds_bucket{le=\"+Inf\"}"), m1.at("inferscale_memory_retrieval_seconds_count"));
+  EXPECT_GT(m1.at("inferscale_injected_tokens_total"), at(m0, "inferscale_injected_tokens_total"));
+}
