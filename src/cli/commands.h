@@ -9,6 +9,7 @@ namespace inferscale::cli {
 void register_generate(CLI::App& app);
 void register_info(CLI::App& app);
 void register_memory(CLI::App& app);
+void register_chat(CLI::App& app);
 
 // `serve`: the OpenAI-compatible HTTP server (cmd_serve.cpp).
 void register_serve(CLI::App& app);

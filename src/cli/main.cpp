@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   inferscale::cli::register_generate(app);
   inferscale::cli::register_info(app);
   inferscale::cli::register_memory(app);
+  inferscale::cli::register_chat(app);
   inferscale::cli::register_serve(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,134 @@
+// inferscale chat: an interactive conversation with memory. Each question retrieves the user's
+// top-k facts, injects their KV (or pastes them, --mode text), and streams the answer; stderr
+// shows which facts were used and the time to first token. With --remember, each exchange is
+// stored as conversation turns, so later questions can retrieve it.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/commands.h"
+#include "cli/memory_options.h"
+#include "cli/model_options.h"
+#include "memory/memory_service.h"
+#include "util/check.h"
+
+namespace inferscale::cli {
+namespace {
+
+struct ChatArgs {
+  ModelArgs model;
+  MemoryArgs memory;
+  std::string user;
+  std::string tenant = kDefaultTenant;
+  std::string mode = "inject";
+  std::string order = "rank";
+  std::string system;
+  int32_t max_tokens = 256;
+  float temperature = 0.7f;
+  float top_p = 0.95f;
+  int64_t seed = -1;
+  bool remember = false;
+  bool quiet = false;
+};
+
+void run_chat(const ChatArgs& a) {
+  const MemoryMode mode = parse_memory_mode(a.mode);
+  const MemoryOrder order = parse_memory_order(a.order);
+  Model model = load_model_from_args(a.model);
+  OpenedMemory mem = open_memory(a.memory);
+  Engine engine(make_backend(a.model, model), model.tokenizer, engine_options(a.model));
+  MemoryService service(*mem.store, *mem.retriever, model, engine.backend(), engine.blocks(),
+                        memory_options(a.memory, *mem.store));
+  std::fprintf(stderr, "chat with %s as user '%s' (%zu facts, mode %s, k %d, window %d); Ctrl-D to quit\n",
+               model.name.c_str(), a.user.c_str(), mem.store->count(a.tenant, a.user), memory_mode_name(mode),
+               service.options().default_k, service.options().default_window);
+  std::vector<ChatMessage> history;
+  if (!a.system.empty()) history.push_back({"system", a.system});
+  const std::string conversation = fmt::format("chat-{}", std::chrono::system_clock::now().time_since_epoch().count());
+  std::string line;
+  while (true) {
+    std::fprintf(stderr, "\n> ");
+    if (!std::getline(std::cin, line)) break;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    history.push_back({"user", line});
+    MemoryRequest req;
+    req.tenant = a.tenant;
+    req.user = a.user;
+    req.mode = mode;
+    req.order = order;
+    MemoryPrompt p;
+    try {
+      p = service.prepare(req, history);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+      history.pop_back();
+      continue;
+    }
+    if (!a.quiet) {
+      for (size_t i = 0; i < p.facts.size(); ++i)
+        std::fprintf(stderr, "  [fact %lld, score %.2f] %s\n", static_cast<long long>(p.facts[i].id), p.scores[i],
+                     p.facts[i].text.c_str());
+    }
+    SamplingParams sp;
+    sp.max_tokens = a.max_tokens;
+    sp.temperature = a.temperature;
+    sp.top_p = a.top_p;
+    if (a.seed >= 0) sp.seed = static_cast<uint64_t>(a.seed);
+    std::string answer;
+    double ttft = 0;
+    try {
+      engine.add_request(p.tokens, sp, p.injected);
+      while (engine.has_unfinished()) {
+        for (const RequestOutput& o : engine.step()) {
+          std::fwrite(o.text.data(), 1, o.text.size(), stdout);
+          std::fflush(stdout);
+          answer += o.text;
+          if (o.ttft_s > 0) ttft = o.ttft_s;
+        }
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "error: %s\n", e.what());
+    }
+    service.release(p);
+    std::fputc('\n', stdout);
+    if (!a.quiet)
+      std::fprintf(stderr, "  (%zu prompt tokens, %d injected; retrieval %.1f ms, KV %.1f ms, TTFT %.1f ms)\n",
+                   p.tokens.size(), p.injected ? p.injected->end - p.injected->start : 0, p.retrieve_ms, p.kv_ms,
+                   ttft * 1e3);
+    history.push_back({"assistant", answer});
+    if (a.remember) {
+      std::vector<NewFact> turns(2);
+      turns[0].text = line;
+      turns[0].source.speaker = a.user;
+      turns[1].text = answer;
+      turns[1].source.speaker = "assistant";
+      mem.store->add_turns(a.tenant, a.user, conversation, turns);
+    }
+  }
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app) {
+  auto a = std::make_shared<ChatArgs>();
+  CLI::App* cmd = app.add_subcommand("chat", "interactive chat that retrieves and injects the user's memory");
+  add_model_options(*cmd, a->model);
+  add_memory_options(*cmd, a->memory, true);
+  cmd->add_option("--user,-u", a->user, "whose memory")->required();
+  cmd->add_option("--tenant", a->tenant, "tenant of the user")->capture_default_str();
+  cmd->add_option("--mode", a->mode, "inject | text | off")->capture_default_str();
+  cmd->add_option("--order", a->order, "rank (best fact last) | time")->capture_default_str();
+  cmd->add_option("--system", a->system, "system prompt");
+  cmd->add_option("--max-tokens,-n", a->max_tokens, "tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--temperature,-t", a->temperature, "0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", a->top_p, "nucleus mass")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", a->seed, "sampling seed (-1 = random)")->capture_default_str();
+  cmd->add_flag("--remember", a->remember, "store each exchange as conversation turns");
+  cmd->add_flag("--quiet,-q", a->quiet, "do not print facts and timings");
+  cmd->callback([a] { run_chat(*a); });
+}
+
+}  // namespace inferscale::cli
