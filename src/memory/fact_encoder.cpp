@@ -47,7 +47,7 @@ void FactEncoder::encode(std::span<const EncodeJob> jobs) {
                      need, blocks_.num_free());
           break;
         }
-        Active a{&j, len};
+        Active a{&j, len, 0, {}};
         for (int64_t b = 0; b < need; ++b) a.blocks.push_back(blocks_.allocate());
         active.push_back(std::move(a));
         planned += len;
