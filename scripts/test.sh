@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds the CPU build and runs every test (ctest). Usage: scripts/test.sh [ctest args...]
+# Builds and runs every test (ctest). Usage: scripts/test.sh [ctest args...]
+# Reuses ./build as configured (CI configures it with the CUDA backend where nvcc exists); GPU
+# tests (label `cuda`) run only where an NVIDIA GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$(nproc)"
-ctest --test-dir build --output-on-failure -j"$(nproc)" "$@"
+GPU_FILTER=(-LE cuda)
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU_FILTER=(); fi
+ctest --test-dir build --output-on-failure -j"$(nproc)" "${GPU_FILTER[@]}" "$@"

@@ -4,6 +4,12 @@
 
 #include "util/check.h"
 
+#ifdef INFERSCALE_HAS_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_backend.h"
+#endif
+
 namespace inferscale::cli {
 
 void add_model_options(CLI::App& cmd, ModelArgs& a) {
@@ -20,6 +26,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-batched-tokens", a.max_batched_tokens, "tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--max-num-seqs", a.max_num_seqs, "requests per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd.add_option("--max-model-len", a.max_model_len, "longest request in tokens (0 = the model's limit)")->capture_default_str();
+  cmd.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 }
 
 Model load_model_from_args(const ModelArgs& a) {
@@ -40,11 +47,37 @@ Model load_model_from_args(const ModelArgs& a) {
   return m;
 }
 
+namespace {
+
+bool cuda_available() {
+#ifdef INFERSCALE_HAS_CUDA
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+bool use_cuda(const ModelArgs& a) {
+  if (a.device == "cpu") return false;
+  if (a.device == "cuda") {
+#ifndef INFERSCALE_HAS_CUDA
+    IS_THROW(kUnsupported, "--device cuda: this build has no CUDA backend (configure with -DINFERSCALE_CUDA=ON)");
+#endif
+    IS_REQUIRE(cuda_available(), kUnsupported, "--device cuda: no CUDA device is available");
+    return true;
+  }
+  return cuda_available();
+}
+
+}  // namespace
+
 BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg) {
   BackendOptions bo;
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = a.kv_cache_mb << 20;
-  const int64_t block_bytes = cfg.kv_bytes_per_token(4) * a.block_size;
+  // KV element size: bf16 on the GPU, f32 on the CPU.
+  const int64_t block_bytes = cfg.kv_bytes_per_token(use_cuda(a) ? 2 : 4) * a.block_size;
   bo.num_pool_blocks = (a.memory_pool_mb << 20) / block_bytes;
   bo.num_threads = a.threads;
   return bo;
@@ -59,6 +92,16 @@ EngineOptions engine_options(const ModelArgs& a) {
 }
 
 std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
+#ifdef INFERSCALE_HAS_CUDA
+  if (use_cuda(a)) {
+    auto be = make_cuda_backend(m.config, m.weights, backend_options(a, m.config));
+    spdlog::info("backend: cuda (bf16), weights {:.1f} MiB, KV cache + memory pool {:.1f} MiB", be->weight_bytes() / 1048576.0,
+                 be->kv_bytes() / 1048576.0);
+    return be;
+  }
+#endif
+  use_cuda(a);  // validates --device cuda on a CPU-only build
+  spdlog::info("backend: cpu (f32 reference)");
   return make_cpu_backend(m.config, m.weights, backend_options(a, m.config));
 }
 

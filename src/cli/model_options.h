@@ -25,6 +25,7 @@ struct ModelArgs {
   int32_t max_batched_tokens = 2048;
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;
+  std::string device = "auto";  // auto | cpu | cuda
 };
 
 void add_model_options(CLI::App& cmd, ModelArgs& args);
@@ -32,7 +33,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& args);
 Model load_model_from_args(const ModelArgs& args);
 BackendOptions backend_options(const ModelArgs& args, const ModelConfig& cfg);
 EngineOptions engine_options(const ModelArgs& args);
-// The CPU backend (the only one this build runs; the CUDA backend plugs in here).
+// The backend --device names: cuda (this build has the CUDA backend and a GPU is present), cpu,
+// or auto (cuda when it can, else cpu).
 std::unique_ptr<Backend> make_backend(const ModelArgs& args, const Model& model);
 
 }  // namespace inferscale::cli
