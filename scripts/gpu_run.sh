@@ -39,6 +39,14 @@ kern_rc=$?
 t2=$(date +%s)
 timeout 120 "$HERE/bench_cuda_serving" $QUICK > "$OUT/bench_serving.log" 2>&1
 serv_rc=$?
+# End to end through Engine + MemoryService (LoCoMo conv-26, BM25, inject vs text), two model shapes.
+D="$HERE/data"
+mem_rc=0
+for cfg in Mistral-7B-v0.3 Llama-3.1-8B; do
+  timeout 150 "$HERE/bench_memory_serving" --device cuda --config "$D/$cfg.json" --tokenizer "$D/tokenizer.model.v3" \
+    --locomo "$D/locomo10.json" --questions "${GPU_MEM_QUESTIONS:-20}" --users 100 --max-tokens 32 \
+    > "$OUT/bench_memory_$cfg.log" 2>&1 || mem_rc=$?
+done
 t3=$(date +%s)
 
 # Memory checker over the fast suites (Firecracker machines support it); skipped when absent.
@@ -66,3 +74,5 @@ echo "== bench_cuda_kernels (rc $kern_rc, $((t2 - t1)) s)"
 cat "$OUT/bench_kernels.log" | tail -40
 echo "== bench_cuda_serving (rc $serv_rc, $((t3 - t2)) s)"
 cat "$OUT/bench_serving.log" | tail -30
+echo "== bench_memory_serving (rc $mem_rc)"
+for cfg in Mistral-7B-v0.3 Llama-3.1-8B; do tail -25 "$OUT/bench_memory_$cfg.log"; done
