@@ -44,7 +44,7 @@ D="$HERE/data"
 mem_rc=0
 for cfg in Mistral-7B-v0.3 Llama-3.1-8B; do
   timeout 150 "$HERE/bench_memory_serving" --device cuda --config "$D/$cfg.json" --tokenizer "$D/tokenizer.model.v3" \
-    --locomo "$D/locomo10.json" --questions "${GPU_MEM_QUESTIONS:-20}" --users 100 --max-tokens 32 \
+    --locomo "$D/locomo10.json" --questions "${GPU_MEM_QUESTIONS:-20}" --users 100 --max-tokens 32 --kv-cache-mb 40960 \
     > "$OUT/bench_memory_$cfg.log" 2>&1 || mem_rc=$?
 done
 t3=$(date +%s)

@@ -17,6 +17,8 @@ Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer
       blocks_(backend_->num_cache_blocks(), backend_->block_size()),
       scheduler_(blocks_, opts.scheduler) {
   IS_CHECK(tokenizer_ != nullptr, "engine needs a tokenizer");
+  sample_vocab_ = std::min<int64_t>(backend_->config().vocab_size, tokenizer_->vocab_size());
+  IS_REQUIRE(sample_vocab_ > 0, kInvalidInput, "empty vocabulary");
   eos_ = tokenizer_->eos_ids();
   for (int32_t id : backend_->config().eos_token_ids)
     if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) eos_.push_back(id);
@@ -142,7 +144,9 @@ std::vector<RequestOutput> Engine::step() {
     if (!s.samples) continue;
     Live& live = live_.at(s.req->id);
     Request* r = live.req.get();
-    std::span<const float> lg(logits.data() + static_cast<int64_t>(row++) * V, static_cast<size_t>(V));
+    // Only ids the tokenizer knows are sampled: a model's embedding is often padded past the
+    // tokenizer's vocabulary (Qwen: 152,064 rows for 151,665 tokens), and those rows have no text.
+    std::span<const float> lg(logits.data() + static_cast<int64_t>(row++) * V, static_cast<size_t>(sample_vocab_));
     const int32_t tok = sample_token(lg, r->sampling, r->rng);
     r->tokens.push_back(tok);
     RequestOutput o;

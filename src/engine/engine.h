@@ -86,6 +86,7 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<int64_t, Live> live_;
   std::vector<int32_t> eos_;
+  int64_t sample_vocab_ = 0;  // min(model vocab, tokenizer vocab): the ids sampling may return
   int64_t next_id_ = 1;
   EngineStats stats_;
 };
