@@ -70,6 +70,7 @@ void MemoryService::sync() {
   }
   for (int64_t id : ids) {
     pool_.erase_fact(id);
+    token_cache_.erase(id);
     if (!opts_.kv_dir.empty()) {
       std::error_code ec;
       std::filesystem::remove(kv_path(id), ec);
@@ -82,9 +83,13 @@ std::filesystem::path MemoryService::kv_path(int64_t fact_id) const {
 }
 
 std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
+  auto it = token_cache_.find(f.id);
+  if (it != token_cache_.end() && it->second.first == f.version) return it->second.second;
   const std::string text = render_fact(opts_.fact_template, f.text, f.source.speaker, f.timestamp) + "\n";
   // User text never turns into special tokens.
-  return model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
+  auto tokens = model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
+  token_cache_[f.id] = {f.version, tokens};
+  return tokens;
 }
 
 std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const {
@@ -209,13 +214,22 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
     hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
     out.retrieve_ms = ms_since(t0);
   }
-  // Facts deleted since the search are skipped.
-  for (const ScoredFact& h : hits) {
-    try {
-      out.facts.push_back(store_.get(req.tenant, req.user, h.id));
-      out.scores.push_back(h.score);
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kNotFound) throw;
+  // One query for all hits; facts deleted since the search are skipped.
+  std::vector<int64_t> hit_ids;
+  for (const ScoredFact& h : hits) hit_ids.push_back(h.id);
+  try {
+    out.facts = store_.get_many(req.tenant, req.user, hit_ids);
+    for (const ScoredFact& h : hits) out.scores.push_back(h.score);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNotFound) throw;
+    out.facts.clear();
+    for (const ScoredFact& h : hits) {
+      try {
+        out.facts.push_back(store_.get(req.tenant, req.user, h.id));
+        out.scores.push_back(h.score);
+      } catch (const Error& e2) {
+        if (e2.kind() != ErrorKind::kNotFound) throw;
+      }
     }
   }
   if (out.facts.empty()) {  // no memory at all: exactly the plain prompt

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -116,6 +117,8 @@ class MemoryService : private FactStoreListener {
   MemoryKvPool pool_;
   FactEncoder encoder_;
   uint64_t fingerprint_ = 0;
+  // Rendered tokens per fact id, valid for the cached version (engine thread only).
+  mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
   std::mutex stale_mu_;
   std::vector<int64_t> stale_;  // fact ids whose KV must go (listener thread -> engine thread)
 };
