@@ -20,8 +20,12 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--random-dtype", a.random_dtype, "dtype of --random-weights: f32, f16, bf16")->capture_default_str();
   cmd.add_option("--tokenizer", a.tokenizer, "tokenizer file or directory (default: beside the model)");
   cmd.add_option("--block-size", a.block_size, "KV cache block size in tokens")->capture_default_str()->check(CLI::Range(1, 1024));
-  cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache size in MiB")->capture_default_str()->check(CLI::Range(1, 1 << 22));
-  cmd.add_option("--memory-pool-mb", a.memory_pool_mb, "memory (fact KV) pool size in MiB")->capture_default_str()->check(CLI::Range(0, 1 << 22));
+  cmd.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache size in MiB (0: 512 on the CPU, 32768 on a GPU)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 22));
+  cmd.add_option("--memory-pool-mb", a.memory_pool_mb, "memory (fact KV) pool size in MiB (-1: 256 on the CPU, 8192 on a GPU)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 1 << 22));
   cmd.add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   cmd.add_option("--max-batched-tokens", a.max_batched_tokens, "tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--max-num-seqs", a.max_num_seqs, "requests per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
@@ -73,12 +77,13 @@ bool use_cuda(const ModelArgs& a) {
 }  // namespace
 
 BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg) {
+  const bool gpu = use_cuda(a);
   BackendOptions bo;
   bo.block_size = a.block_size;
-  bo.cache_memory_bytes = a.kv_cache_mb << 20;
+  bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
   // KV element size: bf16 on the GPU, f32 on the CPU.
-  const int64_t block_bytes = cfg.kv_bytes_per_token(use_cuda(a) ? 2 : 4) * a.block_size;
-  bo.num_pool_blocks = (a.memory_pool_mb << 20) / block_bytes;
+  const int64_t block_bytes = cfg.kv_bytes_per_token(gpu ? 2 : 4) * a.block_size;
+  bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
   bo.num_threads = a.threads;
   return bo;
 }

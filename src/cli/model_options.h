@@ -19,8 +19,8 @@ struct ModelArgs {
   std::string random_dtype = "f32";
   std::string tokenizer;
   int32_t block_size = 16;
-  int64_t kv_cache_mb = 512;
-  int64_t memory_pool_mb = 128;
+  int64_t kv_cache_mb = 0;      // 0: 512 on the CPU, 32768 on a GPU
+  int64_t memory_pool_mb = -1;  // -1: 256 on the CPU, 8192 on a GPU
   int32_t threads = 0;
   int32_t max_batched_tokens = 2048;
   int32_t max_num_seqs = 64;
