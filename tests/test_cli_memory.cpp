@@ -9,7 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backend/backend.h"
 #include "memory/fact_store.h"
+#include "memory/model_embedder.h"
+#include "model/model.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
@@ -199,6 +202,53 @@ TEST_F(CliMemory, TenantsAreSeparate) {
   EXPECT_EQ(search("u", "secret plan", 5).size(), 0u);
   EXPECT_EQ(search("u", "secret plan", 5, "acme").size(), 1u);
   EXPECT_NE(ok({"memory", "users", "--data-dir", data}).find("acme\tu\t1"), std::string::npos);
+}
+
+TEST_F(CliMemory, SearchWithDemoEmbedderIsDenseAndStoresVectors) {
+  const std::vector<std::string> texts = {"Alice adopted a cat named Miso", "Alice works as a nurse in Oslo",
+                                          "Alice's brother lives in Lisbon"};
+  for (const auto& t : texts) ok({"memory", "add", "--data-dir", data, "--user", "alice", "--text", t});
+  ok({"memory", "add", "--data-dir", data, "--user", "bob", "--text", "Bob also has a cat"});
+  auto dense = [&](const std::string& query, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"memory", "search", "--data-dir", data, "--user", "alice", "--query", query,
+                                     "--top-k", "5", "--json", "--embedder", "demo"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return json::parse(ok(args));
+  };
+  // Every fact of alice (dense ranks them all), none of bob's; the query equal to a fact's text
+  // has cosine 1 with it, the maximum.
+  const json hits = dense(texts[1]);
+  ASSERT_EQ(hits.size(), 3u);
+  EXPECT_EQ(hits[0]["text"], texts[1]);
+  EXPECT_NEAR(hits[0]["score"].get<double>(), 1.0, 1e-5);
+  for (size_t i = 1; i < hits.size(); ++i) {
+    EXPECT_LE(hits[i]["score"].get<double>(), hits[i - 1]["score"].get<double>());
+    EXPECT_GE(hits[i]["score"].get<double>(), -1.0);
+  }
+  // The vectors were stored under the embedder's name for the searched user only, so the next
+  // search embeds just the query.
+  {
+    auto store = FactStore::open(data, FactStoreOptions{false});
+    auto m = std::make_shared<const Model>(load_model("demo"));
+    ModelEmbedderOptions o;
+    o.eos_id = default_embedder_eos(*m->tokenizer, o.pooling);
+    BackendOptions bo;
+    bo.num_cache_blocks = embedder_cache_blocks(o, bo.block_size);
+    const ModelEmbedder emb(m, make_cpu_backend(m->config, m->weights, bo), o);
+    EXPECT_EQ(store->embeddings("default", "alice", emb.name()).ids.size(), 3u);
+    EXPECT_EQ(store->embeddings("default", "bob", emb.name()).ids.size(), 0u);
+  }
+  EXPECT_EQ(dense(texts[2])[0]["text"], texts[2]);
+  EXPECT_EQ(dense(texts[0], {"--embedder-pooling", "mean"})[0]["text"], texts[0]);
+  const Result bad = run({"memory", "search", "--data-dir", data, "--user", "alice", "--query", "q", "--embedder", "demo",
+                          "--embedder-eos", "<|no-such-token|>"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("not a token"), std::string::npos) << bad.err;
+
+  // import-locomo --embedder stores every imported turn's vector.
+  const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";
+  const std::string out = ok({"memory", "import-locomo", fixture, "--data-dir", data + "-locomo", "--embedder", "demo"});
+  EXPECT_NE(out.find("embedded 7 facts with dense:demo:last:l2:"), std::string::npos) << out;
 }
 
 TEST_F(CliMemory, ErrorsAreOneLineAndNonZero) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "backend/backend.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -76,6 +77,45 @@ TEST(Weights, Qwen3QkNormF16) {
   EXPECT_EQ(w.layers[0].wq.shape, (std::vector<int64_t>{128, 64}));
   EXPECT_EQ(w.layers[0].wo.shape, (std::vector<int64_t>{64, 128}));
   EXPECT_EQ(w.layers[0].q_norm.shape, (std::vector<int64_t>{32}));
+}
+
+TEST(Weights, EmbeddingBackboneWithoutModelPrefixOrHead) {
+  // Qwen3-Embedding style: the fixture's tensors renamed without "model." and without lm_head
+  // (untied): the same views, an empty head, and the CPU backend refuses logits but gives hidden states.
+  const ModelConfig c = ModelConfig::from_hf_file(fixture("models/qwen3_qknorm/config.json"));
+  const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(fixture("models/qwen3_qknorm"));
+  const ModelWeights ref = load_weights(c, ckpt);
+  TensorSource src;
+  src.where = "backbone";
+  for (const std::string& n : ckpt.names())
+    if (n.rfind("model.", 0) == 0) src.names.push_back(n.substr(6));
+  src.find = [&](const std::string& n) -> std::optional<HostTensor> {
+    if (!ckpt.has("model." + n)) return std::nullopt;
+    return ckpt.get("model." + n);
+  };
+  const ModelWeights w = map_weights(c, WeightNaming::kHF, src);
+  EXPECT_TRUE(w.lm_head.empty());
+  EXPECT_EQ(w.embed.data, ref.embed.data);
+  EXPECT_EQ(w.final_norm.data, ref.final_norm.data);
+  EXPECT_EQ(w.layers[1].k_norm.data, ref.layers[1].k_norm.data);
+  EXPECT_EQ(w.layers[1].w_down.data, ref.layers[1].w_down.data);
+
+  BackendOptions bo;
+  bo.num_cache_blocks = 4;
+  auto be = make_cpu_backend(c, w, bo);
+  ForwardBatch fb;
+  fb.token_ids = {5, 7, 9};
+  fb.positions = {0, 1, 2};
+  fb.slot_mapping = {0, 1, 2};
+  fb.q_indptr = {0, 3};
+  fb.kv_indices = {0};
+  fb.kv_indptr = {0, 1};
+  fb.output_tokens = {2};
+  std::vector<float> out;
+  expect_error([&] { be->forward(fb, out); }, ErrorKind::kUnsupported, {"no LM head"});
+  fb.output = ForwardBatch::Output::kHidden;
+  be->forward(fb, out);
+  EXPECT_EQ(out.size(), static_cast<size_t>(c.hidden_size));
 }
 
 TEST(Weights, MistralBf16AndYarn) {

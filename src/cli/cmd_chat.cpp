@@ -106,6 +106,7 @@ void run_chat(const ChatArgs& a) {
       turns[1].text = answer;
       turns[1].source.speaker = "assistant";
       mem.store->add_turns(a.tenant, a.user, conversation, turns);
+      mem.retriever->refresh(a.tenant, a.user);  // dense: embed the new turns now, not at the next question
     }
   }
 }

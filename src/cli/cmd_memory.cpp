@@ -3,7 +3,8 @@
 //   memory add           --data-dir D --user U --text T [--speaker S --date DATE --source C --metadata JSON]
 //   memory import        --data-dir D --user U FILE          (JSON array or JSON Lines of fact records)
 //   memory import-locomo FILE --data-dir D [--window W] [--replace] [--model M ...]  (--model: encode KV files)
-//   memory search        --data-dir D --user U --query Q [--top-k K] [--json]
+//                        [--embedder E ...]                                     (--embedder: store vectors)
+//   memory search        --data-dir D --user U --query Q [--top-k K] [--json] [--embedder E ...]  (default BM25)
 //   memory list          --data-dir D --user U [--after ID] [--limit N] [--json]
 //   memory delete        --data-dir D --user U (--id ID | --all)
 //   memory users         --data-dir D
@@ -48,6 +49,8 @@ struct MemoryCmdArgs {
   // import-locomo --model: encode every imported fact's KV (files under DATA_DIR/kv)
   ModelArgs model;
   bool encode = false;
+  // import-locomo, search: --embedder (dense retrieval; vectors kept in the store)
+  EmbedderArgs embedder;
   std::string fact_template = MemoryOptions{}.fact_template;
   // search, list
   std::string query;
@@ -191,13 +194,21 @@ void run_import_locomo(const MemoryCmdArgs& a) {
               s > 0 ? static_cast<double>(imported) / s : 0.0,
               skipped > 0 ? fmt::format("; skipped {} empty turns", skipped).c_str() : "");
   if (a.encode) encode_locomo_kv(a, *store, convs);
+  if (!a.embedder.model.empty()) {
+    const auto t1 = std::chrono::steady_clock::now();
+    const auto retriever = make_retriever(a.embedder, *store);
+    const size_t n = embed_all_missing(*retriever, *store);
+    const double es = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    std::printf("embedded %zu facts with %s in %.2f s\n", n, retriever->name().c_str(), es);
+  }
 }
 
 void run_search(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.top_k >= 1, kInvalidInput, "--top-k must be at least 1, got {}", a.top_k);
   auto store = open_store(a, false);
-  const Bm25Retriever bm25(*store);
-  const std::vector<ScoredFact> hits = bm25.search(a.tenant, a.user, a.query, static_cast<size_t>(a.top_k));
+  // Dense: embeds this user's facts that have no vector yet (kept in the store), then searches.
+  const auto retriever = make_retriever(a.embedder, *store);
+  const std::vector<ScoredFact> hits = retriever->search(a.tenant, a.user, a.query, static_cast<size_t>(a.top_k));
   std::vector<int64_t> ids;
   for (const auto& h : hits) ids.push_back(h.id);
   const std::vector<Fact> facts = store->get_many(a.tenant, a.user, ids);
@@ -289,16 +300,18 @@ void register_memory(CLI::App& app) {
   add_model_options(*loc, a->model);
   loc->add_option("--fact-template", a->fact_template, "how a fact is rendered for encoding")->capture_default_str();
   loc->add_flag("--replace", a->replace, "Delete the conversations' users first when they already have facts");
+  add_embedder_options(*loc, a->embedder);
   loc->callback([a, window, loc] {
     a->window_given = window->count() > 0;
     a->encode = loc->get_option("--model")->count() > 0;
     run_import_locomo(*a);
   });
 
-  CLI::App* search = subcommand(memory, "search", "Top-k facts of a user for a query (BM25)", *a, true);
+  CLI::App* search = subcommand(memory, "search", "Top-k facts of a user for a query (BM25, or dense with --embedder)", *a, true);
   search->add_option("--query", a->query, "Query text")->required();
   search->add_option("--top-k", a->top_k, "How many facts")->capture_default_str();
   search->add_flag("--json", a->json, "Print a JSON array of {id, score, text, source}");
+  add_embedder_options(*search, a->embedder);
   search->callback([a] { run_search(*a); });
 
   CLI::App* list = subcommand(memory, "list", "List a user's facts by id", *a, true);

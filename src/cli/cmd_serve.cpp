@@ -72,8 +72,9 @@ void run_serve(const ServeArgs& a) {
   if (!a.memory.data_dir.empty()) {
     memory = open_memory(a.memory);
     bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory, *memory.store));
-    spdlog::info("memory: data dir {} ({} users), default k {}, window {}", a.memory.data_dir, memory.store->users().size(),
-                 a.memory.k, memory_options(a.memory, *memory.store).default_window);
+    spdlog::info("memory: data dir {} ({} users), retrieval {}, default k {}, window {}", a.memory.data_dir,
+                 memory.store->users().size(), memory.retriever->name(), a.memory.k,
+                 memory_options(a.memory, *memory.store).default_window);
   }
 
   server::AsyncEngineOptions ao;

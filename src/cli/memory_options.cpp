@@ -1,8 +1,70 @@
 #include "cli/memory_options.h"
 
+#include <spdlog/spdlog.h>
+
 #include "memory/bm25_retriever.h"
+#include "memory/dense_retriever.h"
+#include "memory/model_embedder.h"
+#include "model/model.h"
+#include "util/check.h"
+#include "util/progress.h"
 
 namespace inferscale::cli {
+
+void add_embedder_options(CLI::App& cmd, EmbedderArgs& a) {
+  cmd.add_option("--embedder", a.model, "dense retrieval with this embedding model (demo, HF directory, .gguf); default BM25");
+  cmd.add_option("--embedder-pooling", a.pooling, "last | mean")->capture_default_str()->check(CLI::IsMember({"last", "mean"}));
+  cmd.add_option("--embedder-eos", a.eos, "auto | none | a token appended to every embedded text")->capture_default_str();
+  cmd.add_option("--embedder-instruct", a.instruct, "query task: queries become 'Instruct: TASK\\nQuery: QUERY'");
+  cmd.add_option("--embedder-max-tokens", a.max_tokens, "texts are truncated to this many tokens")
+      ->capture_default_str()->check(CLI::Range(2, 1 << 20));
+}
+
+namespace {
+
+std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a) {
+  auto model = std::make_shared<const Model>(load_model(a.model));
+  const Tokenizer& tok = *model->tokenizer;
+  ModelEmbedderOptions o;
+  o.pooling = a.pooling == "mean" ? Pooling::kMean : Pooling::kLastToken;
+  o.max_tokens = a.max_tokens;
+  if (a.eos == "auto") {
+    o.eos_id = default_embedder_eos(tok, o.pooling);
+  } else if (a.eos != "none") {
+    o.eos_id = tok.token_to_id(a.eos);
+    IS_REQUIRE(o.eos_id.has_value(), kInvalidInput, "--embedder-eos: '{}' is not a token of the embedder's vocabulary", a.eos);
+  }
+  if (!a.instruct.empty()) o.query_prefix = "Instruct: " + a.instruct + "\nQuery: ";
+  BackendOptions bo;
+  bo.num_cache_blocks = embedder_cache_blocks(o, bo.block_size);
+  auto be = make_cpu_backend(model->config, model->weights, bo);
+  auto emb = std::make_shared<ModelEmbedder>(model, std::move(be), o);
+  spdlog::info("embedder {} ({} layers, dim {}{}), pooling {}, eos {}, max {} tokens, cpu backend", emb->name(),
+               model->config.num_layers, emb->dim(), model->random_weights ? ", random weights: vectors are meaningless" : "",
+               a.pooling, o.eos_id ? tok.id_to_token(*o.eos_id) : "none", o.max_tokens);
+  return emb;
+}
+
+}  // namespace
+
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store) {
+  if (a.model.empty()) return std::make_unique<Bm25Retriever>(store);
+  return std::make_unique<DenseRetriever>(store, load_embedder(a));
+}
+
+size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
+  auto* dense = dynamic_cast<DenseRetriever*>(&retriever);
+  if (!dense) return 0;
+  int64_t missing = 0;
+  for (const UserRef& u : store.users()) missing += static_cast<int64_t>(dense->missing(u.tenant, u.user));
+  if (missing == 0) return dense->refresh_all();
+  Progress::Options po;
+  po.unit = "facts";
+  Progress progress("embed", missing, po);
+  const size_t stored = dense->refresh_all(&progress);
+  progress.finish();
+  return stored;
+}
 
 void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   auto* d = cmd.add_option("--data-dir", a.data_dir, required ? "memory data directory" : "memory data directory (enables memory)");
@@ -13,6 +75,7 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
   cmd.add_flag("--sink", a.sink, "encode each fact after a BOS token (its KV discarded)");
+  add_embedder_options(cmd, a.embedder);
 }
 
 MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
@@ -32,7 +95,8 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
 OpenedMemory open_memory(const MemoryArgs& a) {
   OpenedMemory m;
   m.store = FactStore::open(a.data_dir);
-  m.retriever = std::make_unique<Bm25Retriever>(*m.store);
+  m.retriever = make_retriever(a.embedder, *m.store);
+  embed_all_missing(*m.retriever, *m.store);
   return m;
 }
 

@@ -1,5 +1,6 @@
 // Options of the subcommands that use per-user memory with a model (serve, chat, memory
-// import-locomo): where the store lives, retrieval and encoding defaults.
+// import-locomo): where the store lives, retrieval and encoding defaults. The embedder options
+// are also taken by `memory search` and `memory import-locomo`.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -15,7 +16,25 @@ namespace inferscale::cli {
 // Setting under which the data dir records the encoding window its KV was (or will be) built with.
 inline constexpr const char* kWindowSetting = "kv.window";
 
+// --embedder: dense retrieval with an embedding model run by the engine (default: BM25).
+struct EmbedderArgs {
+  std::string model;               // demo, an HF directory or a .gguf; empty: BM25
+  std::string pooling = "last";    // last | mean
+  std::string eos = "auto";        // auto | none | a token appended to every text
+  std::string instruct;            // query task: queries become "Instruct: {task}\nQuery: {query}"
+  int32_t max_tokens = 512;        // longer texts are truncated
+};
+
+void add_embedder_options(CLI::App& cmd, EmbedderArgs& args);
+// BM25 without --embedder; else a DenseRetriever over a ModelEmbedder (CPU backend), which embeds
+// each user's missing vectors before that user's first search.
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store);
+// Embeds every user's missing vectors now (progress on stderr) when `retriever` is dense; returns
+// how many were stored.
+size_t embed_all_missing(Retriever& retriever, const FactStore& store);
+
 struct MemoryArgs {
+  EmbedderArgs embedder;
   std::string data_dir;
   int32_t k = 10;
   int32_t window = -1;  // -1: the data dir's kv.window setting, else MemoryOptions' default
@@ -29,7 +48,8 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& args, bool required);
 // Without an explicit --window, the window the data dir was encoded with (setting kv.window) wins.
 MemoryOptions memory_options(const MemoryArgs& args, const FactStore& store);
 
-// The store and its BM25 retriever, opened together (the retriever listens to the store).
+// The store and its retriever (BM25, or dense with --embedder: missing vectors embedded now),
+// opened together (the retriever listens to the store).
 struct OpenedMemory {
   std::unique_ptr<FactStore> store;
   std::unique_ptr<Retriever> retriever;

@@ -6,8 +6,9 @@
 //   captured:                ^^^^^^        -> pool slots of the fact's entry
 //
 // Many sequences share one forward, up to a token budget; a sequence longer than the budget is
-// split into chunks (its earlier chunks stay in temporary cache blocks). Temporary blocks come
-// from the engine's block manager, on the engine thread, and are released before returning.
+// split into chunks (its earlier chunks stay in temporary cache blocks): packed_prefill.h.
+// Temporary blocks come from the engine's block manager, on the engine thread, and are released
+// before returning.
 #pragma once
 #include <cstdint>
 #include <span>

@@ -32,6 +32,10 @@ class Retriever {
   // another user's facts; an unknown user has none. Thread-safe with the store's writers.
   virtual std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,
                                          size_t k) const = 0;
+  // Does now whatever work the user's next search would otherwise do first to see the store's
+  // latest facts (a dense retriever embeds the facts that have no vector yet). Writers call it
+  // after adding or editing facts, so that work runs on their thread. Thread-safe; no-op by default.
+  virtual void refresh(std::string_view tenant, std::string_view user) const {}
 };
 
 }  // namespace inferscale

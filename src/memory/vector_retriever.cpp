@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "util/check.h"
+#include "util/progress.h"
 
 namespace inferscale {
 
@@ -83,7 +84,7 @@ std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::sha
 }
 
 size_t embed_missing(FactStore& store, Embedder& embedder, std::string_view tenant, std::string_view user,
-                     size_t batch) {
+                     size_t batch, Progress* progress) {
   IS_REQUIRE(batch > 0, kInvalidInput, "embedding batch must be positive");
   const std::string name = embedder.name();
   const auto dim = static_cast<size_t>(embedder.dim());
@@ -103,6 +104,7 @@ size_t embed_missing(FactStore& store, Embedder& embedder, std::string_view tena
                                                      vecs.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim))});
     const size_t n = store.put_embeddings(tenant, user, name, rows);
     stored += n;
+    if (progress) progress->add(static_cast<int64_t>(facts.size()));
     // Every fact of this batch changed while it was embedded: stop rather than chase a writer.
     if (n == 0) break;
   }

@@ -18,6 +18,8 @@
 
 namespace inferscale {
 
+class Progress;
+
 class VectorRetriever final : public Retriever, private FactStoreListener {
  public:
   // Follows the vectors of `embedder_name`; `query_embedder` (may be null) embeds query texts and
@@ -59,9 +61,9 @@ std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store);
 std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::shared_ptr<Embedder> embedder);
 
 // Embeds the user's facts that have no vector for `embedder` yet, `batch` texts per call, and
-// stores them (skipping facts whose text changed meanwhile). Returns the number stored.
-// Runs the embedder without holding the store's lock.
+// stores them (skipping facts whose text changed meanwhile). Returns the number stored; adds
+// each batch's count to `progress` when given. Runs the embedder without holding the store's lock.
 size_t embed_missing(FactStore& store, Embedder& embedder, std::string_view tenant, std::string_view user,
-                     size_t batch = 32);
+                     size_t batch = 32, Progress* progress = nullptr);
 
 }  // namespace inferscale

@@ -100,18 +100,24 @@ ModelWeights map_weights(const ModelConfig& cfg, WeightNaming naming, const Tens
   Mapper m(cfg, src);
   ModelWeights w;
   const Shape vocab_by_hidden{cfg.vocab_size, cfg.hidden_size};
-  w.embed = m.take(hf ? "model.embed_tokens.weight" : "token_embd.weight", vocab_by_hidden);  // [vocab, hidden]
-  w.final_norm = m.take(hf ? "model.norm.weight" : "output_norm.weight", Shape{cfg.hidden_size});
+  // A bare backbone (embedding checkpoints such as Qwen3-Embedding, saved from Qwen3Model) names
+  // its tensors without the "model." prefix and may have no LM head.
+  const bool backbone = hf && !src.find("model.embed_tokens.weight") && src.find("embed_tokens.weight");
+  const std::string root = !hf ? "" : backbone ? "" : "model.";
+  w.embed = m.take(hf ? root + "embed_tokens.weight" : "token_embd.weight", vocab_by_hidden);  // [vocab, hidden]
+  w.final_norm = m.take(hf ? root + "norm.weight" : "output_norm.weight", Shape{cfg.hidden_size});
   const std::string head = hf ? "lm_head.weight" : "output.weight";
   if (cfg.tie_word_embeddings) {
     w.lm_head = w.embed;  // the same storage; a head tensor in the file is ignored, as transformers does
     m.mark_used(head);
+  } else if (backbone && !src.find(head)) {
+    spdlog::info("{}: no {} (an embedding backbone): the model yields hidden states, not logits", src.where, head);
   } else {
     w.lm_head = m.take(head, vocab_by_hidden);
   }
   w.layers.resize(static_cast<size_t>(cfg.num_layers));
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
-    const std::string prefix = (hf ? "model.layers." : "blk.") + std::to_string(i) + ".";
+    const std::string prefix = (hf ? root + "layers." : "blk.") + std::to_string(i) + ".";
     LayerWeights& lw = w.layers[static_cast<size_t>(i)];
     for (const LayerRole& r : kLayerRoles)
       if (r.present(cfg)) lw.*r.field = m.take(prefix + (hf ? r.hf : r.gguf), r.shape(cfg));

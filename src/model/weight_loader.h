@@ -13,6 +13,9 @@
 //   w_down        mlp.down_proj.weight                     ffn_down.weight         [hidden, intermediate]
 //   final_norm    model.norm.weight                        output_norm.weight      [hidden]
 //   lm_head       lm_head.weight                           output.weight           [vocab, hidden]; = embed when tied
+//
+// HF embedding backbones (saved from Qwen3Model/Qwen2Model) name tensors without "model." and may
+// lack lm_head.weight although untied: their lm_head stays empty (hidden states only, no logits).
 #pragma once
 #include <functional>
 #include <optional>

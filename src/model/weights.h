@@ -24,7 +24,8 @@ struct LayerWeights {
 struct ModelWeights {
   HostTensor embed;             // [vocab, hidden]
   HostTensor final_norm;        // [hidden]
-  HostTensor lm_head;           // [vocab, hidden]; shares embed's storage when tied
+  HostTensor lm_head;           // [vocab, hidden]; shares embed's storage when tied; empty for a
+                                // headless embedding backbone (no logits)
   std::vector<LayerWeights> layers;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <charconv>
 #include <limits>
@@ -127,6 +128,18 @@ void delete_user(Call& c) {
   send(c.res, {{"user", c.user}, {"deleted", true}, {"facts_deleted", n}});
 }
 
+// After a write: the retriever's work for the new text (dense: embedding) runs on this HTTP thread
+// rather than on the engine thread at the user's next request. The write is already durable, so a
+// failure here only defers that work to the next search.
+void refresh(const Call& c) {
+  try {
+    c.retriever.refresh(c.tenant, c.user);
+  } catch (const Error& e) {
+    spdlog::warn("memory: {} could not index user '{}' after a write (retried at the next search): {}",
+                 c.retriever.name(), c.user, e.what());
+  }
+}
+
 void add_facts(Call& c) {
   const json body = parse_json_body(c.req.body);
   const JsonFields f(body);
@@ -145,6 +158,7 @@ void add_facts(Call& c) {
     check_name(*conversation, "conversation");
     ids = c.store.add_turns(c.tenant, c.user, *conversation, parse_records(*turns, "turns"));
   }
+  refresh(c);
   send(c.res, {{"ids", ids}});
 }
 
@@ -180,7 +194,9 @@ void update_fact(Call& c) {
     too_large(fmt::format("'text' is {} bytes; at most {}", u.text->size(), FactStore::kMaxTextBytes), "text", "fact_too_large");
   if (auto it = body.find("metadata"); it != body.end()) u.metadata = it->is_null() ? std::string() : it->dump();  // null clears
   if (!u.text && !u.metadata) throw bad_request("nothing to change: give \"text\" and/or \"metadata\"");
-  send(c.res, fact_to_json(on_fact([&] { return c.store.update(c.tenant, c.user, id, u); })));
+  const Fact fact = on_fact([&] { return c.store.update(c.tenant, c.user, id, u); });
+  if (u.text) refresh(c);
+  send(c.res, fact_to_json(fact));
 }
 
 void delete_fact(Call& c) {

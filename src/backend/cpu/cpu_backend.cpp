@@ -64,6 +64,8 @@ class CpuBackend final : public Backend {
   void forward(const ForwardBatch& b, std::vector<float>& out) override {
     b.validate(num_blocks_ * block_size_, block_size_);
     for (int64_t s : b.capture_slots) IS_CHECK(s >= 0 && s < num_pool_blocks_ * block_size_, "pool slot {} out of range", s);
+    IS_REQUIRE(b.output == ForwardBatch::Output::kHidden || b.output_tokens.empty() || !lm_head_.empty(), kUnsupported,
+               "this model has no LM head (an embedding backbone): it yields hidden states, not logits");
     const int64_t T = b.num_tokens();
     const int64_t H = cfg_.hidden_size, D = cfg_.head_dim, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads;
     const int64_t QS = cfg_.q_size(), KS = cfg_.kv_size(), I = cfg_.intermediate_size;
