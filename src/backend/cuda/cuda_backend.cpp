@@ -143,6 +143,8 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   const int32_t group = static_cast<int32_t>(NH / NKV);
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const bool hidden_out = b.output == ForwardBatch::Output::kHidden;
+  IS_REQUIRE(hidden_out || b.output_tokens.empty() || w_.lm_head != nullptr, kUnsupported,
+             "this model has no LM head (an embedding backbone): it yields hidden states, not logits");
   if (T == 0) {
     out.clear();
     return;

@@ -101,6 +101,9 @@ class Uploader {
 }  // namespace
 
 DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w) {
+  // No head and not tied: an embedding backbone (hidden states only); the layout then aliases the
+  // embedding, but lm_head stays null so asking for logits is refused, not silently tied.
+  const bool headless = w.lm_head.empty() && !c.tie_word_embeddings;
   const bool tied = w.lm_head.empty() || w.lm_head.data == w.embed.data;
   const Layout lay(c, tied);
   IS_REQUIRE(static_cast<int64_t>(w.layers.size()) == c.num_layers, kInvalidInput, "weights have {} layers, config {}",
@@ -136,6 +139,7 @@ DeviceWeights DeviceWeights::upload(const ModelConfig& c, const ModelWeights& w)
     }
   }
   bind(dw, dw.arena_, lay);
+  if (headless) dw.lm_head = nullptr;
   return dw;
 }
 

@@ -34,7 +34,7 @@ class DeviceWeights {
   static DeviceWeights random(const ModelConfig& cfg, uint64_t seed);
 
   const __nv_bfloat16* embed = nullptr;    // [vocab, H]
-  const __nv_bfloat16* lm_head = nullptr;  // [vocab, H]; == embed when tied
+  const __nv_bfloat16* lm_head = nullptr;  // [vocab, H]; == embed when tied; null: no head (embedding backbone)
   const float* final_norm = nullptr;       // [H]
   std::vector<DeviceLayer> layers;
   size_t bytes() const { return arena_.bytes(); }
