@@ -158,6 +158,16 @@ TEST_F(CliMemory, ImportJsonArrayAndJsonLines) {
   EXPECT_EQ(store->count("default", "sam"), 5u);
   const EmbeddingMatrix client = store->embeddings("default", "sam", kClientEmbedder);
   EXPECT_EQ(client.data, (std::vector<float>{0.1f, 0.2f}));
+
+  // --query-vector searches the imported vectors (only the tea fact has one).
+  const json by_vec = json::parse(ok({"memory", "search", "--data-dir", data, "--user", "sam", "--query-vector",
+                                      "[1, 1]", "--json"}));
+  ASSERT_EQ(by_vec.size(), 1u);
+  EXPECT_EQ(by_vec[0]["text"], "Sam prefers tea over coffee");
+  EXPECT_NEAR(by_vec[0]["score"].get<double>(), 0.3, 1e-6);
+  fails({"memory", "search", "--data-dir", data, "--user", "sam", "--query-vector", "[1, 2, 3]"}, "dim");
+  fails({"memory", "search", "--data-dir", data, "--user", "sam", "--query-vector", "tea"}, "--query-vector");
+  fails({"memory", "search", "--data-dir", data, "--user", "sam"}, "--query or --query-vector");
 }
 
 TEST_F(CliMemory, ImportLocomoWithProgressWindowAndReplace) {

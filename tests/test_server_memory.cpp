@@ -6,6 +6,7 @@
 #include <set>
 
 #include "memory/bm25_retriever.h"
+#include "memory/combined_retriever.h"
 #include "server/memory_bridge.h"
 #include "server_http_client.h"
 #include "test_fact_store_util.h"
@@ -20,7 +21,7 @@ class MemoryServer {
  public:
   explicit MemoryServer(size_t max_body_bytes) {
     store = FactStore::open(dir.path());
-    retriever = std::make_unique<Bm25Retriever>(*store);
+    retriever = std::make_unique<CombinedRetriever>(*store, std::make_unique<Bm25Retriever>(*store));
     MemoryOptions mo;
     mo.default_k = 4;
     mo.default_window = 1;
@@ -470,4 +471,40 @@ TEST_F(ServerMemory, MetricsCountMemoryRequests) {
   EXPECT_EQ(at(m1, "inferscale_memory_retrieval_seconds_count") - at(m0, "inferscale_memory_retrieval_seconds_count"), 2);
   EXPECT_EQ(m1.at("inferscale_memory_retrieval_seconds_bucket{le=\"+Inf\"}"), m1.at("inferscale_memory_retrieval_seconds_count"));
   EXPECT_GT(m1.at("inferscale_injected_tokens_total"), at(m0, "inferscale_injected_tokens_total"));
+}
+
+TEST_F(ServerMemory, ClientVectorsRetrieveByQueryVector) {
+  const Api a = api();
+  // Facts with client vectors (unit axes): the query vector picks the fact whatever the text says.
+  json facts = json::array();
+  for (size_t i = 0; i < kAliceFacts.size(); ++i) {
+    std::vector<float> v(4, 0.0f);
+    v[i] = 1.0f;
+    facts.push_back({{"text", kAliceFacts[i]}, {"vector", v}});
+  }
+  const std::vector<int64_t> ids = Api::ok(a.post("/v1/memory/users/vecs/facts", json{{"facts", facts}}))["ids"];
+  ASSERT_EQ(ids.size(), 4u);
+  const std::string search = "/v1/memory/users/vecs/search";
+
+  const json hits = Api::data(a.post(search, json{{"vector", {0.1, 0.0, 0.9, 0.3}}, {"k", 2}}));
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_EQ(hits[0]["id"], ids[2]);
+  EXPECT_EQ(hits[1]["id"], ids[3]);
+  EXPECT_NEAR(hits[0]["score"].get<double>(), 0.9, 1e-6);
+  EXPECT_EQ(Api::fails(a.post(search, json{{"vector", {1, 0}}}), 400)["param"], nullptr);  // dim 2 vs 4: named in the message
+  EXPECT_EQ(Api::fails(a.post(search, json{{"vector", {1, 0, 0, 0}}, {"query", "cat"}}), 400)["param"], "vector");
+  // Text search still goes through BM25 on the same server.
+  EXPECT_EQ(Api::data(a.post(search, json{{"query", "cello Sundays"}, {"k", 1}}))[0]["id"], ids[3]);
+
+  // A chat request retrieves by its query vector; the question text plays no part.
+  const json mem = {{"user", "vecs"}, {"k", 1}, {"w", 0}, {"query_vector", {0.0, 1.0, 0.0, 0.0}}};
+  const json r = Api::ok(a.post("/v1/chat/completions", chat("Tell me about the cat", mem)));
+  EXPECT_EQ(fact_ids(r), (std::vector<int64_t>{ids[1]}));
+  EXPECT_GT(r["memory"]["injected_tokens"].get<int>(), 0);
+  // A user with no vectors retrieves nothing; a wrong dim is a 400.
+  a.add("novecs", {"novecs keeps text only"});
+  const json none = Api::ok(a.post("/v1/chat/completions",
+                                   chat("hello", {{"user", "novecs"}, {"query_vector", {1.0, 0.0, 0.0, 0.0}}})));
+  EXPECT_TRUE(none["memory"]["facts"].empty());
+  Api::fails(a.post("/v1/chat/completions", chat("hello", {{"user", "vecs"}, {"query_vector", {1.0, 0.0}}})), 400);
 }

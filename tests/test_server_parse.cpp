@@ -102,6 +102,21 @@ TEST(ServerParse, MemorySpec) {
   EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"k", 100000}}}})); }).param, "memory.k");
   EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", std::string(300, 'u')}}}})); }).param, "memory.user");
   EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"w", "two"}}}})); }).param, "memory.w");
+
+  // A client query vector instead of text.
+  const GenerateRequest v = parse_chat_request(chat({{"memory", {{"user", "a"}, {"query_vector", {0.5, -1, 2}}}}}));
+  EXPECT_EQ(v.memory->query_vector, (std::vector<float>{0.5f, -1.0f, 2.0f}));
+  EXPECT_TRUE(v.memory->query.empty());
+  for (const json& bad : {json("x"), json::array(), json{1, "2"}, json{1e39}, json::array({json::array({1})}),
+                          json(std::vector<int>(MemorySpec::kMaxVectorDim + 1, 1))}) {
+    EXPECT_EQ(error_of([&] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"query_vector", bad}}}})); }).param,
+              "memory.query_vector")
+        << bad.dump().substr(0, 40);
+  }
+  EXPECT_EQ(error_of([] {
+              parse_chat_request(chat({{"memory", {{"user", "a"}, {"query", "q"}, {"query_vector", {1}}}}}));
+            }).param,
+            "memory.query_vector");
 }
 
 TEST(ServerParse, CompletionPrompts) {

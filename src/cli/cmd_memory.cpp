@@ -5,6 +5,7 @@
 //   memory import-locomo FILE --data-dir D [--window W] [--replace] [--model M ...]  (--model: encode KV files)
 //                        [--embedder E ...]                                     (--embedder: store vectors)
 //   memory search        --data-dir D --user U --query Q [--top-k K] [--json] [--embedder E ...]  (default BM25)
+//                        or --query-vector '[0.1, ...]' (against the vectors imported with the facts)
 //   memory list          --data-dir D --user U [--after ID] [--limit N] [--json]
 //   memory delete        --data-dir D --user U (--id ID | --all)
 //   memory users         --data-dir D
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -54,6 +56,7 @@ struct MemoryCmdArgs {
   std::string fact_template = MemoryOptions{}.fact_template;
   // search, list
   std::string query;
+  std::string query_vector;  // JSON array
   int64_t top_k = 10;
   bool json = false;
   int64_t after = 0;
@@ -203,12 +206,27 @@ void run_import_locomo(const MemoryCmdArgs& a) {
   }
 }
 
+std::vector<float> parse_query_vector(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  IS_REQUIRE(j.is_array() && !j.empty(), kInvalidInput, "--query-vector must be a non-empty JSON array of numbers");
+  std::vector<float> v;
+  for (const auto& x : j) {
+    IS_REQUIRE(x.is_number() && std::isfinite(x.get<double>()), kInvalidInput,
+               "--query-vector element {} is not a finite number: {}", v.size(), x.dump());
+    v.push_back(x.get<float>());
+  }
+  return v;
+}
+
 void run_search(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.top_k >= 1, kInvalidInput, "--top-k must be at least 1, got {}", a.top_k);
   auto store = open_store(a, false);
   // Dense: embeds this user's facts that have no vector yet (kept in the store), then searches.
   const auto retriever = make_retriever(a.embedder, *store);
-  const std::vector<ScoredFact> hits = retriever->search(a.tenant, a.user, a.query, static_cast<size_t>(a.top_k));
+  const std::vector<ScoredFact> hits =
+      a.query_vector.empty() ? retriever->search(a.tenant, a.user, a.query, static_cast<size_t>(a.top_k))
+                             : retriever->search_vector(a.tenant, a.user, parse_query_vector(a.query_vector),
+                                                        static_cast<size_t>(a.top_k));
   std::vector<int64_t> ids;
   for (const auto& h : hits) ids.push_back(h.id);
   const std::vector<Fact> facts = store->get_many(a.tenant, a.user, ids);
@@ -308,11 +326,17 @@ void register_memory(CLI::App& app) {
   });
 
   CLI::App* search = subcommand(memory, "search", "Top-k facts of a user for a query (BM25, or dense with --embedder)", *a, true);
-  search->add_option("--query", a->query, "Query text")->required();
+  auto* query = search->add_option("--query", a->query, "Query text");
+  auto* vec = search->add_option("--query-vector", a->query_vector,
+                                 "A JSON array: search the vectors imported with the facts instead of text");
+  query->excludes(vec);
+  search->callback([a, query, vec] {
+    IS_REQUIRE(query->count() + vec->count() == 1, kInvalidInput, "memory search needs --query or --query-vector");
+    run_search(*a);
+  });
   search->add_option("--top-k", a->top_k, "How many facts")->capture_default_str();
   search->add_flag("--json", a->json, "Print a JSON array of {id, score, text, source}");
   add_embedder_options(*search, a->embedder);
-  search->callback([a] { run_search(*a); });
 
   CLI::App* list = subcommand(memory, "list", "List a user's facts by id", *a, true);
   list->add_option("--after", a->after, "Start after this fact id")->capture_default_str();

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "memory/bm25_retriever.h"
+#include "memory/combined_retriever.h"
 #include "memory/dense_retriever.h"
 #include "memory/model_embedder.h"
 #include "model/model.h"
@@ -48,12 +49,19 @@ std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a) {
 }  // namespace
 
 std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store) {
-  if (a.model.empty()) return std::make_unique<Bm25Retriever>(store);
-  return std::make_unique<DenseRetriever>(store, load_embedder(a));
+  std::unique_ptr<Retriever> text;
+  if (a.model.empty()) {
+    text = std::make_unique<Bm25Retriever>(store);
+  } else {
+    text = std::make_unique<DenseRetriever>(store, load_embedder(a));
+  }
+  return std::make_unique<CombinedRetriever>(store, std::move(text));
 }
 
 size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
-  auto* dense = dynamic_cast<DenseRetriever*>(&retriever);
+  Retriever* text = &retriever;
+  if (auto* combined = dynamic_cast<CombinedRetriever*>(&retriever)) text = &combined->text();
+  auto* dense = dynamic_cast<DenseRetriever*>(text);
   if (!dense) return 0;
   int64_t missing = 0;
   for (const UserRef& u : store.users()) missing += static_cast<int64_t>(dense->missing(u.tenant, u.user));

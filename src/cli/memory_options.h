@@ -26,8 +26,9 @@ struct EmbedderArgs {
 };
 
 void add_embedder_options(CLI::App& cmd, EmbedderArgs& args);
-// BM25 without --embedder; else a DenseRetriever over a ModelEmbedder (CPU backend), which embeds
-// each user's missing vectors before that user's first search.
+// Text queries: BM25 without --embedder; else a DenseRetriever over a ModelEmbedder (CPU backend),
+// which embeds each user's missing vectors before that user's first search. Query vectors: the
+// vectors the client supplied with the facts (a CombinedRetriever holds both).
 std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store);
 // Embeds every user's missing vectors now (progress on stderr) when `retriever` is dense; returns
 // how many were stored.

@@ -207,11 +207,15 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   std::vector<ScoredFact> hits;
   if (req.mode != MemoryMode::kOff && k > 0) {
     IS_REQUIRE(!req.user.empty(), kInvalidInput, "memory.user is required");
-    std::string query = req.query;
-    for (auto it = messages.rbegin(); query.empty() && it != messages.rend(); ++it)
-      if (it->role == "user") query = it->content;
     const auto t0 = std::chrono::steady_clock::now();
-    hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
+    if (!req.query_vector.empty()) {
+      hits = retriever_.search_vector(req.tenant, req.user, req.query_vector, static_cast<size_t>(k));
+    } else {
+      std::string query = req.query;
+      for (auto it = messages.rbegin(); query.empty() && it != messages.rend(); ++it)
+        if (it->role == "user") query = it->content;
+      hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
+    }
     out.retrieve_ms = ms_since(t0);
   }
   // One query for all hits; facts deleted since the search are skipped.

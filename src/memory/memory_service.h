@@ -5,7 +5,7 @@
 // through a queue drained by sync()).
 //
 //   chat messages + memory request
-//     -> retrieve top-k (Retriever over the user's facts)
+//     -> retrieve top-k (Retriever over the user's facts; a text query or a client query vector)
 //     -> order (rank: best-ranked fact last; time: chronological)
 //     -> render each fact "[{date}] {speaker}: {text}\n" and tokenize it alone (no BOS)
 //     -> inject mode: pool entry per fact, keyed (id, version, w): found, read from its KV file,
@@ -56,6 +56,8 @@ struct MemoryRequest {
   MemoryMode mode = MemoryMode::kInject;
   MemoryOrder order = MemoryOrder::kRank;
   std::string query;              // retrieval query; empty: the last user message
+  std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
+                                    // against the facts' client vectors and `query` is unused
 };
 
 struct MemoryPrompt {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "util/check.h"
+
 namespace inferscale {
 
 void keep_top_k(std::vector<ScoredFact>& all, size_t k) {
@@ -11,6 +13,11 @@ void keep_top_k(std::vector<ScoredFact>& all, size_t k) {
   } else {
     std::sort(all.begin(), all.end(), ranks_before);
   }
+}
+
+std::vector<ScoredFact> Retriever::search_vector(std::string_view, std::string_view, std::span<const float>,
+                                                 size_t) const {
+  IS_THROW(kUnsupported, "retriever '{}' takes text queries, not query vectors", name());
 }
 
 }  // namespace inferscale

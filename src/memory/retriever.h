@@ -32,6 +32,11 @@ class Retriever {
   // another user's facts; an unknown user has none. Thread-safe with the store's writers.
   virtual std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,
                                          size_t k) const = 0;
+  // The same for a query vector the client computed ([dim], matched against the vectors the client
+  // supplied with the facts). kUnsupported unless the retriever holds client vectors;
+  // kInvalidInput when the dim differs from the user's vectors.
+  virtual std::vector<ScoredFact> search_vector(std::string_view tenant, std::string_view user,
+                                                std::span<const float> query, size_t k) const;
   // Does now whatever work the user's next search would otherwise do first to see the store's
   // latest facts (a dense retriever embeds the facts that have no vector yet). Writers call it
   // after adding or editing facts, so that work runs on their thread. Thread-safe; no-op by default.

@@ -36,7 +36,7 @@ class VectorRetriever final : public Retriever, private FactStoreListener {
                                  size_t k) const override;
   // Top-k by inner product with `query` ([dim]). kInvalidInput when the dim differs from the user's vectors.
   std::vector<ScoredFact> search_vector(std::string_view tenant, std::string_view user, std::span<const float> query,
-                                        size_t k) const;
+                                        size_t k) const override;
   // Vectors indexed for the user.
   size_t indexed(std::string_view tenant, std::string_view user) const;
   const std::string& embedder_name() const { return embedder_name_; }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,8 @@ class JsonFields {
   std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const;
   // A number in [lo, hi].
   std::optional<double> number(const char* key, double lo, double hi) const;
+  // A non-empty array of at most `max_len` finite numbers that fit a float (a query vector).
+  std::optional<std::vector<float>> floats(const char* key, size_t max_len) const;
 
   // 400 naming the first field not in `known`: where a typo would silently change the meaning.
   void only(std::initializer_list<std::string_view> known) const;

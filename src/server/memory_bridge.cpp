@@ -39,6 +39,7 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
   mr.mode = spec.mode;
   mr.order = spec.order;
   mr.query = spec.query;
+  mr.query_vector = spec.query_vector;
   std::vector<ChatMessage> messages;
   if (req.kind == ApiKind::kChat) {
     messages = req.messages;

@@ -208,13 +208,17 @@ void delete_fact(Call& c) {
 void search(Call& c) {
   const json body = parse_json_body(c.req.body);
   const JsonFields f(body);
-  f.only({"query", "k"});
+  f.only({"query", "vector", "k"});
   const auto query = f.string("query");
-  if (!query || query->empty()) f.fail("query", "is required (a non-empty string)");
+  const auto vector = f.floats("vector", MemorySpec::kMaxVectorDim);
+  if (query && vector) f.fail("vector", "give 'query' or 'vector', not both");
+  if (!vector && (!query || query->empty())) f.fail("query", "is required (a non-empty string), or give 'vector'");
   const auto k = static_cast<size_t>(f.integer("k", 1, MemorySpec::kMaxK).value_or(kDefaultSearchK));
   require_user(c);
+  const std::vector<ScoredFact> hits =
+      vector ? c.retriever.search_vector(c.tenant, c.user, *vector, k) : c.retriever.search(c.tenant, c.user, *query, k);
   ojson data = ojson::array();
-  for (const ScoredFact& hit : c.retriever.search(c.tenant, c.user, *query, k)) {
+  for (const ScoredFact& hit : hits) {
     Fact fact;
     try {
       fact = c.store.get(c.tenant, c.user, hit.id);

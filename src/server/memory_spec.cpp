@@ -13,7 +13,7 @@ namespace inferscale::server {
 MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
   const JsonFields f(j, "memory.");
-  f.only({"user", "tenant", "query", "k", "w", "mode", "order"});
+  f.only({"user", "tenant", "query", "query_vector", "k", "w", "mode", "order"});
   MemorySpec s;
   auto user = f.string("user");
   if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");
@@ -24,6 +24,10 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
     s.tenant = *t;
   }
   if (auto q = f.string("query")) s.query = *q;
+  if (auto v = f.floats("query_vector", MemorySpec::kMaxVectorDim)) {
+    if (f.get("query")) f.fail("query_vector", "give 'memory.query' or 'memory.query_vector', not both");
+    s.query_vector = std::move(*v);
+  }
   if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
   if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.w = static_cast<int32_t>(*w);
   // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.

@@ -6,6 +6,8 @@
 //              "k": 10,                  facts to retrieve, 0..kMaxK            (default: the server's)
 //              "w": 2,                   context-window turns per fact, 0..kMaxW (default: the server's)
 //              "query": "...",           retrieval query (default: the last user message)
+//              "query_vector": [0.1, ...], or a query vector the client computed, matched against
+//                                        the vectors it supplied with the facts (not with "query")
 //              "mode": "inject",         inject | text | off                     (default inject)
 //              "order": "rank"}          rank | time                             (default rank)
 //
@@ -21,6 +23,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -32,10 +35,12 @@ struct MemorySpec {
   static constexpr int32_t kMaxK = 256;
   static constexpr int32_t kMaxW = 128;
   static constexpr size_t kMaxUserBytes = 256;
+  static constexpr size_t kMaxVectorDim = 16384;
 
   std::string user;
   std::string tenant;   // "" = the default tenant
   std::string query;    // "" = the last user message
+  std::vector<float> query_vector;  // [dim]; empty = retrieve by text
   int32_t k = -1;       // -1 = the server's default
   int32_t w = -1;
   MemoryMode mode = MemoryMode::kInject;
