@@ -4,7 +4,10 @@
 //   (c) injection kernel bandwidth vs the copy ceiling
 //   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs) and the
 //       decode kernel's KV bandwidth
+//   (e) retrieval: one query's wall-clock latency through the CPU VectorIndex (OpenBLAS sgemv +
+//       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
 // Usage: bench_cuda_kernels [--quick]
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -15,8 +18,10 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/cuda_vector_index.h"
 #include "backend/cuda/rope_table.h"
 #include "cuda_bench_common.h"
+#include "memory/cpu_vector_index.h"
 
 namespace inferscale {
 namespace {
@@ -241,6 +246,39 @@ int main(int argc, char** argv) {
     const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters);
     std::printf("| %s | S=%d ctx=%d q=%d D=%d | %.3f | %.1f | %.0f |\n", s.label, s.S, s.ctx, s.q, s.D, r.ms, r.tflops,
                 r.gbs);
+  }
+
+  // (e) Retrieval per query, wall clock including the host round trip (what a request waits).
+  std::printf("\n(e) dense retrieval, one query, k = 50, f32 vectors: CPU index vs GPU index (median of %d)\n", 4 * iters);
+  std::printf("| facts | dim | CPU us | GPU us | speedup |\n|---|---|---|---|---|\n");
+  for (int64_t N : {1000l, 10000l, 100000l}) {
+    for (int32_t dim : {384, 1024}) {
+      std::mt19937 g(static_cast<uint32_t>(N + dim));
+      std::normal_distribution<float> nd;
+      std::vector<float> m(static_cast<size_t>(N) * dim), q(static_cast<size_t>(dim));
+      for (float& x : m) x = nd(g);
+      for (float& x : q) x = nd(g);
+      std::vector<int64_t> ids(static_cast<size_t>(N));
+      std::iota(ids.begin(), ids.end(), 1);
+      CpuVectorIndex cpu(dim);
+      cpu.add(ids, m);
+      auto gpu = make_cuda_vector_index(dim);
+      gpu->add(ids, m);
+      auto median_us = [&](const VectorIndex& index) {
+        std::vector<double> t;
+        index.search(q, 50);  // warm-up (and the GPU's first upload)
+        for (int i = 0; i < 4 * iters; ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const auto hits = index.search(q, 50);
+          t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+          if (hits.size() != 50) std::printf("(wrong result size %zu)\n", hits.size());
+        }
+        std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+        return t[t.size() / 2];
+      };
+      const double c = median_us(cpu), gu = median_us(*gpu);
+      std::printf("| %ld | %d | %.1f | %.1f | %.1fx |\n", static_cast<long>(N), dim, c, gu, c / gu);
+    }
   }
   return 0;
 }

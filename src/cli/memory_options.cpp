@@ -48,14 +48,14 @@ std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a) {
 
 }  // namespace
 
-std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store) {
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store, VectorIndexFactory make_index) {
   std::unique_ptr<Retriever> text;
   if (a.model.empty()) {
     text = std::make_unique<Bm25Retriever>(store);
   } else {
-    text = std::make_unique<DenseRetriever>(store, load_embedder(a));
+    text = std::make_unique<DenseRetriever>(store, load_embedder(a), 32, make_index);
   }
-  return std::make_unique<CombinedRetriever>(store, std::move(text));
+  return std::make_unique<CombinedRetriever>(store, std::move(text), std::move(make_index));
 }
 
 size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
@@ -100,10 +100,10 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   return o;
 }
 
-OpenedMemory open_memory(const MemoryArgs& a) {
+OpenedMemory open_memory(const MemoryArgs& a, VectorIndexFactory make_index) {
   OpenedMemory m;
   m.store = FactStore::open(a.data_dir);
-  m.retriever = make_retriever(a.embedder, *m.store);
+  m.retriever = make_retriever(a.embedder, *m.store, std::move(make_index));
   embed_all_missing(*m.retriever, *m.store);
   return m;
 }

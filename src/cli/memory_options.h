@@ -10,6 +10,7 @@
 #include "memory/fact_store.h"
 #include "memory/memory_service.h"
 #include "memory/retriever.h"
+#include "memory/vector_index.h"
 
 namespace inferscale::cli {
 
@@ -29,7 +30,9 @@ void add_embedder_options(CLI::App& cmd, EmbedderArgs& args);
 // Text queries: BM25 without --embedder; else a DenseRetriever over a ModelEmbedder (CPU backend),
 // which embeds each user's missing vectors before that user's first search. Query vectors: the
 // vectors the client supplied with the facts (a CombinedRetriever holds both).
-std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store);
+// `make_index`: where the vector indexes live (vector_index_factory(): the GPU with --device cuda).
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store,
+                                          VectorIndexFactory make_index = make_cpu_vector_index);
 // Embeds every user's missing vectors now (progress on stderr) when `retriever` is dense; returns
 // how many were stored.
 size_t embed_all_missing(Retriever& retriever, const FactStore& store);
@@ -55,6 +58,6 @@ struct OpenedMemory {
   std::unique_ptr<FactStore> store;
   std::unique_ptr<Retriever> retriever;
 };
-OpenedMemory open_memory(const MemoryArgs& args);
+OpenedMemory open_memory(const MemoryArgs& args, VectorIndexFactory make_index = make_cpu_vector_index);
 
 }  // namespace inferscale::cli

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_vector_index.h"
 #endif
 
 namespace inferscale::cli {
@@ -108,6 +109,13 @@ std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
   use_cuda(a);  // validates --device cuda on a CPU-only build
   spdlog::info("backend: cpu (f32 reference)");
   return make_cpu_backend(m.config, m.weights, backend_options(a, m.config));
+}
+
+VectorIndexFactory vector_index_factory(const ModelArgs& a) {
+#ifdef INFERSCALE_HAS_CUDA
+  if (use_cuda(a)) return make_cuda_vector_index;
+#endif
+  return make_cpu_vector_index;
 }
 
 }  // namespace inferscale::cli

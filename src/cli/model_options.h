@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "memory/vector_index.h"
 #include "model/model.h"
 
 namespace inferscale::cli {
@@ -36,5 +37,7 @@ EngineOptions engine_options(const ModelArgs& args);
 // The backend --device names: cuda (this build has the CUDA backend and a GPU is present), cpu,
 // or auto (cuda when it can, else cpu).
 std::unique_ptr<Backend> make_backend(const ModelArgs& args, const Model& model);
+// Where retrieval's vector indexes live: on the GPU when make_backend() picks cuda, else the CPU.
+VectorIndexFactory vector_index_factory(const ModelArgs& args);
 
 }  // namespace inferscale::cli

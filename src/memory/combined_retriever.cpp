@@ -4,8 +4,8 @@
 
 namespace inferscale {
 
-CombinedRetriever::CombinedRetriever(FactStore& store, std::unique_ptr<Retriever> text)
-    : text_(std::move(text)), client_(make_client_vector_retriever(store)) {
+CombinedRetriever::CombinedRetriever(FactStore& store, std::unique_ptr<Retriever> text, VectorIndexFactory make_index)
+    : text_(std::move(text)), client_(make_client_vector_retriever(store, std::move(make_index))) {
   IS_CHECK(text_ != nullptr, "no text retriever");
 }
 

@@ -12,8 +12,9 @@ namespace inferscale {
 
 class CombinedRetriever final : public Retriever {
  public:
-  // `store` must outlive the retriever.
-  CombinedRetriever(FactStore& store, std::unique_ptr<Retriever> text);
+  // `store` must outlive the retriever; `make_index` holds the client vectors (CPU or GPU).
+  CombinedRetriever(FactStore& store, std::unique_ptr<Retriever> text,
+                    VectorIndexFactory make_index = make_cpu_vector_index);
 
   std::string name() const override { return text_->name(); }
   std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,

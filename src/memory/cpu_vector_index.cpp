@@ -64,10 +64,19 @@ void CpuVectorIndex::clear() {
   rows_.clear();
 }
 
-std::vector<ScoredFact> CpuVectorIndex::search(std::span<const float> query, size_t k) const {
+size_t CpuVectorIndex::row_of(int64_t id) const {
+  auto it = rows_.find(id);
+  return it == rows_.end() ? ids_.size() : it->second;
+}
+
+void CpuVectorIndex::check_query(std::span<const float> query) const {
   IS_REQUIRE(query.size() == static_cast<size_t>(dim_), kInvalidInput, "query vector has dim {}, the index {}",
              query.size(), dim_);
   for (float x : query) IS_REQUIRE(std::isfinite(x), kInvalidInput, "query vector holds a non-finite value");
+}
+
+std::vector<ScoredFact> CpuVectorIndex::search(std::span<const float> query, size_t k) const {
+  check_query(query);
   const size_t n = ids_.size();
   if (n == 0 || k == 0) return {};
   std::vector<float> scores(n);  // [N] = matrix_ [N, dim] x query [dim]

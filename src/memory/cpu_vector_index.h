@@ -26,6 +26,16 @@ class CpuVectorIndex final : public VectorIndex {
   void clear() override;
   std::vector<ScoredFact> search(std::span<const float> query, size_t k) const override;
 
+  // The rows, for a device mirror (cuda_vector_index.h): row r is id_at(r) with vector
+  // matrix() + r * dim. add() appends rows; replace() rewrites rows in place; remove() moves the
+  // last row into the removed one's row.
+  const float* matrix() const { return matrix_.data(); }
+  int64_t id_at(size_t row) const { return ids_[row]; }
+  // The row of an id; size() when absent.
+  size_t row_of(int64_t id) const;
+  // Throws kInvalidInput when the query's dim differs or it holds a non-finite value.
+  void check_query(std::span<const float> query) const;
+
  private:
   void check_rows(std::span<const int64_t> ids, std::span<const float> vectors) const;
 

@@ -4,11 +4,12 @@
 
 namespace inferscale {
 
-DenseRetriever::DenseRetriever(FactStore& store, std::shared_ptr<Embedder> embedder, size_t batch)
+DenseRetriever::DenseRetriever(FactStore& store, std::shared_ptr<Embedder> embedder, size_t batch,
+                               VectorIndexFactory make_index)
     : store_(store), embedder_(std::move(embedder)), batch_(batch) {
   IS_CHECK(embedder_ != nullptr, "null embedder");
   IS_REQUIRE(batch_ > 0, kInvalidInput, "embedding batch must be positive");
-  vectors_ = make_dense_retriever(store_, embedder_);  // attaches first: indexes the stored vectors
+  vectors_ = make_dense_retriever(store_, embedder_, std::move(make_index));  // attaches first: indexes the stored vectors
   store_.attach(this);                                 // replays every user as added: all dirty
 }
 

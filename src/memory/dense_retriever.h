@@ -27,8 +27,10 @@ class Progress;
 
 class DenseRetriever final : public Retriever, private FactStoreListener {
  public:
-  // `store` must outlive the retriever; `batch`: texts per embedder call.
-  DenseRetriever(FactStore& store, std::shared_ptr<Embedder> embedder, size_t batch = 32);
+  // `store` must outlive the retriever; `batch`: texts per embedder call; `make_index`: where the
+  // users' vector indexes live (CPU, or the GPU's make_cuda_vector_index).
+  DenseRetriever(FactStore& store, std::shared_ptr<Embedder> embedder, size_t batch = 32,
+                 VectorIndexFactory make_index = make_cpu_vector_index);
   ~DenseRetriever() override;
   DenseRetriever(const DenseRetriever&) = delete;
   DenseRetriever& operator=(const DenseRetriever&) = delete;

@@ -73,14 +73,15 @@ void VectorRetriever::on_embeddings_put(std::string_view tenant, std::string_vie
   index->upsert(ids, data);
 }
 
-std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store) {
-  return std::make_unique<VectorRetriever>(store, kClientEmbedder, nullptr);
+std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store, VectorIndexFactory make_index) {
+  return std::make_unique<VectorRetriever>(store, kClientEmbedder, nullptr, std::move(make_index));
 }
 
-std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::shared_ptr<Embedder> embedder) {
+std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::shared_ptr<Embedder> embedder,
+                                                      VectorIndexFactory make_index) {
   IS_CHECK(embedder != nullptr, "null embedder");
   std::string name = embedder->name();
-  return std::make_unique<VectorRetriever>(store, std::move(name), std::move(embedder));
+  return std::make_unique<VectorRetriever>(store, std::move(name), std::move(embedder), std::move(make_index));
 }
 
 size_t embed_missing(FactStore& store, Embedder& embedder, std::string_view tenant, std::string_view user,

@@ -56,9 +56,11 @@ class VectorRetriever final : public Retriever, private FactStoreListener {
 };
 
 // A retriever over the client-supplied vectors (kClientEmbedder); query with search_vector().
-std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store);
+std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store,
+                                                              VectorIndexFactory make_index = make_cpu_vector_index);
 // A dense retriever for `embedder`; embed the facts with embed_missing().
-std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::shared_ptr<Embedder> embedder);
+std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::shared_ptr<Embedder> embedder,
+                                                      VectorIndexFactory make_index = make_cpu_vector_index);
 
 // Embeds the user's facts that have no vector for `embedder` yet, `batch` texts per call, and
 // stores them (skipping facts whose text changed meanwhile). Returns the number stored; adds
