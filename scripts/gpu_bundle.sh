@@ -16,7 +16,7 @@ JOBS=${JOBS:-2}
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
       -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
-cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving bench_memory_serving
+cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving bench_memory_serving inferscale
 
 DEST="$ROOT/.gpu/cuda"
 rm -rf "$DEST"
@@ -24,7 +24,9 @@ mkdir -p "$DEST"
 BINS=("$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_cuda_kernels" "$BUILD/bench/bench_cuda_serving"
       "$BUILD/bench/bench_memory_serving")
 cp "${BINS[@]}" "$DEST/"
-cp scripts/gpu_run.sh "$DEST/"
+cp scripts/gpu_run.sh scripts/gpu_serve_check.sh "$DEST/"
+# The product binary, stripped (22 MB -> ~5 MB), for gpu_serve_check.sh.
+strip -o "$DEST/inferscale" "$BUILD/inferscale"
 # Inputs of the end-to-end memory benchmark (../shared does not travel to the GPU machine).
 SHARED="$ROOT/../shared/data"
 mkdir -p "$DEST/data"
@@ -34,7 +36,7 @@ cp "$SHARED/configs/Llama-3.1-8B.json" "$SHARED/configs/Mistral-7B-v0.3.json" "$
 # Libraries the GPU machine has (or that must come from its driver/toolkit): not copied (OpenBLAS
 # alone is 36 MB of the 64 MB a call may carry).
 SKIP='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcudart|libsqlite3|libpcre2-8|libxxhash|libzstd|libopenblas|libgfortran|libquadmath|libgomp)'
-for b in "${BINS[@]}"; do
+for b in "${BINS[@]}" "$BUILD/inferscale"; do
   ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
     if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$DEST/$name"; fi
   done

@@ -70,7 +70,7 @@ void run_serve(const ServeArgs& a) {
   OpenedMemory memory;
   std::unique_ptr<server::MemoryBridge> bridge;
   if (!a.memory.data_dir.empty()) {
-    memory = open_memory(a.memory, vector_index_factory(a.model));
+    memory = open_memory(a.memory, vector_index_factory(a.model, model.config));
     bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory, *memory.store));
     spdlog::info("memory: data dir {} ({} users), retrieval {}, default k {}, window {}", a.memory.data_dir,
                  memory.store->users().size(), memory.retriever->name(), a.memory.k,
@@ -83,10 +83,11 @@ void run_serve(const ServeArgs& a) {
   server::AsyncEngine engine(
       [&] { return std::make_unique<Engine>(make_backend(a.model, model), model.tokenizer, engine_options(a.model)); }, ao);
 
-  const int64_t kv_per_token = cfg.kv_bytes_per_token(4);
+  const bool gpu = picks_cuda(a.model, cfg);
+  const int64_t kv_per_token = cfg.kv_bytes_per_token(gpu ? 2 : 4);  // bf16 on the GPU, f32 on the CPU
   const int64_t cache_tokens = engine.num_blocks() * engine.block_size();
-  spdlog::info("memory: weights {:.1f} MiB as stored (the CPU backend computes in f32), KV cache {:.1f} MiB = {} blocks "
-               "of {} tokens ({} tokens, {:.1f} KiB per token), max model len {}",
+  spdlog::info("memory: weights {:.1f} MiB as stored, KV cache {:.1f} MiB = {} blocks of {} tokens ({} tokens, {:.1f} KiB "
+               "per token), max model len {}",
                mib(weight_bytes(model.weights)), mib(cache_tokens * kv_per_token), engine.num_blocks(), engine.block_size(),
                cache_tokens, static_cast<double>(kv_per_token) / 1024, engine.max_model_len());
 

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <mutex>
+#include <string>
+
 #include "util/check.h"
 
 #ifdef INFERSCALE_HAS_CUDA
@@ -63,22 +66,41 @@ bool cuda_available() {
 #endif
 }
 
-bool use_cuda(const ModelArgs& a) {
+// Empty when the CUDA backend runs this model shape; else why not.
+std::string cuda_unsupported(const ModelConfig& cfg) {
+#ifdef INFERSCALE_HAS_CUDA
+  return cuda_unsupported_reason(cfg);
+#else
+  return "this build has no CUDA backend";
+#endif
+}
+
+}  // namespace
+
+// --device cuda: must work; auto: the GPU when present and able to run the model (said once when
+// it is not), else the CPU.
+bool picks_cuda(const ModelArgs& a, const ModelConfig& cfg) {
   if (a.device == "cpu") return false;
   if (a.device == "cuda") {
 #ifndef INFERSCALE_HAS_CUDA
     IS_THROW(kUnsupported, "--device cuda: this build has no CUDA backend (configure with -DINFERSCALE_CUDA=ON)");
 #endif
     IS_REQUIRE(cuda_available(), kUnsupported, "--device cuda: no CUDA device is available");
+    const std::string why = cuda_unsupported(cfg);
+    IS_REQUIRE(why.empty(), kUnsupported, "--device cuda: {}", why);
     return true;
   }
-  return cuda_available();
+  if (!cuda_available()) return false;
+  const std::string why = cuda_unsupported(cfg);
+  if (!why.empty()) {
+    static std::once_flag said;
+    std::call_once(said, [&] { spdlog::info("--device auto: {}; using the CPU backend", why); });
+  }
+  return why.empty();
 }
 
-}  // namespace
-
 BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg) {
-  const bool gpu = use_cuda(a);
+  const bool gpu = picks_cuda(a, cfg);
   BackendOptions bo;
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
@@ -99,21 +121,21 @@ EngineOptions engine_options(const ModelArgs& a) {
 
 std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
 #ifdef INFERSCALE_HAS_CUDA
-  if (use_cuda(a)) {
+  if (picks_cuda(a, m.config)) {
     auto be = make_cuda_backend(m.config, m.weights, backend_options(a, m.config));
     spdlog::info("backend: cuda (bf16), weights {:.1f} MiB, KV cache + memory pool {:.1f} MiB", be->weight_bytes() / 1048576.0,
                  be->kv_bytes() / 1048576.0);
     return be;
   }
 #endif
-  use_cuda(a);  // validates --device cuda on a CPU-only build
+  picks_cuda(a, m.config);  // validates --device cuda on a CPU-only build
   spdlog::info("backend: cpu (f32 reference)");
   return make_cpu_backend(m.config, m.weights, backend_options(a, m.config));
 }
 
-VectorIndexFactory vector_index_factory(const ModelArgs& a) {
+VectorIndexFactory vector_index_factory(const ModelArgs& a, const ModelConfig& cfg) {
 #ifdef INFERSCALE_HAS_CUDA
-  if (use_cuda(a)) return make_cuda_vector_index;
+  if (picks_cuda(a, cfg)) return make_cuda_vector_index;
 #endif
   return make_cpu_vector_index;
 }

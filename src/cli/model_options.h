@@ -34,10 +34,12 @@ void add_model_options(CLI::App& cmd, ModelArgs& args);
 Model load_model_from_args(const ModelArgs& args);
 BackendOptions backend_options(const ModelArgs& args, const ModelConfig& cfg);
 EngineOptions engine_options(const ModelArgs& args);
-// The backend --device names: cuda (this build has the CUDA backend and a GPU is present), cpu,
-// or auto (cuda when it can, else cpu).
+// The backend --device names: cuda (this build has the CUDA backend, a GPU is present and the
+// backend runs the model's shape, else a clear error), cpu, or auto (cuda when it can, else cpu).
 std::unique_ptr<Backend> make_backend(const ModelArgs& args, const Model& model);
+// Whether make_backend() picks the CUDA backend for this model (throws what --device cuda lacks).
+bool picks_cuda(const ModelArgs& args, const ModelConfig& cfg);
 // Where retrieval's vector indexes live: on the GPU when make_backend() picks cuda, else the CPU.
-VectorIndexFactory vector_index_factory(const ModelArgs& args);
+VectorIndexFactory vector_index_factory(const ModelArgs& args, const ModelConfig& cfg);
 
 }  // namespace inferscale::cli

@@ -31,9 +31,6 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(const ModelConfig& cfg, DeviceWeights weights, const BackendOptions& opts)
       : cfg_(cfg), w_(std::move(weights)), rope_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
-    IS_REQUIRE(cuda::attention_supports_head_dim(static_cast<int32_t>(cfg_.head_dim)), kUnsupported,
-               "the CUDA backend supports head_dim 64 and 128, not {}", cfg_.head_dim);
-    IS_REQUIRE(cfg_.num_heads % cfg_.num_kv_heads == 0, kInvalidInput, "heads not divisible by kv heads");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&ev_start_));
     CUDA_CHECK(cudaEventCreate(&ev_stop_));
@@ -370,13 +367,32 @@ void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const std::v
 
 }  // namespace
 
+std::string cuda_unsupported_reason(const ModelConfig& cfg) {
+  if (!cuda::attention_supports_head_dim(static_cast<int32_t>(cfg.head_dim)))
+    return fmt::format("the CUDA backend supports head_dim 64 and 128, not {}", cfg.head_dim);
+  if (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads != 0)
+    return fmt::format("the CUDA backend needs num_heads ({}) divisible by num_kv_heads ({})", cfg.num_heads,
+                       cfg.num_kv_heads);
+  return {};
+}
+
+namespace {
+// Before any weight goes to the device.
+void require_supported(const ModelConfig& cfg) {
+  const std::string why = cuda_unsupported_reason(cfg);
+  IS_REQUIRE(why.empty(), kUnsupported, "{}", why);
+}
+}  // namespace
+
 std::unique_ptr<CudaBackend> make_cuda_backend(const ModelConfig& cfg, const ModelWeights& weights,
                                                const BackendOptions& opts) {
+  require_supported(cfg);
   return std::make_unique<CudaBackendImpl>(cfg, DeviceWeights::upload(cfg, weights), opts);
 }
 
 std::unique_ptr<CudaBackend> make_cuda_backend_random(const ModelConfig& cfg, uint64_t seed,
                                                       const BackendOptions& opts) {
+  require_supported(cfg);
   return std::make_unique<CudaBackendImpl>(cfg, DeviceWeights::random(cfg, seed), opts);
 }
 

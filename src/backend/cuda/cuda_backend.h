@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -36,6 +37,10 @@ class CudaBackend : public Backend {
   virtual int64_t weight_bytes() const = 0;
   virtual int64_t kv_bytes() const = 0;
 };
+
+// Empty when the CUDA backend can run a model of this shape; otherwise why it cannot (e.g. its
+// attention kernels take head_dim 64 and 128 only). `--device auto` falls back to the CPU then.
+std::string cuda_unsupported_reason(const ModelConfig& cfg);
 
 // Uploads `weights` (f32/f16/bf16) as bf16. Uses the current CUDA device.
 std::unique_ptr<CudaBackend> make_cuda_backend(const ModelConfig& cfg, const ModelWeights& weights,
