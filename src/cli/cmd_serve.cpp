@@ -70,7 +70,7 @@ void run_serve(const ServeArgs& a) {
   OpenedMemory memory;
   std::unique_ptr<server::MemoryBridge> bridge;
   if (!a.memory.data_dir.empty()) {
-    memory = open_memory(a.memory, vector_index_factory(a.model, model.config));
+    memory = open_memory(a.memory, retrieval_device(a.model));
     bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory, *memory.store));
     spdlog::info("memory: data dir {} ({} users), retrieval {}, default k {}, window {}", a.memory.data_dir,
                  memory.store->users().size(), memory.retriever->name(), a.memory.k,

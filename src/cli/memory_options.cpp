@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#ifdef INFERSCALE_HAS_CUDA
+#include "backend/cuda/cuda_vector_index.h"
+#endif
 #include "memory/bm25_retriever.h"
 #include "memory/combined_retriever.h"
 #include "memory/dense_retriever.h"
@@ -23,7 +26,7 @@ void add_embedder_options(CLI::App& cmd, EmbedderArgs& a) {
 
 namespace {
 
-std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a) {
+std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a, bool cuda) {
   auto model = std::make_shared<const Model>(load_model(a.model));
   const Tokenizer& tok = *model->tokenizer;
   ModelEmbedderOptions o;
@@ -38,24 +41,25 @@ std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a) {
   if (!a.instruct.empty()) o.query_prefix = "Instruct: " + a.instruct + "\nQuery: ";
   BackendOptions bo;
   bo.num_cache_blocks = embedder_cache_blocks(o, bo.block_size);
-  auto be = make_cpu_backend(model->config, model->weights, bo);
+  auto be = make_helper_backend(cuda, *model, bo);
+  const std::string backend_name = be->name();
   auto emb = std::make_shared<ModelEmbedder>(model, std::move(be), o);
-  spdlog::info("embedder {} ({} layers, dim {}{}), pooling {}, eos {}, max {} tokens, cpu backend", emb->name(),
+  spdlog::info("embedder {} ({} layers, dim {}{}), pooling {}, eos {}, max {} tokens, {} backend", emb->name(),
                model->config.num_layers, emb->dim(), model->random_weights ? ", random weights: vectors are meaningless" : "",
-               a.pooling, o.eos_id ? tok.id_to_token(*o.eos_id) : "none", o.max_tokens);
+               a.pooling, o.eos_id ? tok.id_to_token(*o.eos_id) : "none", o.max_tokens, backend_name);
   return emb;
 }
 
 }  // namespace
 
-std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store, VectorIndexFactory make_index) {
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store, const RetrievalDevice& device) {
   std::unique_ptr<Retriever> text;
   if (a.model.empty()) {
     text = std::make_unique<Bm25Retriever>(store);
   } else {
-    text = std::make_unique<DenseRetriever>(store, load_embedder(a), 32, make_index);
+    text = std::make_unique<DenseRetriever>(store, load_embedder(a, device.cuda), 32, device.make_index);
   }
-  return std::make_unique<CombinedRetriever>(store, std::move(text), std::move(make_index));
+  return std::make_unique<CombinedRetriever>(store, std::move(text), device.make_index);
 }
 
 size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
@@ -100,10 +104,21 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   return o;
 }
 
-OpenedMemory open_memory(const MemoryArgs& a, VectorIndexFactory make_index) {
+RetrievalDevice retrieval_device(const ModelArgs& model_args) {
+  RetrievalDevice d;
+#ifdef INFERSCALE_HAS_CUDA
+  if (gpu_selected(model_args)) {
+    d.make_index = make_cuda_vector_index;
+    d.cuda = true;
+  }
+#endif
+  return d;
+}
+
+OpenedMemory open_memory(const MemoryArgs& a, const RetrievalDevice& device) {
   OpenedMemory m;
   m.store = FactStore::open(a.data_dir);
-  m.retriever = make_retriever(a.embedder, *m.store, std::move(make_index));
+  m.retriever = make_retriever(a.embedder, *m.store, device);
   embed_all_missing(*m.retriever, *m.store);
   return m;
 }

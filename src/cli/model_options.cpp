@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_vector_index.h"
 #endif
 
 namespace inferscale::cli {
@@ -77,21 +76,24 @@ std::string cuda_unsupported(const ModelConfig& cfg) {
 
 }  // namespace
 
-// --device cuda: must work; auto: the GPU when present and able to run the model (said once when
-// it is not), else the CPU.
-bool picks_cuda(const ModelArgs& a, const ModelConfig& cfg) {
+bool gpu_selected(const ModelArgs& a) {
   if (a.device == "cpu") return false;
   if (a.device == "cuda") {
 #ifndef INFERSCALE_HAS_CUDA
     IS_THROW(kUnsupported, "--device cuda: this build has no CUDA backend (configure with -DINFERSCALE_CUDA=ON)");
 #endif
     IS_REQUIRE(cuda_available(), kUnsupported, "--device cuda: no CUDA device is available");
-    const std::string why = cuda_unsupported(cfg);
-    IS_REQUIRE(why.empty(), kUnsupported, "--device cuda: {}", why);
     return true;
   }
-  if (!cuda_available()) return false;
+  return cuda_available();
+}
+
+// --device cuda: must work; auto: the GPU when present and able to run the model (said once when
+// it is not), else the CPU.
+bool picks_cuda(const ModelArgs& a, const ModelConfig& cfg) {
+  if (!gpu_selected(a)) return false;
   const std::string why = cuda_unsupported(cfg);
+  IS_REQUIRE(why.empty() || a.device != "cuda", kUnsupported, "--device cuda: {}", why);
   if (!why.empty()) {
     static std::once_flag said;
     std::call_once(said, [&] { spdlog::info("--device auto: {}; using the CPU backend", why); });
@@ -133,11 +135,15 @@ std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
   return make_cpu_backend(m.config, m.weights, backend_options(a, m.config));
 }
 
-VectorIndexFactory vector_index_factory(const ModelArgs& a, const ModelConfig& cfg) {
+std::unique_ptr<Backend> make_helper_backend(bool cuda, const Model& m, const BackendOptions& opts) {
+  if (cuda) {
+    const std::string why = cuda_unsupported(m.config);
 #ifdef INFERSCALE_HAS_CUDA
-  if (picks_cuda(a, cfg)) return make_cuda_vector_index;
+    if (why.empty()) return make_cuda_backend(m.config, m.weights, opts);
 #endif
-  return make_cpu_vector_index;
+    spdlog::info("{}: {}; it runs on the CPU backend", m.name, why);
+  }
+  return make_cpu_backend(m.config, m.weights, opts);
 }
 
 }  // namespace inferscale::cli

@@ -8,7 +8,6 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
-#include "memory/vector_index.h"
 #include "model/model.h"
 
 namespace inferscale::cli {
@@ -37,9 +36,14 @@ EngineOptions engine_options(const ModelArgs& args);
 // The backend --device names: cuda (this build has the CUDA backend, a GPU is present and the
 // backend runs the model's shape, else a clear error), cpu, or auto (cuda when it can, else cpu).
 std::unique_ptr<Backend> make_backend(const ModelArgs& args, const Model& model);
-// Whether make_backend() picks the CUDA backend for this model (throws what --device cuda lacks).
+// Whether --device selects the GPU: cuda (throws when this build or machine has none), auto (when
+// one is present), cpu (never).
+bool gpu_selected(const ModelArgs& args);
+// Whether make_backend() picks the CUDA backend for this model: the GPU is selected and the
+// backend runs the model's shape (--device cuda throws when it does not; auto falls back).
 bool picks_cuda(const ModelArgs& args, const ModelConfig& cfg);
-// Where retrieval's vector indexes live: on the GPU when make_backend() picks cuda, else the CPU.
-VectorIndexFactory vector_index_factory(const ModelArgs& args, const ModelConfig& cfg);
+// A backend for a helper model (the embedding model): CUDA when `cuda` and the CUDA backend runs
+// its shape, else the CPU (logged).
+std::unique_ptr<Backend> make_helper_backend(bool cuda, const Model& model, const BackendOptions& opts);
 
 }  // namespace inferscale::cli
