@@ -16,7 +16,7 @@ JOBS=${JOBS:-2}
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
       -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
-cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving bench_memory_serving inferscale
+cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving bench_memory_serving bench_cuda_embedder inferscale
 
 DEST="$ROOT/.gpu/cuda"
 rm -rf "$DEST"
@@ -41,6 +41,23 @@ for b in "${BINS[@]}" "$BUILD/inferscale"; do
     if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$DEST/$name"; fi
   done
 done
+# A second, smaller bundle for the embedding-model benchmark (the Qwen3 tokenizer alone is 11 MB;
+# both would not fit one call's 64 MiB): run(command="bash .gpu/emb/run.sh", carry=[".gpu/emb"]).
+EMB="$ROOT/.gpu/emb"
+rm -rf "$EMB"
+mkdir -p "$EMB"
+cp "$BUILD/bench/bench_cuda_embedder" "$DEST"/libfmt.so.* "$DEST"/libspdlog.so.* "$DEST"/libsentencepiece.so.* \
+   "$DEST"/libutf8proc.so.* "$EMB/"
+cp "$SHARED/tokenizers/qwen3/tokenizer.json" "$EMB/qwen3-tokenizer.json"
+cp "$SHARED/locomo/locomo10.json" "$EMB/"
+cat > "$EMB/run.sh" <<'RUN'
+#!/usr/bin/env bash
+HERE=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$HERE:${LD_LIBRARY_PATH:-}"
+"$HERE/bench_cuda_embedder" --tokenizer "$HERE/qwen3-tokenizer.json" --locomo "$HERE/locomo10.json" "$@"
+RUN
+du -sh "$EMB"
+
 echo "bundle: $DEST"
 ls -la "$DEST"
 du -sh "$DEST"
