@@ -28,6 +28,7 @@ class ControlledBackend final : public Backend {
   int32_t block_size() const override { return inner_->block_size(); }
   int64_t num_cache_blocks() const override { return inner_->num_cache_blocks(); }
   int64_t num_pool_blocks() const override { return inner_->num_pool_blocks(); }
+  DType pool_dtype() const override { return inner_->pool_dtype(); }
   void forward(const ForwardBatch& b, std::vector<float>& out) override {
     if (const int ms = delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     for (int32_t t : b.token_ids)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "tensor/dtype.h"
 
 namespace inferscale {
 
@@ -77,6 +78,9 @@ class Backend {
   virtual int32_t block_size() const = 0;
   virtual int64_t num_cache_blocks() const = 0;
   virtual int64_t num_pool_blocks() const = 0;
+  // The element type the memory pool stores (f32 on the CPU, bf16 on the GPU): read_pool() values
+  // are exactly representable in it, so KV files store them in it without loss.
+  virtual DType pool_dtype() const = 0;
 
   // out: [R, vocab] logits or [R, hidden] hidden states, row-major float.
   virtual void forward(const ForwardBatch& batch, std::vector<float>& out) = 0;

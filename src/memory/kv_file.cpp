@@ -5,13 +5,14 @@
 #include <cstring>
 #include <fstream>
 
+#include "tensor/dtype.h"
 #include "util/check.h"
 
 namespace inferscale {
 namespace {
 
 constexpr char kMagic[4] = {'I', 'S', 'K', 'V'};
-constexpr uint32_t kFormat = 1;
+constexpr uint32_t kFormat = 2;
 
 #pragma pack(push, 1)
 struct Header {
@@ -24,18 +25,24 @@ struct Header {
   int32_t num_tokens;
   int32_t num_layers;
   int32_t kv_size;
+  uint32_t dtype;  // DType: kF32 or kBF16
   uint64_t checksum;
 };
 #pragma pack(pop)
 
-uint64_t payload_checksum(const FactKv& kv) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  XXH3_64bits_update(st, kv.k.data(), kv.k.size() * sizeof(float));
-  XXH3_64bits_update(st, kv.v.data(), kv.v.size() * sizeof(float));
-  const uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return h;
+// The payload as stored: K then V in `dtype`.
+std::vector<char> encode_payload(const FactKv& kv) {
+  const size_t n = kv.k.size() + kv.v.size();
+  std::vector<char> out(n * dtype_size(kv.dtype));
+  if (kv.dtype == DType::kF32) {
+    std::memcpy(out.data(), kv.k.data(), kv.k.size() * 4);
+    std::memcpy(out.data() + kv.k.size() * 4, kv.v.data(), kv.v.size() * 4);
+    return out;
+  }
+  auto* h = reinterpret_cast<uint16_t*>(out.data());
+  for (float x : kv.k) *h++ = f32_to_bf16(x);
+  for (float x : kv.v) *h++ = f32_to_bf16(x);
+  return out;
 }
 
 }  // namespace
@@ -43,6 +50,9 @@ uint64_t payload_checksum(const FactKv& kv) {
 void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, const FactKv& kv) {
   const size_t n = static_cast<size_t>(key.num_layers) * kv.num_tokens * key.kv_size;
   IS_CHECK(kv.k.size() == n && kv.v.size() == n, "KV of {} floats for a {}-float file", kv.k.size(), n);
+  IS_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "KV files hold f32 or bf16, not {}",
+           dtype_name(kv.dtype));
+  const std::vector<char> payload = encode_payload(kv);
   Header h{};
   std::memcpy(h.magic, kMagic, 4);
   h.format = kFormat;
@@ -53,15 +63,15 @@ void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, cons
   h.num_tokens = kv.num_tokens;
   h.num_layers = key.num_layers;
   h.kv_size = key.kv_size;
-  h.checksum = payload_checksum(kv);
+  h.dtype = static_cast<uint32_t>(kv.dtype);
+  h.checksum = XXH3_64bits(payload.data(), payload.size());
   std::filesystem::create_directories(path.parent_path());
   const std::filesystem::path tmp = path.string() + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     IS_REQUIRE(f.good(), kResource, "cannot write KV file {}", tmp.string());
     f.write(reinterpret_cast<const char*>(&h), sizeof h);
-    f.write(reinterpret_cast<const char*>(kv.k.data()), static_cast<std::streamsize>(n * sizeof(float)));
-    f.write(reinterpret_cast<const char*>(kv.v.data()), static_cast<std::streamsize>(n * sizeof(float)));
+    f.write(payload.data(), static_cast<std::streamsize>(payload.size()));
     IS_REQUIRE(f.good(), kResource, "short write to KV file {} (disk full?)", tmp.string());
   }
   std::filesystem::rename(tmp, path);
@@ -74,18 +84,21 @@ std::optional<FactKv> read_kv_file(const std::filesystem::path& path, const KvFi
   if (!f.read(reinterpret_cast<char*>(&h), sizeof h)) return std::nullopt;
   if (std::memcmp(h.magic, kMagic, 4) != 0 || h.format != kFormat || h.fingerprint != key.fingerprint ||
       h.fact_id != key.fact_id || h.version != key.version || h.window != key.window || h.num_layers != key.num_layers ||
-      h.kv_size != key.kv_size || h.num_tokens <= 0 || h.num_tokens > (1 << 20))
+      h.kv_size != key.kv_size || h.num_tokens <= 0 || h.num_tokens > (1 << 20) ||
+      (h.dtype != static_cast<uint32_t>(DType::kF32) && h.dtype != static_cast<uint32_t>(DType::kBF16)))
     return std::nullopt;
   FactKv kv;
   kv.num_tokens = h.num_tokens;
+  kv.dtype = static_cast<DType>(h.dtype);
   const size_t n = static_cast<size_t>(h.num_layers) * h.num_tokens * h.kv_size;
+  std::vector<char> payload(2 * n * dtype_size(kv.dtype));
+  if (!f.read(payload.data(), static_cast<std::streamsize>(payload.size()))) return std::nullopt;
+  if (f.peek() != std::char_traits<char>::eof()) return std::nullopt;  // trailing bytes: not our file
+  if (XXH3_64bits(payload.data(), payload.size()) != h.checksum) return std::nullopt;
   kv.k.resize(n);
   kv.v.resize(n);
-  if (!f.read(reinterpret_cast<char*>(kv.k.data()), static_cast<std::streamsize>(n * sizeof(float))) ||
-      !f.read(reinterpret_cast<char*>(kv.v.data()), static_cast<std::streamsize>(n * sizeof(float))))
-    return std::nullopt;
-  if (f.peek() != std::char_traits<char>::eof()) return std::nullopt;  // trailing bytes: not our file
-  if (payload_checksum(kv) != h.checksum) return std::nullopt;
+  convert_to_f32(kv.dtype, payload.data(), kv.k.data(), n);
+  convert_to_f32(kv.dtype, payload.data() + n * dtype_size(kv.dtype), kv.v.data(), n);
   return kv;
 }
 

@@ -2,9 +2,13 @@
 // the source of truth: any mismatch (fingerprint, fact version, window, shape) or corruption
 // (checksum) makes read_kv_file return nullopt and the caller re-encodes from the text.
 //
-//   header (little-endian): magic "ISKV", format u32, fingerprint u64, fact_id i64, version i64,
-//                           window i32, num_tokens i32, num_layers i32, kv_size i32, checksum u64
-//   payload: K then V, f32 [num_layers, num_tokens, kv_size]; K is before RoPE
+//   header (little-endian): magic "ISKV", format u32 (2), fingerprint u64, fact_id i64, version i64,
+//                           window i32, num_tokens i32, num_layers i32, kv_size i32, dtype u32,
+//                           checksum u64 (XXH3 of the payload bytes)
+//   payload: K then V, [num_layers, num_tokens, kv_size] in `dtype` (f32 or bf16); K is before RoPE
+//
+// The dtype is the memory pool's (Backend::pool_dtype(): f32 on the CPU, bf16 on the GPU), so a
+// file holds exactly what the pool held, in half the bytes on the GPU.
 //
 // Files are written to a temporary name and renamed, so a reader never sees a half-written file.
 #pragma once
@@ -12,6 +16,8 @@
 #include <filesystem>
 #include <optional>
 #include <vector>
+
+#include "tensor/dtype.h"
 
 namespace inferscale {
 
@@ -28,6 +34,7 @@ struct FactKv {
   int32_t num_tokens = 0;
   std::vector<float> k;  // [num_layers, num_tokens, kv_size]
   std::vector<float> v;
+  DType dtype = DType::kF32;  // how the file stores them: kF32 or kBF16 (values rounded to nearest even)
 };
 
 void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, const FactKv& kv);

@@ -149,6 +149,7 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
         FactKv kv;
         kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
         backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
+        kv.dtype = backend_.pool_dtype();
         write_kv_file(kv_path(job_facts[i]->id), file_key(*job_facts[i], w), kv);
       }
     }

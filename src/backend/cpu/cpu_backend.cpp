@@ -60,6 +60,7 @@ class CpuBackend final : public Backend {
   int32_t block_size() const override { return block_size_; }
   int64_t num_cache_blocks() const override { return num_blocks_; }
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
+  DType pool_dtype() const override { return DType::kF32; }
 
   void forward(const ForwardBatch& b, std::vector<float>& out) override {
     b.validate(num_blocks_ * block_size_, block_size_);

@@ -68,6 +68,7 @@ class CudaBackendImpl final : public CudaBackend {
   int32_t block_size() const override { return block_size_; }
   int64_t num_cache_blocks() const override { return num_blocks_; }
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
+  DType pool_dtype() const override { return DType::kBF16; }
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { decode_attention_ = kind; }
   float last_gpu_ms() const override { return last_gpu_ms_; }
