@@ -29,13 +29,18 @@ rc=$?; say $rc "generate --model demo on a GPU machine (auto: $(grep -o 'head_di
 say $? "memory import-locomo (store only): $(tail -1 "$W/import.txt")"
 
 PORT=8123
-"$B" serve --model "$W/config.json" --random-weights --random-dtype bf16 --tokenizer "$HERE/data/tokenizer.model.v3" \
-  --device "${DEVICE:-cuda}" --data-dir "$W/data" --kv-cache-mb 4096 --memory-pool-mb 2048 --port $PORT > "$OUT/serve.log" 2>&1 &
-PID=$!
-for _ in $(seq 1 120); do
-  env -u LD_LIBRARY_PATH python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" 2>/dev/null && break
-  sleep 0.5
-done
+# serve LOG: in the background, PID set; returns once /health answers.
+serve() {
+  "$B" serve --model "$W/config.json" --random-weights --random-dtype bf16 --tokenizer "$HERE/data/tokenizer.model.v3" \
+    --device "${DEVICE:-cuda}" --data-dir "$W/data" --kv-files --kv-cache-mb 4096 --memory-pool-mb 2048 --port $PORT \
+    > "$1" 2>&1 &
+  PID=$!
+  for _ in $(seq 1 120); do
+    env -u LD_LIBRARY_PATH python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" 2>/dev/null && break
+    sleep 0.5
+  done
+}
+serve "$OUT/serve.log"
 env -u LD_LIBRARY_PATH python3 - "$PORT" <<'PY'
 import json, sys, time, urllib.request, urllib.error
 port = sys.argv[1]
@@ -94,5 +99,29 @@ say $? "HTTP checks"
 kill -TERM $PID
 wait $PID
 say $? "serve exits cleanly on SIGTERM"
+
+# A restart reads the facts' KV from the files the first run wrote (the pool's dtype: bf16 on the
+# GPU) instead of encoding them again.
+serve "$OUT/serve2.log"
+KV_MB=$(du -sm "$W/data/kv" | cut -f1)
+env -u LD_LIBRARY_PATH python3 - "$PORT" "$KV_MB" <<'PY'
+import json, sys, urllib.request
+port, kv_mb = sys.argv[1], sys.argv[2]
+with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models") as m:
+    model = json.loads(m.read())["data"][0]["id"]
+body = {"model": model, "messages": [{"role": "user", "content": "When did Caroline go to the LGBTQ support group?"}],
+        "max_tokens": 1, "temperature": 0, "memory": {"user": "conv-26", "k": 50, "w": 2}}
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=120) as r:
+    mem = json.loads(r.read())["memory"]
+ok = mem["encoded"] == 0 and mem["loaded"] == 50
+print(("PASS " if ok else "FAIL ") + f"after a restart the 50 facts' KV comes from the KV files ({kv_mb} MB on disk): "
+      f"loaded {mem['loaded']}, encoded {mem['encoded']}, kv {mem['kv_ms']:.1f} ms")
+sys.exit(0 if ok else 1)
+PY
+say $? "restart check"
+kill -TERM $PID
+wait $PID
 grep -E "backend|memory:|vector|error|warn" "$OUT/serve.log" | head -12
 exit $fail
