@@ -36,12 +36,13 @@ SamplingParams greedy(int n) {
 
 // One store + retriever + engine + memory service over a data directory.
 struct Stack {
-  explicit Stack(const std::filesystem::path& dir, MemoryOptions opts = {}, int64_t cache_blocks = 512) {
+  explicit Stack(const std::filesystem::path& dir, MemoryOptions opts = {}, int64_t cache_blocks = 512,
+                 int64_t pool_blocks = 256) {
     store = FactStore::open(dir);
     retriever = std::make_unique<Bm25Retriever>(*store);
     BackendOptions bo;
     bo.num_cache_blocks = cache_blocks;
-    bo.num_pool_blocks = 256;
+    bo.num_pool_blocks = pool_blocks;
     engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, EngineOptions{});
     if (opts.kv_dir.empty()) opts.kv_dir = dir / "kv";
     service = std::make_unique<MemoryService>(*store, *retriever, demo(), engine->backend(), engine->blocks(), opts);
@@ -373,4 +374,54 @@ TEST(MemoryService, PreemptedInjectedRequestsEqualUninterrupted) {
   for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].new_tokens, alone[i]) << i;
   for (const auto& p : prompts) s.service->release(p);
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
+// The memory pool cannot hold a request's facts: too small for them, or pinned by a running
+// request. Mode inject then serves the same tokens as text (and says so) instead of failing, and
+// keeps nothing pinned; once the pins go, the same request is injected again.
+TEST(MemoryService, NoRoomInThePoolFallsBackToTextAndPinsNothing) {
+  TempDir dir;
+  int64_t alice_blocks = 0;
+  {
+    Stack big(dir.path() / "big");
+    add_alice(*big.store);
+    MemoryPrompt p = big.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+    ASSERT_TRUE(p.fallback.empty());
+    alice_blocks = big.service->pool().num_blocks() - big.service->pool().num_free_blocks();
+    big.service->release(p);
+  }
+  ASSERT_GT(alice_blocks, 2);
+
+  // Too small for the request: every fact fits alone, all four do not.
+  Stack small(dir.path() / "small", {}, 512, alice_blocks - 1);
+  add_alice(*small.store);
+  const MemoryPrompt text = small.service->prepare(req(MemoryMode::kText, 4), kAsk);
+  MemoryPrompt p = small.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  EXPECT_NE(p.fallback.find("memory pool full"), std::string::npos) << p.fallback;
+  EXPECT_FALSE(p.injected);
+  EXPECT_TRUE(p.pins.empty());
+  EXPECT_EQ(p.tokens, text.tokens);
+  EXPECT_EQ(small.run(p), small.run(text));
+  small.service->release(p);
+  // Nothing stayed pinned: a request that fits is injected.
+  MemoryPrompt one = small.service->prepare(req(MemoryMode::kInject, 1), kAsk);
+  EXPECT_TRUE(one.fallback.empty());
+  ASSERT_TRUE(one.injected);
+  small.service->release(one);
+
+  // Room enough, but pinned by a running request: the second one falls back until the first ends.
+  Stack busy(dir.path() / "busy", {}, 512, alice_blocks + 1);
+  add_alice(*busy.store);
+  MemoryPrompt first = busy.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  ASSERT_TRUE(first.injected);
+  MemoryRequest other = req(MemoryMode::kInject, 4);
+  other.window = 1;  // the same facts under another window: other pool entries
+  MemoryPrompt second = busy.service->prepare(other, kAsk);
+  EXPECT_FALSE(second.fallback.empty());
+  EXPECT_FALSE(second.injected);
+  busy.service->release(first);
+  MemoryPrompt third = busy.service->prepare(other, kAsk);
+  EXPECT_TRUE(third.fallback.empty()) << third.fallback;
+  EXPECT_TRUE(third.injected);
+  busy.service->release(third);
 }

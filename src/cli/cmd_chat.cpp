@@ -67,6 +67,7 @@ void run_chat(const ChatArgs& a) {
       history.pop_back();
       continue;
     }
+    if (!p.fallback.empty()) std::fprintf(stderr, "  (facts served as text, not injected: %s)\n", p.fallback.c_str());
     if (!a.quiet) {
       for (size_t i = 0; i < p.facts.size(); ++i)
         std::fprintf(stderr, "  [fact %lld, score %.2f] %s\n", static_cast<long long>(p.facts[i].id), p.scores[i],

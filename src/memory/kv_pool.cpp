@@ -41,7 +41,9 @@ const MemoryKvPool::Entry& MemoryKvPool::allocate(const FactKvKey& key, int32_t 
     ++evictions_;
   }
   IS_REQUIRE(static_cast<int64_t>(free_.size()) >= need, kResource,
-             "memory pool full: {} blocks needed, {} free and the rest pinned by running requests", need, free_.size());
+             "memory pool full: {} blocks needed, {} free, the other {} of {} pinned by facts in use (this request's "
+             "and running requests')",
+             need, free_.size(), num_blocks_ - static_cast<int64_t>(free_.size()), num_blocks_);
   Node node;
   node.entry.key = key;
   node.entry.num_tokens = num_tokens;

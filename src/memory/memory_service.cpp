@@ -269,7 +269,14 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   if (req.mode != MemoryMode::kInject) return out;
 
   const auto t0 = std::chrono::steady_clock::now();
-  make_resident(out.facts, w, &out, out.pins);
+  try {
+    make_resident(out.facts, w, &out, out.pins);  // on failure it has unpinned and freed what it took
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kResource) throw;
+    out.fallback = e.what();
+    out.kv_ms = ms_since(t0);
+    return out;  // the same tokens, prefilled: exactly mode text
+  }
   out.kv_ms = ms_since(t0);
   InjectedSpan span;
   span.start = c.facts_start;

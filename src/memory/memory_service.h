@@ -70,6 +70,10 @@ struct MemoryPrompt {
   int32_t loaded = 0;                    // facts read from KV files
   double retrieve_ms = 0;
   double kv_ms = 0;                      // encoding + loading
+  // Mode inject served as text: why the facts' KV could not be made resident (the memory pool is
+  // too small for them or pinned by running requests, the KV cache has no room to encode them,
+  // the disk is full). Empty when nothing fell back. The tokens are the same either way.
+  std::string fallback;
 };
 
 class MemoryService : private FactStoreListener {
@@ -79,7 +83,9 @@ class MemoryService : private FactStoreListener {
   ~MemoryService() override;
 
   // Builds the prompt of a chat request with memory. Messages hold the system prompt (optional)
-  // and the conversation; the memory block goes at the end of the system message.
+  // and the conversation; the memory block goes at the end of the system message. Mode inject
+  // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
+  // lack of room: the request is served, only slower.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages);
   // Unpins the facts of a finished request.
   void release(const MemoryPrompt& p);

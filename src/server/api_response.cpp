@@ -26,8 +26,10 @@ json usage_json(const Usage& u) {
 json memory_json(const MemoryReport& r) {
   json facts = json::array();
   for (const MemoryReport::PlacedFact& f : r.facts) facts.push_back({{"id", f.id}, {"score", f.score}, {"text", f.text}});
-  return {{"mode", memory_mode_name(r.mode)}, {"facts", std::move(facts)}, {"injected_tokens", r.injected_tokens},
-          {"encoded", r.encoded}, {"loaded", r.loaded}, {"retrieve_ms", r.retrieve_ms}, {"kv_ms", r.kv_ms}};
+  json j = {{"mode", memory_mode_name(r.mode)}, {"facts", std::move(facts)}, {"injected_tokens", r.injected_tokens},
+            {"encoded", r.encoded}, {"loaded", r.loaded}, {"retrieve_ms", r.retrieve_ms}, {"kv_ms", r.kv_ms}};
+  if (!r.fallback.empty()) j["fallback"] = r.fallback;
+  return j;
 }
 
 json base(const ResponseMeta& m, bool chunk) {

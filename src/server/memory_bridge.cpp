@@ -9,7 +9,8 @@ namespace {
 
 // Engine thread, before the request is accepted (memory_provider.h).
 void fill_report(const MemoryPrompt& p, MemoryMode mode, MemoryReport& r) {
-  r.mode = mode;
+  r.mode = p.fallback.empty() ? mode : MemoryMode::kText;
+  r.fallback = p.fallback;
   r.facts.clear();
   for (size_t i = 0; i < p.facts.size(); ++i) r.facts.push_back({p.facts[i].id, p.scores[i], p.facts[i].text});
   r.injected_tokens = p.injected ? p.injected->end - p.injected->start : 0;
@@ -57,6 +58,9 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
     out.ids = prepared->tokens;
     out.injected = prepared->injected;
     fill_report(*prepared, mr.mode, *report);
+    if (!prepared->fallback.empty())
+      spdlog::warn("memory: user {}: {} facts served as text instead of injected: {}", mr.user, prepared->facts.size(),
+                   prepared->fallback);
     spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
                   mr.user, mr.k, prepared->facts.size(), prepared->encoded, prepared->loaded, out.ids.size(),
                   out.injected ? out.injected->end - out.injected->start : 0);

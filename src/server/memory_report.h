@@ -16,13 +16,14 @@ struct MemoryReport {
     double score = 0;  // the retriever's score
     std::string text;
   };
-  MemoryMode mode = MemoryMode::kInject;
+  MemoryMode mode = MemoryMode::kInject;  // as served: text when inject fell back
   std::vector<PlacedFact> facts;  // in placement order (rank: best-ranked last)
   int32_t injected_tokens = 0;    // tokens whose KV was copied from the memory pool
   int32_t encoded = 0;            // facts encoded on demand for this request
   int32_t loaded = 0;             // facts read from KV files
   double retrieve_ms = 0;
   double kv_ms = 0;               // encoding + loading
+  std::string fallback;           // inject served as text: why (empty: no fallback)
 };
 
 }  // namespace inferscale::server

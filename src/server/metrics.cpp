@@ -48,6 +48,7 @@ void ServerMetrics::record_memory(const MemoryReport& r) {
   memory_encoded_ += r.encoded;
   memory_loaded_ += r.loaded;
   memory_kv_seconds_ += r.kv_ms / 1000.0;
+  if (!r.fallback.empty()) ++memory_fallbacks_;
   if (r.mode != MemoryMode::kOff) retrieve_.record(r.retrieve_ms / 1000.0);
 }
 
@@ -95,6 +96,8 @@ std::string ServerMetrics::render(const AsyncEngineStats& e) const {
   metric("inferscale_memory_facts_encoded_total", "counter", "Facts whose KV was encoded on demand by requests.", memory_encoded_);
   metric("inferscale_memory_facts_loaded_total", "counter", "Facts whose KV was read from KV files by requests.", memory_loaded_);
   metric("inferscale_memory_kv_seconds_total", "counter", "Time requests spent encoding and loading fact KV.", memory_kv_seconds_);
+  metric("inferscale_memory_inject_fallbacks_total", "counter",
+         "Inject requests served as text because the facts' KV found no room (memory pool, KV cache, disk).", memory_fallbacks_);
   header("inferscale_memory_retrieval_seconds", "histogram", "Time to retrieve a request's facts (modes inject and text).");
   retrieve_.render(out, "inferscale_memory_retrieval_seconds");
 

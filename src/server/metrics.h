@@ -67,6 +67,7 @@ class ServerMetrics {
   // Memory, by mode name ("inject", "text", "off").
   std::map<std::string, int64_t> memory_requests_;
   std::map<std::string, int64_t> memory_facts_;  // facts placed in prompts
+  int64_t memory_fallbacks_ = 0;                 // inject served as text
   int64_t memory_encoded_ = 0;
   int64_t memory_loaded_ = 0;
   double memory_kv_seconds_ = 0;
