@@ -425,3 +425,30 @@ TEST(MemoryService, NoRoomInThePoolFallsBackToTextAndPinsNothing) {
   EXPECT_TRUE(third.injected);
   busy.service->release(third);
 }
+
+// A KV file written by the other backend (bf16 from a GPU pool) is not served by the CPU: its fact
+// is encoded again, the others load.
+TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
+  TempDir dir;
+  int64_t first = 0;
+  size_t placed = 0;
+  {
+    Stack s(dir.path());
+    add_alice(*s.store);
+    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+    placed = p.facts.size();
+    first = p.facts[0].id;
+    s.service->release(p);
+    const KvFileKey key{s.service->kv_fingerprint(), first, p.facts[0].version, 0,
+                        static_cast<int32_t>(demo().config.num_layers), static_cast<int32_t>(demo().config.kv_size())};
+    auto kv = read_kv_file(s.service->kv_path(first), key);
+    ASSERT_TRUE(kv);
+    kv->dtype = DType::kBF16;
+    write_kv_file(s.service->kv_path(first), key, *kv);
+  }
+  Stack s(dir.path());
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  EXPECT_EQ(p.encoded, 1);
+  EXPECT_EQ(p.loaded, static_cast<int32_t>(placed) - 1);
+  s.service->release(p);
+}

@@ -8,7 +8,8 @@
 //   payload: K then V, [num_layers, num_tokens, kv_size] in `dtype` (f32 or bf16); K is before RoPE
 //
 // The dtype is the memory pool's (Backend::pool_dtype(): f32 on the CPU, bf16 on the GPU), so a
-// file holds exactly what the pool held, in half the bytes on the GPU.
+// file holds exactly what the pool held, in half the bytes on the GPU. The memory service serves
+// only files of its own pool's dtype: another backend's file is re-encoded, not converted.
 //
 // Files are written to a temporary name and renamed, so a reader never sees a half-written file.
 #pragma once

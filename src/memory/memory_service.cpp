@@ -125,7 +125,9 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
       const auto tokens = fact_tokens(f);
       if (!opts_.kv_dir.empty()) {
         auto kv = read_kv_file(kv_path(f.id), file_key(f, w));
-        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size())) {
+        // A file from another backend (f32 vs bf16 pool) is re-encoded: the pool serves what this
+        // backend computes.
+        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->dtype == backend_.pool_dtype()) {
           const auto& e = pool_.allocate(key, kv->num_tokens);
           backend_.write_pool(pool_.slots(e), kv->k, kv->v);
           pool_.pin(key);
