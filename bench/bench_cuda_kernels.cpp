@@ -262,7 +262,7 @@ int main(int argc, char** argv) {
       std::iota(ids.begin(), ids.end(), 1);
       CpuVectorIndex cpu(dim);
       cpu.add(ids, m);
-      auto gpu = make_cuda_vector_index(dim);
+      auto gpu = make_cuda_vector_index(dim, 0);  // always the device: the crossover is what this measures
       gpu->add(ids, m);
       auto median_us = [&](const VectorIndex& index) {
         std::vector<double> t;

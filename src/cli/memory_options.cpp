@@ -108,7 +108,7 @@ RetrievalDevice retrieval_device(const ModelArgs& model_args) {
   RetrievalDevice d;
 #ifdef INFERSCALE_HAS_CUDA
   if (gpu_selected(model_args)) {
-    d.make_index = make_cuda_vector_index;
+    d.make_index = [](int32_t dim) { return make_cuda_vector_index(dim); };
     d.cuda = true;
   }
 #endif

@@ -39,7 +39,7 @@ TEST(CudaVectorIndex, MatchesTheCpuIndexThroughWritesAndEveryKPath) {
   REQUIRE_GPU();
   for (int32_t dim : {1, 37, 384, 1000}) {
     CpuVectorIndex cpu(dim);
-    auto gpu = make_cuda_vector_index(dim);
+    auto gpu = make_cuda_vector_index(dim, 0);  // every search on the device
     std::mt19937_64 rng(static_cast<uint64_t>(dim));
     int64_t next_id = 100;
     std::vector<int64_t> live;
@@ -97,7 +97,7 @@ TEST(CudaVectorIndex, ConcurrentSearchesAgree) {
   REQUIRE_GPU();
   const int32_t dim = 256;
   CpuVectorIndex cpu(dim);
-  auto gpu = make_cuda_vector_index(dim);
+  auto gpu = make_cuda_vector_index(dim, 0);
   std::vector<int64_t> ids(20000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i) * 2 + 1;
   const auto v = randn(ids.size() * dim, 3);
@@ -124,4 +124,19 @@ TEST(CudaVectorIndex, ConcurrentSearchesAgree) {
   }
   for (auto& th : threads) th.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
+}
+
+TEST(CudaVectorIndex, SmallIndexesAreSearchedOnTheHost) {
+  REQUIRE_GPU();
+  // Below the threshold the host index answers: the same ranking and exactly its scores.
+  const int32_t dim = 64;
+  CpuVectorIndex cpu(dim);
+  auto gpu = make_cuda_vector_index(dim);  // default threshold: 500 x 64 is far below it
+  std::vector<int64_t> ids(500);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i) + 1;
+  const auto v = randn(ids.size() * dim, 5);
+  cpu.add(ids, v);
+  gpu->add(ids, v);
+  const auto q = randn(dim, 6);
+  EXPECT_EQ(gpu->search(q, 10), cpu.search(q, 10));
 }

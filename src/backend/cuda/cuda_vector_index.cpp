@@ -15,7 +15,7 @@ constexpr size_t kKernelMaxK = 1024;
 
 class CudaVectorIndex final : public VectorIndex {
  public:
-  explicit CudaVectorIndex(int32_t dim) : host_(dim) {
+  CudaVectorIndex(int32_t dim, int64_t min_device_elements) : host_(dim), min_device_elements_(min_device_elements) {
     CUDA_CHECK(cudaGetDevice(&device_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -56,7 +56,7 @@ class CudaVectorIndex final : public VectorIndex {
     const size_t n = host_.size();
     if (n == 0 || k == 0) return {};
     const size_t kk = std::min(k, n);
-    if (kk > kKernelMaxK) return host_.search(query, k);
+    if (kk > kKernelMaxK || static_cast<int64_t>(n) * host_.dim() < min_device_elements_) return host_.search(query, k);
     const auto d = static_cast<size_t>(host_.dim());
 
     std::lock_guard lock(mu_);
@@ -115,6 +115,7 @@ class CudaVectorIndex final : public VectorIndex {
   }
 
   CpuVectorIndex host_;
+  int64_t min_device_elements_;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   mutable std::mutex mu_;
@@ -128,6 +129,8 @@ class CudaVectorIndex final : public VectorIndex {
 
 }  // namespace
 
-std::unique_ptr<VectorIndex> make_cuda_vector_index(int32_t dim) { return std::make_unique<CudaVectorIndex>(dim); }
+std::unique_ptr<VectorIndex> make_cuda_vector_index(int32_t dim, int64_t min_device_elements) {
+  return std::make_unique<CudaVectorIndex>(dim, min_device_elements);
+}
 
 }  // namespace inferscale
