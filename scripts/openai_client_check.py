@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Checks a running `inferscale serve` with the official `openai` Python client.
 
-Usage: /work/venv/bin/python scripts/openai_client_check.py [--base-url http://127.0.0.1:8000/v1] [--model NAME]
+Usage: .venv/bin/python scripts/openai_client_check.py [--base-url http://127.0.0.1:8000/v1] [--model NAME]
+                                                        [--memory-user USER]
 
 Covers: model listing, chat and text completions (plain and streamed, the streamed text equal to
 the plain one under greedy decoding), usage, stream_options.include_usage, seeds, stop strings, and
-the errors the client maps to exceptions (400, 404). Not part of CI (needs the `openai` package and
-a running server). Prints one line per check and 'N passed, N failed'; exits non-zero on a failure.
+the errors the client maps to exceptions (400, 404). With --memory-user (a server started with
+--data-dir, USER having facts): memory through `extra_body`, inject vs text (same facts, same
+prompt size), the `memory` report in the first streamed chunk. CI runs it as the ctest
+`openai_client` (scripts/openai_client_test.sh starts the server). Prints one line per check and
+'N passed, N failed'; exits non-zero on a failure.
 """
 import argparse
 import sys
@@ -18,6 +22,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     ap.add_argument("--model", default=None, help="default: the first model the server lists")
+    ap.add_argument("--memory-user", default=None, help="a user with facts on a server with memory")
     args = ap.parse_args()
 
     client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=120)
@@ -102,9 +107,43 @@ def main() -> int:
     check("error: unknown model -> 404",
           lambda: expect_error(openai.NotFoundError, 404, model="no-such-model", messages=msgs))
     check("error: empty messages -> 400", lambda: expect_error(openai.BadRequestError, 400, model=model, messages=[]))
-    check("error: memory not enabled -> 400",
-          lambda: expect_error(openai.BadRequestError, 400, model=model, messages=msgs,
-                               extra_body={"memory": {"user": "alice", "k": 5, "mode": "inject"}}))
+    if args.memory_user is None:
+        check("error: memory not enabled -> 400",
+              lambda: expect_error(openai.BadRequestError, 400, model=model, messages=msgs,
+                                   extra_body={"memory": {"user": "alice", "k": 5, "mode": "inject"}}))
+    else:
+        ask = [{"role": "user", "content": "What did we talk about last time?"}]
+
+        def memory_of(mode):
+            r = client.chat.completions.create(model=model, messages=ask, max_tokens=8, temperature=0,
+                                               extra_body={"memory": {"user": args.memory_user, "k": 5, "mode": mode}})
+            return r, (r.model_extra or {}).get("memory")
+
+        def memory_inject_vs_text():
+            ri, mi = memory_of("inject")
+            rt, mt = memory_of("text")
+            assert mi and mt, f"no memory report: {ri}"
+            assert mi["mode"] == "inject" and mi["injected_tokens"] > 0, mi
+            assert [f["id"] for f in mi["facts"]] == [f["id"] for f in mt["facts"]], (mi["facts"], mt["facts"])
+            assert ri.usage.prompt_tokens == rt.usage.prompt_tokens, (ri.usage, rt.usage)
+            return f"{len(mi['facts'])} facts, {mi['injected_tokens']} injected tokens of {ri.usage.prompt_tokens}"
+
+        def memory_in_first_chunk():
+            stream = client.chat.completions.create(
+                model=model, messages=ask, max_tokens=8, temperature=0, stream=True,
+                extra_body={"memory": {"user": args.memory_user, "k": 3}})
+            first = next(iter(stream))
+            mem = (first.model_extra or {}).get("memory")
+            assert mem and len(mem["facts"]) > 0, first
+            for _ in stream:
+                pass
+            return f"first chunk carries {len(mem['facts'])} facts"
+
+        check("memory: inject vs text", memory_inject_vs_text)
+        check("memory: streamed report", memory_in_first_chunk)
+        check("error: memory.k out of range -> 400",
+              lambda: expect_error(openai.BadRequestError, 400, model=model, messages=ask,
+                                   extra_body={"memory": {"user": args.memory_user, "k": 100000}}))
     check("error: prompt too long -> 400",
           lambda: expect_error(openai.BadRequestError, 400, model=model,
                                messages=[{"role": "user", "content": "x " * 200000}]))

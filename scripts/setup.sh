@@ -1,18 +1,31 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build and the tests need. Idempotent, non-interactive.
+# Installs every Debian package the build and the tests need, and the official `openai` Python
+# client in ./.venv for the real-client test (tests/openai_client, skipped when PyPI is out of
+# reach). Idempotent, non-interactive.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 PKGS=(
   build-essential cmake pkg-config git ca-certificates
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev libcli11-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev libsqlite3-dev libxxhash-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libssl-dev zlib1g-dev
+  python3 python3-venv
 )
+
+# The client venv: a warning, not a failure, when PyPI cannot be reached (its test then skips).
+client_venv() {
+  if .venv/bin/python -c "import openai" 2>/dev/null; then return 0; fi
+  python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "openai>=1.40,<4" \
+    && echo "setup: openai client installed in .venv" \
+    || echo "setup: warning: could not install the openai client into .venv (its test will skip)"
+}
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PKGS[@]} packages present"
+  client_venv
   exit 0
 fi
 SUDO=""
@@ -21,3 +34,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "setup: installed ${missing[*]}"
+client_venv
