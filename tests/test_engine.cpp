@@ -2,6 +2,8 @@
 // one-shot, prefix-cache hit == miss, preempted-and-resumed == uninterrupted, no leaked blocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <memory>
 #include <random>
 #include <vector>
@@ -73,6 +75,56 @@ TEST(Engine, BatchedEqualsAlone) {
     EXPECT_EQ(out[i].finish, FinishReason::kLength);
   }
   EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
+// Greedy steps ask the backend for argmax ids only; a step with one sampling request gets the
+// whole logits and samples on the host. Greedy tokens are the same either way.
+TEST(Engine, GreedyTokensEqualWhetherTheStepReturnsIdsOrLogits) {
+  const auto p = prompt(23, 5);
+  const auto ids_path = run_alone(p, 12);
+  auto e = make_engine();
+  const int64_t g = e->add_request(p, greedy(12));
+  SamplingParams hot;
+  hot.temperature = 0.9f;
+  hot.seed = 3;
+  hot.max_tokens = 12;
+  hot.ignore_eos = true;
+  e->add_request(prompt(9, 6), hot);  // its rows make every step of the pair return logits
+  for (const RequestOutput& o : e->run_to_completion())
+    if (o.id == g) EXPECT_EQ(o.new_tokens, ids_path);
+}
+
+// The backend's kArgmax output is the argmax of its kLogits output over the first argmax_vocab ids.
+TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
+  BackendOptions bo;
+  bo.num_cache_blocks = 16;
+  auto be = make_cpu_backend(demo().config, demo().weights, bo);
+  ForwardBatch b;
+  const auto toks = prompt(20, 8);
+  for (int32_t i = 0; i < 20; ++i) {
+    b.token_ids.push_back(toks[static_cast<size_t>(i)]);
+    b.positions.push_back(i);
+    b.slot_mapping.push_back(i);
+  }
+  b.q_indptr = {0, 20};
+  b.kv_indptr = {0, 2};
+  b.kv_indices = {0, 1};
+  b.output_tokens = {3, 11, 19};
+  std::vector<float> logits, ids;
+  be->forward(b, logits);
+  const int64_t V = demo().config.vocab_size;
+  for (int32_t n : {0, 200, 7}) {
+    ForwardBatch a = b;
+    a.output = ForwardBatch::Output::kArgmax;
+    a.argmax_vocab = n;
+    be->forward(a, ids);
+    ASSERT_EQ(ids.size(), 3u);
+    for (size_t r = 0; r < 3; ++r) {
+      const float* row = logits.data() + r * static_cast<size_t>(V);
+      const int64_t span = n == 0 ? V : n;
+      EXPECT_EQ(static_cast<int64_t>(ids[r]), std::max_element(row, row + span) - row) << "row " << r << " n " << n;
+    }
+  }
 }
 
 TEST(Engine, ChunkedPrefillEqualsOneShot) {

@@ -43,7 +43,11 @@ struct ForwardBatch {
 
   // Which tokens produce output rows, in order.
   std::vector<int32_t> output_tokens;  // [R] indices into token_ids
-  enum class Output { kLogits, kHidden } output = Output::kLogits;  // kHidden: final-normed hidden state
+  // kLogits: out [R, vocab]. kHidden: out [R, hidden], final-normed hidden states. kArgmax: out [R],
+  // each row's greedy token (its id as a float, exact below 2^24): the largest logit among ids
+  // [0, argmax_vocab), the lowest id on ties, as sample_token's greedy; only R ids leave the device.
+  enum class Output { kLogits, kHidden, kArgmax } output = Output::kLogits;
+  int32_t argmax_vocab = 0;  // kArgmax: 0 = the whole vocabulary
 
   // Write path: keep the pre-RoPE K and the V of some tokens (every layer) in memory-pool slots.
   std::vector<int32_t> capture_tokens;  // [C] indices into token_ids
@@ -54,6 +58,10 @@ struct ForwardBatch {
   // Throws kInternal when sizes, ranges or ordering are inconsistent.
   void validate(int64_t num_cache_slots, int32_t block_size) const;
 };
+
+// kArgmax: how many leading ids compete (argmax_vocab, the whole vocabulary when 0); kInternal
+// when argmax_vocab is outside [0, vocab].
+int64_t argmax_span(const ForwardBatch& b, int64_t vocab);
 
 // Copy of fact KV from the memory pool into a request's cache slots, K rotated to `positions`.
 struct InjectBatch {

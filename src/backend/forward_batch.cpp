@@ -32,4 +32,9 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   for (int32_t c : capture_tokens) IS_CHECK(c >= 0 && static_cast<size_t>(c) < T, "capture token {} out of range", c);
 }
 
+int64_t argmax_span(const ForwardBatch& b, int64_t vocab) {
+  IS_CHECK(b.argmax_vocab >= 0 && b.argmax_vocab <= vocab, "argmax_vocab {} outside [0, {}]", b.argmax_vocab, vocab);
+  return b.argmax_vocab == 0 ? vocab : b.argmax_vocab;
+}
+
 }  // namespace inferscale

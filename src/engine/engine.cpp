@@ -130,6 +130,14 @@ std::vector<RequestOutput> Engine::step() {
     fb.kv_indices.insert(fb.kv_indices.end(), r->block_table.begin(), r->block_table.end());
     fb.kv_indptr.push_back(static_cast<int32_t>(fb.kv_indices.size()));
   }
+  // Every sampled row greedy: only the argmax ids leave the backend, not [R, vocab] logits.
+  bool all_greedy = true;
+  for (const ScheduledSeq& s : plan.seqs)
+    if (s.samples && !is_greedy(s.req->sampling)) all_greedy = false;
+  if (all_greedy) {
+    fb.output = ForwardBatch::Output::kArgmax;
+    fb.argmax_vocab = static_cast<int32_t>(sample_vocab_);
+  }
   std::vector<float> logits;
   backend_->forward(fb, logits);
   scheduler_.finish_step(plan);
@@ -146,8 +154,13 @@ std::vector<RequestOutput> Engine::step() {
     Request* r = live.req.get();
     // Only ids the tokenizer knows are sampled: a model's embedding is often padded past the
     // tokenizer's vocabulary (Qwen: 152,064 rows for 151,665 tokens), and those rows have no text.
-    std::span<const float> lg(logits.data() + static_cast<int64_t>(row++) * V, static_cast<size_t>(sample_vocab_));
-    const int32_t tok = sample_token(lg, r->sampling, r->rng);
+    int32_t tok = 0;
+    if (all_greedy) {
+      tok = static_cast<int32_t>(logits[row++]);
+    } else {
+      std::span<const float> lg(logits.data() + static_cast<int64_t>(row++) * V, static_cast<size_t>(sample_vocab_));
+      tok = sample_token(lg, r->sampling, r->rng);
+    }
     r->tokens.push_back(tok);
     RequestOutput o;
     o.id = r->id;

@@ -12,7 +12,7 @@ namespace inferscale {
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, std::mt19937_64& rng) {
   IS_CHECK(!logits.empty(), "empty logits");
   const int32_t V = static_cast<int32_t>(logits.size());
-  if (p.temperature <= 0.0f || p.top_k == 1) {
+  if (is_greedy(p)) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   // Candidates sorted by logit, descending (stable: lower index first among equals).

@@ -8,7 +8,10 @@
 
 namespace inferscale {
 
-// logits: [vocab]. Greedy (temperature 0) takes the lowest index among equal maxima.
+// Greedy: temperature 0 or top_k 1. The engine then asks the backend for the argmax only.
+inline bool is_greedy(const SamplingParams& p) { return p.temperature <= 0.0f || p.top_k == 1; }
+
+// logits: [vocab]. Greedy (is_greedy) takes the lowest index among equal maxima.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, std::mt19937_64& rng);
 
 }  // namespace inferscale

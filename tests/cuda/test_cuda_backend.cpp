@@ -181,6 +181,14 @@ TEST(CudaBackend, ForwardPrefillDecodeChunkedMatchesCpu) {
         agree += argmax(&lc[r * V], V) == argmax(&lg[r * V], V);
         ++total;
       }
+      // The same forward asking for argmax ids only: exactly the argmax of the GPU's own logits.
+      ForwardBatch ab = fb;
+      ab.output = ForwardBatch::Output::kArgmax;
+      std::vector<float> ids;
+      p.gpu->forward(ab, ids);
+      ASSERT_EQ(ids.size(), fb.output_tokens.size());
+      for (size_t r = 0; r < ids.size(); ++r)
+        EXPECT_EQ(static_cast<int32_t>(ids[r]), argmax(&lg[r * V], V)) << what << " row " << r;
     };
     // 1. Prefill three prompts in one batch.
     Builder b(v.block_size, &next_block);

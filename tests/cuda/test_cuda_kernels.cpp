@@ -341,6 +341,34 @@ TEST(CudaKernels, CopyRowsGatherScatter) {
   record("copy_rows/scatter", compare(got2, ref2), 0.0);
 }
 
+TEST(CudaKernels, ArgmaxRows) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t R, ld, n;
+  };
+  for (Case c : {Case{1, 1, 1}, Case{3, 1000, 1000}, Case{5, 1031, 17}, Case{7, 128256, 128000}, Case{33, 151669, 151665},
+                 Case{130, 32768, 32768}}) {
+    auto logits = randn(static_cast<size_t>(c.R * c.ld), static_cast<uint64_t>(c.R * 7 + c.n));
+    // Ties: in every other row the maximum appears twice (the lower index must win), and ids at
+    // or past n are larger than everything (they must not compete).
+    for (int64_t r = 0; r < c.R; ++r) {
+      float* row = logits.data() + r * c.ld;
+      if (r % 2 == 0 && c.n >= 3) row[c.n - 1] = row[c.n / 3] = 50.0f;
+      for (int64_t i = c.n; i < c.ld; ++i) row[i] = 1e9f;
+    }
+    std::vector<int32_t> ref(static_cast<size_t>(c.R));
+    cpu::argmax_rows(logits.data(), c.R, c.ld, c.n, ref.data());
+    auto d_l = upload(logits);
+    auto d_o = poisoned(static_cast<size_t>(c.R) * 4);
+    cuda::argmax_rows(d_l.as<float>(), c.R, c.ld, c.n, d_o.as<int32_t>(), nullptr);
+    const auto got = download<int32_t>(d_o, ref.size());
+    EXPECT_EQ(got, ref) << "R " << c.R << " ld " << c.ld << " n " << c.n;
+    int equal = 0;
+    for (size_t i = 0; i < ref.size(); ++i) equal += got[i] == ref[i];
+    test::note(name("argmax", {{"R", c.R}, {"ld", c.ld}, {"n", c.n}}), std::to_string(equal) + "/" + std::to_string(c.R) + " ids equal");
+  }
+}
+
 TEST(CudaKernels, SimilarityTopK) {
   REQUIRE_GPU();
   struct Case {

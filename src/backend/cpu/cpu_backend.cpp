@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_twins.h"
 #include "model/rope.h"
 #include "model/weights.h"
 #include "util/check.h"
@@ -165,6 +166,12 @@ class CpuBackend final : public Backend {
     }
     out.assign(static_cast<size_t>(R * cfg_.vocab_size), 0.0f);
     cpu::linear(rows.data(), ptr(lm_head_), nullptr, out.data(), R, H, cfg_.vocab_size);
+    if (b.output == ForwardBatch::Output::kArgmax) {
+      const int64_t n = argmax_span(b, cfg_.vocab_size);
+      std::vector<int32_t> ids(static_cast<size_t>(R));
+      cpu::argmax_rows(out.data(), R, cfg_.vocab_size, n, ids.data());
+      out.assign(ids.begin(), ids.end());
+    }
   }
 
   void inject(const InjectBatch& b) override {

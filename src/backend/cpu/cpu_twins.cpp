@@ -78,4 +78,11 @@ void similarity_topk(const float* matrix, const float* query, int64_t N, int64_t
   }
 }
 
+void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    const float* row = logits + r * ld;
+    out[r] = static_cast<int32_t>(std::max_element(row, row + n) - row);
+  }
+}
+
 }  // namespace inferscale::cpu

@@ -47,4 +47,8 @@ void inject(const float* k_pool, const float* v_pool, float* k_cache, float* v_c
 void similarity_topk(const float* matrix, const float* query, int64_t N, int64_t D, int32_t k, int32_t* ids,
                      float* scores);
 
+// Twin of cuda::argmax_rows, and the CPU backend's kArgmax: out[r] = the index of the largest of
+// logits[r * ld + 0 .. n), the lowest on ties.
+void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out);
+
 }  // namespace inferscale::cpu

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -127,7 +128,7 @@ class CudaBackendImpl final : public CudaBackend {
   PinnedBuffer out_host_;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
   MetaUpload meta_;
   // Activations, grown on demand.
-  DeviceBuffer x_, hn_, qkv_, q_, attn_, gu_, act_, rows_, logits_, part_o_, part_lse_, io_;
+  DeviceBuffer x_, hn_, qkv_, q_, attn_, gu_, act_, rows_, logits_, argmax_, part_o_, part_lse_, io_;
 };
 
 void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
@@ -268,6 +269,12 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
     gemm_.run(rows_.as<bf16>(), w_.lm_head, logits_.as<float>(), R, V, H, false, stream_);  // [R, V] f32
     out.resize(static_cast<size_t>(R * V));
     result = logits_.data();
+    if (b.output == ForwardBatch::Output::kArgmax) {  // only [R] ids cross PCIe
+      argmax_.reserve(static_cast<size_t>(std::max<int64_t>(R, 1)) * 4);
+      cuda::argmax_rows(logits_.as<float>(), R, V, argmax_span(b, V), argmax_.as<int32_t>(), stream_);
+      out.resize(static_cast<size_t>(R));
+      result = argmax_.data();
+    }
   }
   CUDA_CHECK(cudaEventRecord(ev_stop_, stream_));
   const size_t out_bytes = out.size() * 4;
@@ -283,6 +290,8 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
     std::memcpy(reinterpret_cast<char*>(out.data()) + off, out_host_.as<char>() + off,
                 std::min<size_t>(static_cast<size_t>(chunk), out_bytes - off));
   }
+  if (b.output == ForwardBatch::Output::kArgmax)  // [R] int32 ids -> their float values
+    for (float& v : out) v = static_cast<float>(std::bit_cast<int32_t>(v));
   CUDA_CHECK(cudaEventElapsedTime(&last_gpu_ms_, ev_start_, ev_stop_));
 }
 

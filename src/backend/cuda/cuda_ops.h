@@ -28,6 +28,10 @@ void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int6
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i].   gate_up: [T, 2I] bf16; out: [T, I] bf16
 void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream);
 
+// Greedy sampling: out[r] = the index of the largest of logits[r * ld + 0 .. n), the lowest on ties.
+//   logits: [R, ld] f32; out: [R]
+void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out, cudaStream_t stream);
+
 // The fused attention prologue, one warp per (token, head) of the fused QKV projection output:
 //   + bias -> per-head RMSNorm of q and k heads (Qwen3) -> capture pre-RoPE k and v into the
 //   memory pool -> RoPE of q and k (angles from the host-built table, by position) -> q to
