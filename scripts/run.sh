@@ -4,7 +4,7 @@
 # Extra arguments go to `inferscale serve` (e.g. --model DIR, --port 9000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh
+SETUP_CLIENT=0 ./scripts/setup.sh  # the server needs no Python client
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_TESTS=OFF -DINFERSCALE_BENCH=OFF >/dev/null
 cmake --build build -j"$(nproc)" --target inferscale
 exec ./build/inferscale serve --data-dir "${INFERSCALE_DATA_DIR:-data}" "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package the build and the tests need, and the official `openai` Python
 # client in ./.venv for the real-client test (tests/openai_client, skipped when PyPI is out of
-# reach). Idempotent, non-interactive.
+# reach; SETUP_CLIENT=0 skips it, as scripts/run.sh does). Idempotent, non-interactive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(
@@ -14,6 +14,7 @@ PKGS=(
 
 # The client venv: a warning, not a failure, when PyPI cannot be reached (its test then skips).
 client_venv() {
+  if [ "${SETUP_CLIENT:-1}" = 0 ]; then return 0; fi
   if .venv/bin/python -c "import openai" 2>/dev/null; then return 0; fi
   python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "openai>=1.40,<4" \
     && echo "setup: openai client installed in .venv" \
