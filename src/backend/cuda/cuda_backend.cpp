@@ -267,13 +267,14 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   } else {
     cuda::rmsnorm(x, out_rows, w_.final_norm, rows_.as<bf16>(), R, H, eps, stream_);  // [R, H] bf16
     gemm_.run(rows_.as<bf16>(), w_.lm_head, logits_.as<float>(), R, V, H, false, stream_);  // [R, V] f32
-    out.resize(static_cast<size_t>(R * V));
-    result = logits_.data();
     if (b.output == ForwardBatch::Output::kArgmax) {  // only [R] ids cross PCIe
       argmax_.reserve(static_cast<size_t>(std::max<int64_t>(R, 1)) * 4);
       cuda::argmax_rows(logits_.as<float>(), R, V, argmax_span(b, V), argmax_.as<int32_t>(), stream_);
       out.resize(static_cast<size_t>(R));
       result = argmax_.data();
+    } else {
+      out.resize(static_cast<size_t>(R * V));
+      result = logits_.data();
     }
   }
   CUDA_CHECK(cudaEventRecord(ev_stop_, stream_));
