@@ -110,7 +110,12 @@ std::vector<float> ModelEmbedder::hidden_states(const std::vector<std::vector<in
   PackedPrefillHooks hooks;
   hooks.purpose = "embed a text";
   hooks.output = ForwardBatch::Output::kHidden;
-  hooks.wants_output = [](PackedToken) { return true; };
+  // Last-token pooling reads one row per sequence: only those leave the backend (the other rows
+  // of `hidden` stay zero and are never read).
+  const bool last_only = opts_.pooling == Pooling::kLastToken;
+  hooks.wants_output = [&](PackedToken t) {
+    return !last_only || static_cast<size_t>(t.pos) + 1 == batch[static_cast<size_t>(t.seq)].size();
+  };
   hooks.on_output = [&](std::span<const PackedToken> rows, std::span<const float> out) {
     IS_CHECK(out.size() == rows.size() * H, "hidden states of {} floats for {} rows of {}", out.size(), rows.size(), H);
     for (size_t r = 0; r < rows.size(); ++r) {

@@ -56,7 +56,8 @@ class ModelEmbedder final : public Embedder {
 
   // The token ids a text is embedded from.
   std::vector<int32_t> tokenize(std::string_view text) const;
-  // Final-normed hidden states of every token of each sequence, concatenated: [sum(len), hidden].
+  // Final-normed hidden states of each sequence's tokens, concatenated: [sum(len), hidden]. With
+  // last-token pooling only each sequence's last row is computed; the others are zero.
   // Thread-safe.
   std::vector<float> hidden_states(const std::vector<std::vector<int32_t>>& batch);
   int64_t tokens_processed() const;
