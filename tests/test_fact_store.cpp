@@ -96,6 +96,26 @@ TEST(FactStore, BatchAddReturnsIncreasingIdsInInputOrder) {
   EXPECT_TRUE(store->add_facts("default", "u", {}).empty());
 }
 
+// Retrieval hits resolved to facts: the ones deleted since the search, or another user's, drop
+// out; the rest keep their order and scores.
+TEST(FactStore, FetchHitsDropsGoneFactsAndKeepsOrderAndScores) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_facts("default", "u", numbered("fact", 4));
+  const auto other = store->add_facts("default", "v", numbered("other", 1));
+  store->remove("default", "u", ids[1]);
+  const std::vector<ScoredFact> hits{{ids[3], 0.9}, {ids[1], 0.8}, {other[0], 0.7}, {ids[0], 0.5}};
+  const auto got = fetch_hits(*store, "default", "u", hits);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].fact.text, "fact 3");
+  EXPECT_EQ(got[0].score, 0.9);
+  EXPECT_EQ(got[1].fact.text, "fact 0");
+  EXPECT_EQ(got[1].score, 0.5);
+  EXPECT_TRUE(fetch_hits(*store, "default", "nobody", hits).empty());
+  EXPECT_EQ(texts(store->get_existing("default", "u", std::vector<int64_t>{ids[2], ids[1], ids[0]})),
+            (std::vector<std::string>{"fact 2", "fact 0"}));
+}
+
 TEST(FactStore, ListPaginatesByIdWithoutGapsOrRepeats) {
   TempDir dir;
   auto store = FactStore::open(dir.path());

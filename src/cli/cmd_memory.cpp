@@ -227,28 +227,26 @@ void run_search(const MemoryCmdArgs& a) {
       a.query_vector.empty() ? retriever->search(a.tenant, a.user, a.query, static_cast<size_t>(a.top_k))
                              : retriever->search_vector(a.tenant, a.user, parse_query_vector(a.query_vector),
                                                         static_cast<size_t>(a.top_k));
-  std::vector<int64_t> ids;
-  for (const auto& h : hits) ids.push_back(h.id);
-  const std::vector<Fact> facts = store->get_many(a.tenant, a.user, ids);
+  const std::vector<FactHit> found = fetch_hits(*store, a.tenant, a.user, hits);
   if (a.json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (size_t i = 0; i < hits.size(); ++i) {
-      nlohmann::ordered_json h = {{"id", hits[i].id},
-                          {"score", hits[i].score},
-                          {"text", facts[i].text},
-                          {"source", source_to_json(facts[i].source)}};
-      if (!facts[i].timestamp.empty()) h["date"] = facts[i].timestamp;
+    for (const FactHit& hit : found) {
+      nlohmann::ordered_json h = {{"id", hit.fact.id},
+                          {"score", hit.score},
+                          {"text", hit.fact.text},
+                          {"source", source_to_json(hit.fact.source)}};
+      if (!hit.fact.timestamp.empty()) h["date"] = hit.fact.timestamp;
       out.push_back(std::move(h));
     }
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
-  if (hits.empty()) std::fprintf(stderr, "no facts of user '%s' match\n", a.user.c_str());
-  for (size_t i = 0; i < hits.size(); ++i) {
-    const Fact& f = facts[i];
+  if (found.empty()) std::fprintf(stderr, "no facts of user '%s' match\n", a.user.c_str());
+  for (size_t i = 0; i < found.size(); ++i) {
+    const Fact& f = found[i].fact;
     std::string who = f.source.turn;
     if (!f.source.speaker.empty()) who += (who.empty() ? "" : " ") + f.source.speaker;
-    std::printf("%2zu. [%lld] %.4f  %s%s%s\n", i + 1, static_cast<long long>(f.id), hits[i].score, who.c_str(),
+    std::printf("%2zu. [%lld] %.4f  %s%s%s\n", i + 1, static_cast<long long>(f.id), found[i].score, who.c_str(),
                 who.empty() ? "" : ": ", f.text.c_str());
   }
 }

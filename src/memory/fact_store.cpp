@@ -356,6 +356,17 @@ std::vector<Fact> FactStore::get_many(std::string_view tenant, std::string_view 
   return out;
 }
 
+std::vector<Fact> FactStore::get_existing(std::string_view tenant, std::string_view user,
+                                          std::span<const int64_t> ids) const {
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(tenant, user);
+  std::vector<Fact> out;
+  if (!key) return out;
+  for (int64_t id : ids)
+    if (auto f = find_fact(*key, tenant, user, id)) out.push_back(std::move(*f));
+  return out;
+}
+
 std::vector<Fact> FactStore::list(std::string_view tenant, std::string_view user, const ListOptions& opts) const {
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);

@@ -60,6 +60,8 @@ class FactStore {
   Fact get(std::string_view tenant, std::string_view user, int64_t id) const;
   // The facts in the order of `ids`; kNotFound naming the first id that is not the user's.
   std::vector<Fact> get_many(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) const;
+  // The same, skipping the ids that are not (or no longer) the user's facts.
+  std::vector<Fact> get_existing(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) const;
   // Ascending by id, paginated (see ListOptions).
   std::vector<Fact> list(std::string_view tenant, std::string_view user, const ListOptions& opts = {}) const;
   // The encoding window of a turn: the (at most) w turns of the same conversation that precede

@@ -221,23 +221,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
     }
     out.retrieve_ms = ms_since(t0);
   }
-  // One query for all hits; facts deleted since the search are skipped.
-  std::vector<int64_t> hit_ids;
-  for (const ScoredFact& h : hits) hit_ids.push_back(h.id);
-  try {
-    out.facts = store_.get_many(req.tenant, req.user, hit_ids);
-    for (const ScoredFact& h : hits) out.scores.push_back(h.score);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::kNotFound) throw;
-    out.facts.clear();
-    for (const ScoredFact& h : hits) {
-      try {
-        out.facts.push_back(store_.get(req.tenant, req.user, h.id));
-        out.scores.push_back(h.score);
-      } catch (const Error& e2) {
-        if (e2.kind() != ErrorKind::kNotFound) throw;
-      }
-    }
+  for (FactHit& h : fetch_hits(store_, req.tenant, req.user, hits)) {  // facts deleted since the search are gone
+    out.facts.push_back(std::move(h.fact));
+    out.scores.push_back(h.score);
   }
   if (out.facts.empty()) {  // no memory at all: exactly the plain prompt
     out.tokens = tok.encode(render_around_facts(messages, false).first, first_opts);

@@ -7,7 +7,11 @@
 #include <string_view>
 #include <vector>
 
+#include "memory/fact.h"
+
 namespace inferscale {
+
+class FactStore;
 
 struct ScoredFact {
   int64_t id = 0;
@@ -22,6 +26,16 @@ inline bool ranks_before(const ScoredFact& a, const ScoredFact& b) {
 
 // Keeps the k best of `all` in ranking order (partial sort: O(n log k)).
 void keep_top_k(std::vector<ScoredFact>& all, size_t k);
+
+// A retrieved fact with its score.
+struct FactHit {
+  Fact fact;
+  double score = 0.0;
+};
+// The facts behind `hits`, in ranking order, from one store query; a hit whose fact is gone
+// (deleted since the search) is dropped.
+std::vector<FactHit> fetch_hits(const FactStore& store, std::string_view tenant, std::string_view user,
+                                std::span<const ScoredFact> hits);
 
 class Retriever {
  public:

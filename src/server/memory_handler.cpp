@@ -218,16 +218,9 @@ void search(Call& c) {
   const std::vector<ScoredFact> hits =
       vector ? c.retriever.search_vector(c.tenant, c.user, *vector, k) : c.retriever.search(c.tenant, c.user, *query, k);
   ojson data = ojson::array();
-  for (const ScoredFact& hit : hits) {
-    Fact fact;
-    try {
-      fact = c.store.get(c.tenant, c.user, hit.id);
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kNotFound) continue;  // deleted since the search
-      throw;
-    }
-    const ojson full = fact_to_json(fact);
-    ojson h = {{"id", hit.id}, {"score", hit.score}};
+  for (const FactHit& hit : fetch_hits(c.store, c.tenant, c.user, hits)) {  // facts deleted since the search are gone
+    const ojson full = fact_to_json(hit.fact);
+    ojson h = {{"id", hit.fact.id}, {"score", hit.score}};
     for (const char* key : {"text", "speaker", "date", "source"}) h[key] = full[key];
     data.push_back(std::move(h));
   }
