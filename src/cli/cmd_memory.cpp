@@ -14,7 +14,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -207,14 +206,9 @@ void run_import_locomo(const MemoryCmdArgs& a) {
 }
 
 std::vector<float> parse_query_vector(const std::string& text) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  IS_REQUIRE(j.is_array() && !j.empty(), kInvalidInput, "--query-vector must be a non-empty JSON array of numbers");
-  std::vector<float> v;
-  for (const auto& x : j) {
-    IS_REQUIRE(x.is_number() && std::isfinite(x.get<double>()), kInvalidInput,
-               "--query-vector element {} is not a finite number: {}", v.size(), x.dump());
-    v.push_back(x.get<float>());
-  }
+  // Not JSON: a discarded value, which floats_from_json refuses as "not a list".
+  std::vector<float> v = floats_from_json(nlohmann::json::parse(text, nullptr, false), "--query-vector");
+  IS_REQUIRE(!v.empty(), kInvalidInput, "--query-vector must be a non-empty JSON array of numbers");
   return v;
 }
 

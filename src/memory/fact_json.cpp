@@ -1,5 +1,7 @@
 #include "memory/fact_json.h"
 
+#include <cmath>
+
 #include "memory/json_text.h"
 #include "util/check.h"
 
@@ -39,6 +41,19 @@ FactSource source_from_json(const json& v, std::string_view where) {
 
 }  // namespace
 
+std::vector<float> floats_from_json(const json& value, std::string_view what) {
+  IS_REQUIRE(value.is_array(), kInvalidInput, "{} must be a list of numbers", what);
+  std::vector<float> out;
+  out.reserve(value.size());
+  for (const json& x : value) {
+    const double d = x.is_number() ? x.get<double>() : 0.0;
+    IS_REQUIRE(x.is_number() && std::isfinite(d) && std::fabs(d) <= 3.0e38, kInvalidInput,
+               "{} element {} is not a finite number: {}", what, out.size(), x.dump());
+    out.push_back(static_cast<float>(d));
+  }
+  return out;
+}
+
 NewFact fact_record_from_json(const json& r, std::string_view where) {
   IS_REQUIRE(r.is_object(), kInvalidInput, "{}: a fact must be a JSON object", where);
   NewFact f;
@@ -57,11 +72,7 @@ NewFact fact_record_from_json(const json& r, std::string_view where) {
     } else if (key == "metadata") {
       if (!value.is_null()) f.metadata = value.dump();
     } else if (key == "vector") {
-      IS_REQUIRE(value.is_array(), kInvalidInput, "{}: \"vector\" must be a list of numbers", where);
-      for (const json& x : value) {
-        IS_REQUIRE(x.is_number(), kInvalidInput, "{}: \"vector\" must be a list of numbers", where);
-        f.vector.push_back(x.get<float>());
-      }
+      f.vector = floats_from_json(value, fmt::format("{}: \"vector\"", where));
     } else {
       IS_THROW(kInvalidInput, "{}: unknown key \"{}\" (expected text, speaker, date, source, metadata, vector)", where,
                key);

@@ -18,6 +18,9 @@ namespace inferscale {
 
 // One record; `where` names it in errors ("facts.jsonl line 3").
 NewFact fact_record_from_json(const nlohmann::json& record, std::string_view where);
+// A JSON array of numbers as floats (a fact's or a query's vector; may be empty). kInvalidInput
+// naming `what` when it is not an array or an element is not a finite number a float can hold.
+std::vector<float> floats_from_json(const nlohmann::json& value, std::string_view what);
 // A JSON array of records, or JSON Lines (one record per non-blank line). kInvalidInput naming
 // `origin` and the entry on any problem.
 std::vector<NewFact> parse_fact_records(std::string_view text, std::string_view origin);

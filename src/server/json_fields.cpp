@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "memory/fact_json.h"
 #include "server/api_error.h"
+#include "util/check.h"
 
 namespace inferscale::server {
 
@@ -80,17 +82,13 @@ std::optional<int64_t> JsonFields::integer(const char* key, int64_t lo, int64_t 
 std::optional<std::vector<float>> JsonFields::floats(const char* key, size_t max_len) const {
   const nlohmann::json* v = get(key);
   if (!v) return std::nullopt;
-  if (!v->is_array()) fail(key, fmt::format("expected an array of numbers, got {}", json_type_name(*v)));
-  if (v->empty() || v->size() > max_len) fail(key, fmt::format("must hold 1 to {} numbers, got {}", max_len, v->size()));
   std::vector<float> out;
-  out.reserve(v->size());
-  for (size_t i = 0; i < v->size(); ++i) {
-    const nlohmann::json& x = (*v)[i];
-    const double d = x.is_number() ? x.get<double>() : 0.0;
-    if (!x.is_number() || !std::isfinite(d) || std::fabs(d) > 3.0e38)
-      fail(key, fmt::format("element {} must be a finite number, got {}", i, x.dump()));
-    out.push_back(static_cast<float>(d));
+  try {
+    out = floats_from_json(*v, "the value");
+  } catch (const Error& e) {
+    fail(key, e.what());
   }
+  if (out.empty() || out.size() > max_len) fail(key, fmt::format("must hold 1 to {} numbers, got {}", max_len, out.size()));
   return out;
 }
 
