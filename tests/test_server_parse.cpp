@@ -84,14 +84,14 @@ TEST(ServerParse, MemorySpec) {
   ASSERT_TRUE(d.memory);
   EXPECT_EQ(d.memory->user, "alice");
   EXPECT_EQ(d.memory->k, -1);  // the server's default
-  EXPECT_EQ(d.memory->w, -1);
+  EXPECT_EQ(d.memory->window, -1);
   EXPECT_EQ(d.memory->tenant, "");
   EXPECT_EQ(d.memory->mode, MemoryMode::kInject);
   EXPECT_EQ(d.memory->order, MemoryOrder::kRank);
   const GenerateRequest r =
       parse_chat_request(chat({{"memory", {{"user", "bob"}, {"k", 50}, {"w", 20}, {"mode", "text"}, {"order", "time"}}}}));
   EXPECT_EQ(r.memory->k, 50);
-  EXPECT_EQ(r.memory->w, 20);
+  EXPECT_EQ(r.memory->window, 20);
   EXPECT_EQ(r.memory->mode, MemoryMode::kText);
   EXPECT_EQ(r.memory->order, MemoryOrder::kTime);
   const GenerateRequest q =

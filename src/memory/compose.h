@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "memory/fact.h"
+
 namespace inferscale {
 
 enum class MemoryMode { kInject, kText, kOff };
@@ -20,6 +22,19 @@ enum class MemoryOrder { kRank, kTime };
 MemoryMode parse_memory_mode(const std::string& s);    // "inject" | "text" | "off", else kInvalidInput
 MemoryOrder parse_memory_order(const std::string& s);  // "rank" | "time"
 const char* memory_mode_name(MemoryMode m);
+
+// The native form of a request's memory object.
+struct MemoryRequest {
+  std::string tenant = kDefaultTenant;
+  std::string user;
+  int32_t k = -1;                 // -1: MemoryOptions::default_k
+  int32_t window = -1;            // -1: MemoryOptions::default_window
+  MemoryMode mode = MemoryMode::kInject;
+  MemoryOrder order = MemoryOrder::kRank;
+  std::string query;              // retrieval query; empty: the last user message
+  std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
+                                    // against the facts' client vectors and `query` is unused
+};
 
 struct ComposedPrompt {
   std::vector<int32_t> tokens;

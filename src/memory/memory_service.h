@@ -47,19 +47,6 @@ struct MemoryOptions {
   bool sink = false;                      // encode each fact after a BOS token (its KV discarded)
 };
 
-// The native form of a request's memory object.
-struct MemoryRequest {
-  std::string tenant = kDefaultTenant;
-  std::string user;
-  int32_t k = -1;                 // -1: MemoryOptions::default_k
-  int32_t window = -1;            // -1: MemoryOptions::default_window
-  MemoryMode mode = MemoryMode::kInject;
-  MemoryOrder order = MemoryOrder::kRank;
-  std::string query;              // retrieval query; empty: the last user message
-  std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
-                                    // against the facts' client vectors and `query` is unused
-};
-
 struct MemoryPrompt {
   std::vector<int32_t> tokens;
   std::optional<InjectedSpan> injected;  // inject mode with at least one fact

@@ -31,16 +31,7 @@ MemoryService& MemoryBridge::service(Engine& engine) {
 }
 
 PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
-  const MemorySpec& spec = *req.memory;
-  MemoryRequest mr;
-  mr.tenant = spec.tenant.empty() ? kDefaultTenant : spec.tenant;
-  mr.user = spec.user;
-  mr.k = spec.k;
-  mr.window = spec.w;
-  mr.mode = spec.mode;
-  mr.order = spec.order;
-  mr.query = spec.query;
-  mr.query_vector = spec.query_vector;
+  MemoryRequest mr = req.memory->resolved();
   std::vector<ChatMessage> messages;
   if (req.kind == ApiKind::kChat) {
     messages = req.messages;

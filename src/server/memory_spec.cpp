@@ -29,7 +29,7 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
     s.query_vector = std::move(*v);
   }
   if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
-  if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.w = static_cast<int32_t>(*w);
+  if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.window = static_cast<int32_t>(*w);
   // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.
   auto named = [&f](const char* key, auto parse) {
     try {

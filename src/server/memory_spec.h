@@ -31,20 +31,21 @@
 
 namespace inferscale::server {
 
-struct MemorySpec {
+// The memory module's MemoryRequest as parsed from JSON, before the tenant is settled: `tenant`
+// stays "" until the object or the X-InferScale-Tenant header names one (tenant.h); resolved()
+// turns "" into the default tenant.
+struct MemorySpec : MemoryRequest {
   static constexpr int32_t kMaxK = 256;
   static constexpr int32_t kMaxW = 128;
   static constexpr size_t kMaxUserBytes = 256;
   static constexpr size_t kMaxVectorDim = 16384;
 
-  std::string user;
-  std::string tenant;   // "" = the default tenant
-  std::string query;    // "" = the last user message
-  std::vector<float> query_vector;  // [dim]; empty = retrieve by text
-  int32_t k = -1;       // -1 = the server's default
-  int32_t w = -1;
-  MemoryMode mode = MemoryMode::kInject;
-  MemoryOrder order = MemoryOrder::kRank;
+  MemorySpec() { tenant.clear(); }
+  MemoryRequest resolved() const {
+    MemoryRequest r = *this;
+    if (r.tenant.empty()) r.tenant = kDefaultTenant;
+    return r;
+  }
 };
 
 // Parses and validates the object; throws ApiError 400 naming the field ("memory.k", ...).
