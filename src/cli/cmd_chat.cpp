@@ -38,7 +38,7 @@ void run_chat(const ChatArgs& a) {
   const MemoryMode mode = parse_memory_mode(a.mode);
   const MemoryOrder order = parse_memory_order(a.order);
   Model model = load_model_from_args(a.model);
-  OpenedMemory mem = open_memory(a.memory, retrieval_device(a.model));
+  OpenedMemory mem = open_memory(a.memory, gpu_selected(a.model));
   Engine engine(make_backend(a.model, model), model.tokenizer, engine_options(a.model));
   MemoryService service(*mem.store, *mem.retriever, model, engine.backend(), engine.blocks(),
                         memory_options(a.memory, *mem.store));

@@ -198,7 +198,7 @@ void run_import_locomo(const MemoryCmdArgs& a) {
   if (a.encode) encode_locomo_kv(a, *store, convs);
   if (!a.embedder.model.empty()) {
     const auto t1 = std::chrono::steady_clock::now();
-    const auto retriever = make_retriever(a.embedder, *store, retrieval_device(a.model));
+    const auto retriever = make_retriever(a.embedder, *store, gpu_selected(a.model));
     const size_t n = embed_all_missing(*retriever, *store);
     const double es = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::printf("embedded %zu facts with %s in %.2f s\n", n, retriever->name().c_str(), es);

@@ -70,11 +70,11 @@ void run_serve(const ServeArgs& a) {
   OpenedMemory memory;
   std::unique_ptr<server::MemoryBridge> bridge;
   if (!a.memory.data_dir.empty()) {
-    memory = open_memory(a.memory, retrieval_device(a.model));
-    bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, memory_options(a.memory, *memory.store));
+    memory = open_memory(a.memory, gpu_selected(a.model));
+    const MemoryOptions mo = memory_options(a.memory, *memory.store);
+    bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, mo);
     spdlog::info("memory: data dir {} ({} users), retrieval {}, default k {}, window {}", a.memory.data_dir,
-                 memory.store->users().size(), memory.retriever->name(), a.memory.k,
-                 memory_options(a.memory, *memory.store).default_window);
+                 memory.store->users().size(), memory.retriever->name(), a.memory.k, mo.default_window);
   }
 
   server::AsyncEngineOptions ao;

@@ -1,5 +1,7 @@
 #include "cli/memory_options.h"
 
+#include "cli/model_options.h"
+
 #include <spdlog/spdlog.h>
 
 #ifdef INFERSCALE_HAS_CUDA
@@ -52,14 +54,18 @@ std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a, bool cuda) {
 
 }  // namespace
 
-std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store, const RetrievalDevice& device) {
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& store, bool gpu) {
+  VectorIndexFactory make_index = make_cpu_vector_index;
+#ifdef INFERSCALE_HAS_CUDA
+  if (gpu) make_index = [](int32_t dim) { return make_cuda_vector_index(dim); };
+#endif
   std::unique_ptr<Retriever> text;
   if (a.model.empty()) {
     text = std::make_unique<Bm25Retriever>(store);
   } else {
-    text = std::make_unique<DenseRetriever>(store, load_embedder(a, device.cuda), 32, device.make_index);
+    text = std::make_unique<DenseRetriever>(store, load_embedder(a, gpu), 32, make_index);
   }
-  return std::make_unique<CombinedRetriever>(store, std::move(text), device.make_index);
+  return std::make_unique<CombinedRetriever>(store, std::move(text), std::move(make_index));
 }
 
 size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
@@ -104,21 +110,10 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   return o;
 }
 
-RetrievalDevice retrieval_device(const ModelArgs& model_args) {
-  RetrievalDevice d;
-#ifdef INFERSCALE_HAS_CUDA
-  if (gpu_selected(model_args)) {
-    d.make_index = [](int32_t dim) { return make_cuda_vector_index(dim); };
-    d.cuda = true;
-  }
-#endif
-  return d;
-}
-
-OpenedMemory open_memory(const MemoryArgs& a, const RetrievalDevice& device) {
+OpenedMemory open_memory(const MemoryArgs& a, bool gpu) {
   OpenedMemory m;
   m.store = FactStore::open(a.data_dir);
-  m.retriever = make_retriever(a.embedder, *m.store, device);
+  m.retriever = make_retriever(a.embedder, *m.store, gpu);
   embed_all_missing(*m.retriever, *m.store);
   return m;
 }

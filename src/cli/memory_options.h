@@ -10,8 +10,6 @@
 #include "memory/fact_store.h"
 #include "memory/memory_service.h"
 #include "memory/retriever.h"
-#include "memory/vector_index.h"
-#include "cli/model_options.h"
 
 namespace inferscale::cli {
 
@@ -29,16 +27,12 @@ struct EmbedderArgs {
 
 void add_embedder_options(CLI::App& cmd, EmbedderArgs& args);
 
-// Where retrieval runs: the users' vector indexes and the embedding model's backend.
-struct RetrievalDevice {
-  VectorIndexFactory make_index = make_cpu_vector_index;
-  bool cuda = false;  // the embedding model runs on the CUDA backend (when its shape allows)
-};
 // Text queries: BM25 without --embedder; else a DenseRetriever over a ModelEmbedder (CPU backend),
 // which embeds each user's missing vectors before that user's first search. Query vectors: the
 // vectors the client supplied with the facts (a CombinedRetriever holds both).
-// `device`: where indexes and the embedder live (retrieval_device(): the GPU with --device cuda).
-std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store, const RetrievalDevice& device = {});
+// `gpu` (gpu_selected(--device)): the users' vector indexes live on the GPU and the embedding
+// model runs on the CUDA backend when its shape allows.
+std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store, bool gpu = false);
 // Embeds every user's missing vectors now (progress on stderr) when `retriever` is dense; returns
 // how many were stored.
 size_t embed_all_missing(Retriever& retriever, const FactStore& store);
@@ -64,8 +58,6 @@ struct OpenedMemory {
   std::unique_ptr<FactStore> store;
   std::unique_ptr<Retriever> retriever;
 };
-OpenedMemory open_memory(const MemoryArgs& args, const RetrievalDevice& device = {});
-// The GPU when --device selects one (whatever backend the serving model gets), else the CPU.
-RetrievalDevice retrieval_device(const ModelArgs& model_args);
+OpenedMemory open_memory(const MemoryArgs& args, bool gpu = false);
 
 }  // namespace inferscale::cli

@@ -101,8 +101,10 @@ bool picks_cuda(const ModelArgs& a, const ModelConfig& cfg) {
   return why.empty();
 }
 
-BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg) {
-  const bool gpu = picks_cuda(a, cfg);
+namespace {
+
+// Sizes for the device make_backend() picked (`gpu`).
+BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool gpu) {
   BackendOptions bo;
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
@@ -113,6 +115,8 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg) {
   return bo;
 }
 
+}  // namespace
+
 EngineOptions engine_options(const ModelArgs& a) {
   EngineOptions eo;
   eo.scheduler.max_num_batched_tokens = a.max_batched_tokens;
@@ -122,17 +126,18 @@ EngineOptions engine_options(const ModelArgs& a) {
 }
 
 std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
+  const bool gpu = picks_cuda(a, m.config);  // throws what --device cuda lacks, CPU-only builds included
+  const BackendOptions bo = backend_options(a, m.config, gpu);
 #ifdef INFERSCALE_HAS_CUDA
-  if (picks_cuda(a, m.config)) {
-    auto be = make_cuda_backend(m.config, m.weights, backend_options(a, m.config));
+  if (gpu) {
+    auto be = make_cuda_backend(m.config, m.weights, bo);
     spdlog::info("backend: cuda (bf16), weights {:.1f} MiB, KV cache + memory pool {:.1f} MiB", be->weight_bytes() / 1048576.0,
                  be->kv_bytes() / 1048576.0);
     return be;
   }
 #endif
-  picks_cuda(a, m.config);  // validates --device cuda on a CPU-only build
   spdlog::info("backend: cpu (f32 reference)");
-  return make_cpu_backend(m.config, m.weights, backend_options(a, m.config));
+  return make_cpu_backend(m.config, m.weights, bo);
 }
 
 std::unique_ptr<Backend> make_helper_backend(bool cuda, const Model& m, const BackendOptions& opts) {

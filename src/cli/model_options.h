@@ -31,7 +31,6 @@ struct ModelArgs {
 void add_model_options(CLI::App& cmd, ModelArgs& args);
 // Loads the model; logs what was loaded and says plainly when its text is meaningless.
 Model load_model_from_args(const ModelArgs& args);
-BackendOptions backend_options(const ModelArgs& args, const ModelConfig& cfg);
 EngineOptions engine_options(const ModelArgs& args);
 // The backend --device names: cuda (this build has the CUDA backend, a GPU is present and the
 // backend runs the model's shape, else a clear error), cpu, or auto (cuda when it can, else cpu).

@@ -24,7 +24,6 @@ class CombinedRetriever final : public Retriever {
   void refresh(std::string_view tenant, std::string_view user) const override { text_->refresh(tenant, user); }
 
   Retriever& text() const { return *text_; }
-  const VectorRetriever& client_vectors() const { return *client_; }
 
  private:
   std::unique_ptr<Retriever> text_;
