@@ -262,10 +262,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kResource) throw;
     out.fallback = e.what();
-    out.kv_ms = ms_since(t0);
-    return out;  // the same tokens, prefilled: exactly mode text
   }
   out.kv_ms = ms_since(t0);
+  if (!out.fallback.empty()) return out;  // the same tokens, prefilled: exactly mode text
   InjectedSpan span;
   span.start = c.facts_start;
   span.end = c.facts_end;
