@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -80,6 +81,24 @@ MemoryRequest req(MemoryMode mode, int32_t k = 3, int32_t w = 0) {
 
 std::vector<int32_t> plain_tokens(const std::vector<ChatMessage>& msgs) {
   return demo().tokenizer->encode(demo().chat_template.render(msgs, true), {.add_special = false, .parse_special = true});
+}
+
+// A first run over `dir`: Alice's facts and one inject request of 4 facts (encoded, their KV
+// written to files); `then` runs before the run ends. Returns the request (released) and the pool
+// K/V it was served from.
+struct FirstRun {
+  MemoryPrompt prompt;
+  std::vector<float> k, v;
+};
+FirstRun first_run(const std::filesystem::path& dir, const std::function<void(Stack&, const MemoryPrompt&)>& then = {}) {
+  Stack s(dir);
+  add_alice(*s.store);
+  FirstRun r;
+  r.prompt = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  s.engine->backend().read_pool(r.prompt.injected->pool_slots, r.k, r.v);
+  s.service->release(r.prompt);
+  if (then) then(s, r.prompt);
+  return r;
 }
 
 }  // namespace
@@ -231,16 +250,10 @@ TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
 
 TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
   TempDir dir;
-  std::vector<float> k0, v0;
-  std::vector<int64_t> ids;
-  {
-    Stack s(dir.path());
-    ids = add_alice(*s.store);
-    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
-    EXPECT_EQ(p.encoded, static_cast<int32_t>(p.facts.size()));
-    s.engine->backend().read_pool(p.injected->pool_slots, k0, v0);
-    s.service->release(p);
-  }
+  const FirstRun first = first_run(dir.path());
+  EXPECT_EQ(first.prompt.encoded, static_cast<int32_t>(first.prompt.facts.size()));
+  const std::vector<float>& k0 = first.k;
+  const std::vector<float>& v0 = first.v;
   Stack s(dir.path());
   EXPECT_EQ(s.store->count(kDefaultTenant, "alice"), 4u);
   MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
@@ -255,14 +268,7 @@ TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
 
 TEST(MemoryService, CorruptKvFileIsDetectedAndRebuilt) {
   TempDir dir;
-  std::vector<float> k0, v0;
-  std::vector<int64_t> ids;
-  {
-    Stack s(dir.path());
-    ids = add_alice(*s.store);
-    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
-    s.engine->backend().read_pool(p.injected->pool_slots, k0, v0);
-    s.service->release(p);
+  const FirstRun first = first_run(dir.path(), [](Stack& s, const MemoryPrompt& p) {
     // Flip one payload byte of the first placed fact's file.
     const auto path = s.service->kv_path(p.facts[0].id);
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -272,7 +278,9 @@ TEST(MemoryService, CorruptKvFileIsDetectedAndRebuilt) {
     f.seekp(100);
     c = static_cast<char>(c ^ 0x5a);
     f.write(&c, 1);
-  }
+  });
+  const std::vector<float>& k0 = first.k;
+  const std::vector<float>& v0 = first.v;
   Stack s(dir.path());
   MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
   EXPECT_EQ(p.encoded, 1);
@@ -430,22 +438,16 @@ TEST(MemoryService, NoRoomInThePoolFallsBackToTextAndPinsNothing) {
 // is encoded again, the others load.
 TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
   TempDir dir;
-  int64_t first = 0;
-  size_t placed = 0;
-  {
-    Stack s(dir.path());
-    add_alice(*s.store);
-    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
-    placed = p.facts.size();
-    first = p.facts[0].id;
-    s.service->release(p);
-    const KvFileKey key{s.service->kv_fingerprint(), first, p.facts[0].version, 0,
+  const FirstRun first = first_run(dir.path(), [](Stack& s, const MemoryPrompt& p) {
+    const Fact& f = p.facts[0];
+    const KvFileKey key{s.service->kv_fingerprint(), f.id, f.version, 0,
                         static_cast<int32_t>(demo().config.num_layers), static_cast<int32_t>(demo().config.kv_size())};
-    auto kv = read_kv_file(s.service->kv_path(first), key);
+    auto kv = read_kv_file(s.service->kv_path(f.id), key);
     ASSERT_TRUE(kv);
     kv->dtype = DType::kBF16;
-    write_kv_file(s.service->kv_path(first), key, *kv);
-  }
+    write_kv_file(s.service->kv_path(f.id), key, *kv);
+  });
+  const size_t placed = first.prompt.facts.size();
   Stack s(dir.path());
   MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
   EXPECT_EQ(p.encoded, 1);
