@@ -13,45 +13,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "forward_test_util.h"
 #include "model/model.h"
 
 using namespace inferscale;
+using inferscale::testing::run_sequence;
 
 namespace {
-
-// Feeds `tokens` as one sequence in chunks of `chunk`; returns logits rows at `want` indices.
-std::vector<std::vector<float>> run_sequence(Backend& be, const std::vector<int32_t>& tokens, int32_t chunk,
-                                             const std::vector<int32_t>& want) {
-  const int32_t bs = be.block_size();
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  std::vector<int32_t> blocks;
-  for (int32_t b = 0; b * bs < n; ++b) blocks.push_back(b);
-  std::vector<std::vector<float>> rows;
-  size_t w = 0;
-  const int64_t V = be.config().vocab_size;
-  for (int32_t s = 0; s < n; s += chunk) {
-    ForwardBatch fb;
-    const int32_t e = std::min(n, s + chunk);
-    for (int32_t i = s; i < e; ++i) {
-      fb.token_ids.push_back(tokens[static_cast<size_t>(i)]);
-      fb.positions.push_back(i);
-      fb.slot_mapping.push_back(static_cast<int64_t>(blocks[static_cast<size_t>(i / bs)]) * bs + i % bs);
-      if (w < want.size() && want[w] == i) {
-        fb.output_tokens.push_back(i - s);
-        ++w;
-      }
-    }
-    fb.q_indptr = {0, e - s};
-    fb.kv_indices = blocks;
-    fb.kv_indptr = {0, static_cast<int32_t>(blocks.size())};
-    std::vector<float> out;
-    be.forward(fb, out);
-    for (size_t r = 0; r < fb.output_tokens.size(); ++r)
-      rows.emplace_back(out.begin() + static_cast<int64_t>(r) * V, out.begin() + static_cast<int64_t>(r + 1) * V);
-  }
-  EXPECT_EQ(w, want.size());
-  return rows;
-}
 
 double rel_err(const std::vector<float>& got, const nlohmann::json& ref) {
   double num = 0, den = 0;
@@ -82,7 +50,7 @@ void check_fixture(const std::string& name) {
     all.push_back(d.at("token").get<int32_t>());
     all_want.push_back(d.at("position").get<int32_t>());
   }
-  auto rows = run_sequence(*be, all, 512, all_want);
+  auto rows = run_sequence(*be, all, 512, 512, all_want);
   ASSERT_EQ(rows.size(), all_want.size());
   double worst = 0;
   for (size_t r = 0; r < want.size(); ++r) worst = std::max(worst, rel_err(rows[r], g.at("logits")[r]));
