@@ -454,3 +454,129 @@ TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
   EXPECT_EQ(p.loaded, static_cast<int32_t>(placed) - 1);
   s.service->release(p);
 }
+
+namespace {
+MemoryRequest recompute_req(int32_t r, int32_t k = 3, int32_t w = 2) {
+  MemoryRequest q = req(MemoryMode::kInject, k, w);
+  q.recompute = r;
+  return q;
+}
+// The request's K/V at token indices `at` after its prefill (the request stays live for that).
+void prefill_kv(Stack& s, const MemoryPrompt& p, const std::vector<int32_t>& at, std::vector<float>& k,
+                std::vector<float>& v) {
+  const int64_t id = s.engine->add_request(p.tokens, greedy(2), p.injected);
+  s.engine->step();
+  const Request* r = s.engine->find(id);
+  ASSERT_NE(r, nullptr);
+  const int32_t bs = s.engine->backend().block_size();
+  std::vector<int64_t> slots;
+  for (int32_t i : at) slots.push_back(static_cast<int64_t>(r->block_table[static_cast<size_t>(i / bs)]) * bs + i % bs);
+  s.engine->backend().read_cache(slots, k, v);
+  s.engine->run_to_completion();
+}
+}  // namespace
+
+// memory.recompute (EPIC-style): the first r tokens of each fact are computed in the request's
+// context instead of injected. Recomputing every token is exactly text mode.
+TEST(MemoryService, RecomputingEveryFactTokenIsTextMode) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3, 2), kAsk);
+  MemoryPrompt all = s.service->prepare(recompute_req(1000), kAsk);
+  ASSERT_TRUE(all.injected.has_value());
+  EXPECT_EQ(all.tokens, text.tokens);
+  EXPECT_EQ(all.injected->num_injected(), 0);
+  EXPECT_EQ(all.recomputed, all.injected->end - all.injected->start);
+  std::vector<int32_t> at;
+  for (int32_t i = all.injected->start; i < all.injected->end; ++i) at.push_back(i);
+  std::vector<float> tk, tv, ak, av;
+  prefill_kv(s, text, at, tk, tv);
+  prefill_kv(s, all, at, ak, av);
+  // Equal up to float summation order (the second request reuses the prefix-cached blocks before
+  // the facts, so its forward has other chunks).
+  ASSERT_EQ(ak.size(), tk.size());
+  double worst = 0;
+  for (size_t i = 0; i < tk.size(); ++i)
+    worst = std::max({worst, std::fabs(double(ak[i]) - tk[i]), std::fabs(double(av[i]) - tv[i])});
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_EQ(s.run(all, 12), s.run(text, 12));
+  s.service->release(all);
+}
+
+TEST(MemoryService, RecomputedFirstTokensSeeTheRealContext) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  const int32_t r = 3;
+  MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3, 2), kAsk);
+  MemoryPrompt part = s.service->prepare(recompute_req(r), kAsk);
+  MemoryPrompt none = s.service->prepare(recompute_req(0), kAsk);
+  ASSERT_TRUE(part.injected && none.injected);
+  EXPECT_EQ(part.recomputed, r * static_cast<int32_t>(part.facts.size()));
+  EXPECT_EQ(part.injected->num_injected(), part.injected->end - part.injected->start - part.recomputed);
+  EXPECT_NE(part.injected->cache_key, none.injected->cache_key);  // other KV, other prefix-cache key
+  // The first fact's first r tokens follow the exactly computed prefix: their K/V equal text mode's,
+  // where the injected ones (encoded after the fact's own window, not this prompt) do not.
+  std::vector<int32_t> at;
+  for (int32_t i = 0; i < r; ++i) at.push_back(part.injected->start + i);
+  std::vector<float> tk, tv, pk, pv, nk, nv;
+  prefill_kv(s, text, at, tk, tv);
+  prefill_kv(s, part, at, pk, pv);
+  prefill_kv(s, none, at, nk, nv);
+  ASSERT_EQ(pk.size(), tk.size());
+  double worst = 0, injected_gap = 0;
+  for (size_t i = 0; i < tk.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(pk[i]) - tk[i]));
+    injected_gap = std::max(injected_gap, std::fabs(double(nk[i]) - tk[i]));
+  }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(injected_gap, 1e-3);
+  s.service->release(part);
+  s.service->release(none);
+}
+
+TEST(MemoryService, RecomputeChunkedAndPreemptedEqualOneShot) {
+  TempDir dir;
+  std::vector<MemoryPrompt> prompts;
+  std::vector<std::vector<int32_t>> alone;
+  {
+    Stack s(dir.path());
+    add_alice(*s.store);
+  }
+  Stack big(dir.path());
+  const std::vector<std::string> questions{"Where does Alice work?", "What does the cat hate?", "What instrument?"};
+  for (const auto& q : questions) {
+    prompts.push_back(big.service->prepare(recompute_req(2), {{"user", q}}));
+    alone.push_back(big.run(prompts.back(), 40));
+  }
+  for (const auto& p : prompts) big.service->release(p);
+  // Chunks of 7 tokens split the facts' span between injected and recomputed tokens.
+  {
+    Stack s(dir.path());
+    EngineOptions eo;
+    eo.scheduler.max_num_batched_tokens = 7;
+    BackendOptions bo;
+    bo.num_cache_blocks = 512;
+    bo.num_pool_blocks = 256;
+    s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+    s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks());
+    for (size_t i = 0; i < questions.size(); ++i) {
+      MemoryPrompt p = s.service->prepare(recompute_req(2), {{"user", questions[i]}});
+      EXPECT_EQ(s.run(p, 40), alone[i]) << "chunked " << i;
+      s.service->release(p);
+    }
+  }
+  // A cache too small for all three at once: preemption recomputes and re-injects.
+  Stack small(dir.path(), {}, 24);
+  std::vector<MemoryPrompt> ps;
+  for (const auto& q : questions) {
+    ps.push_back(small.service->prepare(recompute_req(2), {{"user", q}}));
+    small.engine->add_request(ps.back().tokens, greedy(40), ps.back().injected);
+  }
+  const auto out = small.engine->run_to_completion();
+  EXPECT_GT(small.engine->stats().preemptions, 0);
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].new_tokens, alone[i]) << "preempted " << i;
+  for (const auto& p : ps) small.service->release(p);
+  EXPECT_EQ(small.engine->blocks().num_free(), small.engine->blocks().num_blocks());
+}

@@ -97,7 +97,7 @@ void run_chat(const ChatArgs& a) {
     std::fputc('\n', stdout);
     if (!a.quiet)
       std::fprintf(stderr, "  (%zu prompt tokens, %d injected; retrieval %.1f ms, KV %.1f ms, TTFT %.1f ms)\n",
-                   p.tokens.size(), p.injected ? p.injected->end - p.injected->start : 0, p.retrieve_ms, p.kv_ms,
+                   p.tokens.size(), p.injected ? p.injected->num_injected() : 0, p.retrieve_ms, p.kv_ms,
                    ttft * 1e3);
     history.push_back({"assistant", answer});
     if (a.remember) {

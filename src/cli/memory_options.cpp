@@ -90,6 +90,9 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   cmd.add_option("--memory-k", a.k, "facts retrieved per request by default")->capture_default_str()->check(CLI::Range(0, 1000));
   cmd.add_option("--window,-w", a.window, "Context-Window Encoding: turns encoded before each fact (default: the data dir's)")
       ->check(CLI::Range(0, 1000));
+  cmd.add_option("--memory-recompute", a.recompute,
+                 "inject: recompute the first N tokens of each fact at serving time (EPIC-style; default for memory.recompute)")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
   cmd.add_flag("--sink", a.sink, "encode each fact after a BOS token (its KV discarded)");
@@ -105,6 +108,7 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
     const auto stored = store.get_setting(kWindowSetting);
     o.default_window = stored ? std::stoi(*stored) : MemoryOptions{}.default_window;
   }
+  o.default_recompute = a.recompute;
   o.sink = a.sink;
   if (a.kv_files) o.kv_dir = std::filesystem::path(a.data_dir) / "kv";
   return o;

@@ -43,6 +43,8 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
                "injected span [{}, {}) must lie inside the prompt and leave its last token to compute", s.start, s.end);
     IS_REQUIRE(static_cast<int64_t>(s.pool_slots.size()) == s.end - s.start, kInvalidInput,
                "injected span has {} tokens but {} pool slots", s.end - s.start, s.pool_slots.size());
+    IS_REQUIRE(s.recompute.empty() || static_cast<int64_t>(s.recompute.size()) == s.end - s.start, kInvalidInput,
+               "injected span has {} tokens but a recompute mask of {}", s.end - s.start, s.recompute.size());
     if (s.start == s.end) injected.reset();
   }
   const int64_t total = std::min<int64_t>(max_model_len_, n + sp.max_tokens);
@@ -106,6 +108,7 @@ std::vector<RequestOutput> Engine::step() {
     const Request* r = s.req;
     const InjectedSpan& span = *r->injected;
     for (int32_t i = std::max(span.start, r->num_computed_tokens); i < span.end; ++i) {
+      if (!span.injects(i)) continue;  // recomputed by the forward
       inj.src_slots.push_back(span.pool_slots[static_cast<size_t>(i - span.start)]);
       inj.dst_slots.push_back(slot_of(r, i));
       inj.positions.push_back(i);

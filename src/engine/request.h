@@ -28,11 +28,24 @@ struct SamplingParams {
 };
 
 // Precomputed KV for a token range, copied from memory-pool slots at the range's positions.
+//
+//   tokens:     ... [ f_k          ][ f_k-1        ] ... [ f_1          ] ...
+//   recompute:      [ 1 1 0 0 0 0 0 ][ 1 1 0 0 0 0 ] ... [ 1 1 0 0 0 0 ]     (EPIC-style, r = 2)
+// Tokens marked in `recompute` are not injected: the forward computes them in place, attending to
+// everything before them (injected or computed), so their KV sees the request's real context.
 struct InjectedSpan {
   int32_t start = 0;
   int32_t end = 0;                    // exclusive; tokens after it must remain to be computed
   std::vector<int64_t> pool_slots;    // [end - start] memory-pool slot of each token
+  std::vector<uint8_t> recompute;     // [end - start] or empty (nothing recomputed): 1 = computed
   uint64_t cache_key = 0;             // joins the prefix hash of every block from `start` on
+
+  // True when token i's KV comes from the pool.
+  bool injects(int32_t i) const {
+    return i >= start && i < end && (recompute.empty() || recompute[static_cast<size_t>(i - start)] == 0);
+  }
+  // Tokens injected from the pool (end - start less the recomputed ones).
+  int32_t num_injected() const;
 };
 
 enum class RequestStatus { kWaiting, kRunning, kFinished };
@@ -65,7 +78,7 @@ struct Request {
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
-  bool is_injected(int32_t i) const { return injected && i >= injected->start && i < injected->end; }
+  bool is_injected(int32_t i) const { return injected && injected->injects(i); }
   // Tokens from num_computed_tokens on that still need a forward (injected ones do not).
   int32_t num_remaining() const;
 };

@@ -49,8 +49,8 @@ bool Scheduler::plan_chunk(Request* r, int32_t budget, ScheduledSeq& seq) {
   if (n <= 0) return false;
   int32_t i = r->num_computed_tokens;
   while (static_cast<int32_t>(seq.positions.size()) < n) {
-    if (inj && i >= inj->start && i < inj->end) {
-      i = inj->end;
+    if (inj && inj->injects(i)) {
+      ++i;
       continue;
     }
     seq.positions.push_back(i++);
@@ -127,9 +127,10 @@ void Scheduler::finish_step(const SchedulerOutput& out) {
     Request* r = s.req;
     if (s.inject) r->injection_done = true;
     r->num_computed_tokens = s.positions.back() + 1;
-    if (r->injected && r->injection_done && r->num_computed_tokens >= r->injected->start &&
-        r->num_computed_tokens < r->injected->end)
-      r->num_computed_tokens = r->injected->end;
+    // Injected tokens right after the chunk are computed too (their KV is in the cache).
+    if (r->injected && r->injection_done)
+      while (r->num_computed_tokens < r->injected->end && r->injected->injects(r->num_computed_tokens))
+        ++r->num_computed_tokens;
     if (!opts_.enable_prefix_caching) continue;
     while ((r->num_published_blocks + 1) * bs <= r->num_computed_tokens) {
       const int32_t b = r->num_published_blocks;

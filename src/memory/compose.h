@@ -31,6 +31,8 @@ struct MemoryRequest {
   int32_t window = -1;            // -1: MemoryOptions::default_window
   MemoryMode mode = MemoryMode::kInject;
   MemoryOrder order = MemoryOrder::kRank;
+  int32_t recompute = -1;         // inject: the first r tokens of each fact are recomputed at serving
+                                  // time (EPIC-style) instead of injected; -1: MemoryOptions::default_recompute
   std::string query;              // retrieval query; empty: the last user message
   std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
                                     // against the facts' client vectors and `query` is unused

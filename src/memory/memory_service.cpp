@@ -198,6 +198,8 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   sync();
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;
+  const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
+  IS_REQUIRE(recompute <= 1000, kInvalidInput, "memory.recompute must be at most 1000, got {}", recompute);
   IS_REQUIRE(k <= 1000, kInvalidInput, "memory.k must be at most 1000, got {}", k);
   IS_REQUIRE(w <= 1000, kInvalidInput, "memory.window must be at most 1000, got {}", w);
   IS_REQUIRE(!messages.empty(), kInvalidInput, "a request with memory needs at least one message");
@@ -273,6 +275,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   XXH3_64bits_reset(st);
   XXH3_64bits_update(st, &fingerprint_, sizeof fingerprint_);
   XXH3_64bits_update(st, &w, sizeof w);
+  XXH3_64bits_update(st, &recompute, sizeof recompute);
   XXH3_64bits_update(st, req.tenant.data(), req.tenant.size() + 1);
   XXH3_64bits_update(st, req.user.data(), req.user.size() + 1);
   for (const Fact& f : out.facts) {
@@ -285,6 +288,13 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   }
   span.cache_key = XXH3_64bits_digest(st) | 1;  // never 0: 0 means "no injected KV"
   XXH3_freeState(st);
+  if (recompute > 0) {  // EPIC-style: each fact's first tokens are computed in the request's context
+    span.recompute.assign(static_cast<size_t>(span.end - span.start), 0);
+    for (size_t f = 0; f + 1 < c.fact_offsets.size(); ++f)
+      for (int32_t i = c.fact_offsets[f]; i < std::min(c.fact_offsets[f + 1], c.fact_offsets[f] + recompute); ++i)
+        span.recompute[static_cast<size_t>(i)] = 1;
+    out.recomputed = span.end - span.start - span.num_injected();
+  }
   IS_CHECK(static_cast<int32_t>(span.pool_slots.size()) == span.end - span.start, "span and pool slots differ");
   out.injected = std::move(span);
   return out;

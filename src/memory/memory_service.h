@@ -42,6 +42,7 @@ struct MemoryOptions {
   std::string footer = "\n";
   int32_t default_k = 10;
   int32_t default_window = 2;
+  int32_t default_recompute = 0;          // MemoryRequest::recompute when the request gives none
   std::filesystem::path kv_dir;           // KV files; empty = keep KV in the pool only
   int32_t encode_batch_tokens = 2048;
   bool sink = false;                      // encode each fact after a BOS token (its KV discarded)
@@ -53,6 +54,7 @@ struct MemoryPrompt {
   std::vector<Fact> facts;               // in placement order
   std::vector<double> scores;            // retrieval score of each placed fact
   std::vector<FactKvKey> pins;           // pool entries pinned until release()
+  int32_t recomputed = 0;                // span tokens recomputed at serving time (memory.recompute)
   int32_t encoded = 0;                   // facts encoded for this request
   int32_t loaded = 0;                    // facts read from KV files
   double retrieve_ms = 0;

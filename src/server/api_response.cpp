@@ -27,7 +27,7 @@ json memory_json(const MemoryReport& r) {
   json facts = json::array();
   for (const MemoryReport::PlacedFact& f : r.facts) facts.push_back({{"id", f.id}, {"score", f.score}, {"text", f.text}});
   json j = {{"mode", memory_mode_name(r.mode)}, {"facts", std::move(facts)}, {"injected_tokens", r.injected_tokens},
-            {"encoded", r.encoded}, {"loaded", r.loaded}, {"retrieve_ms", r.retrieve_ms}, {"kv_ms", r.kv_ms}};
+            {"recomputed_tokens", r.recomputed_tokens}, {"encoded", r.encoded}, {"loaded", r.loaded}, {"retrieve_ms", r.retrieve_ms}, {"kv_ms", r.kv_ms}};
   if (!r.fallback.empty()) j["fallback"] = r.fallback;
   return j;
 }

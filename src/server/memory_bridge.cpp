@@ -13,7 +13,8 @@ void fill_report(const MemoryPrompt& p, MemoryMode mode, MemoryReport& r) {
   r.fallback = p.fallback;
   r.facts.clear();
   for (size_t i = 0; i < p.facts.size(); ++i) r.facts.push_back({p.facts[i].id, p.scores[i], p.facts[i].text});
-  r.injected_tokens = p.injected ? p.injected->end - p.injected->start : 0;
+  r.injected_tokens = p.injected ? p.injected->num_injected() : 0;
+  r.recomputed_tokens = p.recomputed;
   r.encoded = p.encoded;
   r.loaded = p.loaded;
   r.retrieve_ms = p.retrieve_ms;
@@ -54,7 +55,7 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
                    prepared->fallback);
     spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
                   mr.user, mr.k, prepared->facts.size(), prepared->encoded, prepared->loaded, out.ids.size(),
-                  out.injected ? out.injected->end - out.injected->start : 0);
+                  out.injected ? out.injected->num_injected() : 0);
     // The pins go when the request ends; AsyncEngine drops `hold` on the engine thread.
     out.hold = std::shared_ptr<void>(prepared.get(), [&svc, prepared](void*) { svc.release(*prepared); });
   };

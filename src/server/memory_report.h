@@ -19,6 +19,7 @@ struct MemoryReport {
   MemoryMode mode = MemoryMode::kInject;  // as served: text when inject fell back
   std::vector<PlacedFact> facts;  // in placement order (rank: best-ranked last)
   int32_t injected_tokens = 0;    // tokens whose KV was copied from the memory pool
+  int32_t recomputed_tokens = 0;  // fact tokens computed at serving time instead (memory.recompute)
   int32_t encoded = 0;            // facts encoded on demand for this request
   int32_t loaded = 0;             // facts read from KV files
   double retrieve_ms = 0;

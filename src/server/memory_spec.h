@@ -9,7 +9,9 @@
 //              "query_vector": [0.1, ...], or a query vector the client computed, matched against
 //                                        the vectors it supplied with the facts (not with "query")
 //              "mode": "inject",         inject | text | off                     (default inject)
-//              "order": "rank"}          rank | time                             (default rank)
+//              "order": "rank",          rank | time                             (default rank)
+//              "recompute": 2}           inject: the first r tokens of each fact are computed at
+//                                        serving time instead of injected, 0..kMaxW (default: the server's)
 //
 // mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
 // fact last, right before the question; time orders them by time.
