@@ -116,18 +116,7 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
   auto store = FactStore::open(dir);
   Bm25Retriever retriever(*store);
-  std::vector<NewFact> turns;
-  for (const auto& s : c.sessions)
-    for (const auto& t : s.turns) {
-      if (t.text.find_first_not_of(" \t\n") == std::string::npos) continue;
-      NewFact f;
-      f.text = t.text;
-      f.timestamp = s.date_time;
-      f.source.turn = t.dia_id;
-      f.source.speaker = t.speaker;
-      turns.push_back(std::move(f));
-    }
-  const auto ids = store->add_turns(kDefaultTenant, c.sample_id, c.sample_id, turns);
+  const auto ids = store->add_turns(kDefaultTenant, c.sample_id, c.sample_id, locomo_turns(c));
   MemoryOptions mo;
   mo.default_window = a.window;
   MemoryService service(*store, retriever, model, engine.backend(), engine.blocks(), mo);

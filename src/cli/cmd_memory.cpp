@@ -165,29 +165,7 @@ void run_import_locomo(const MemoryCmdArgs& a) {
   size_t imported = 0;
   for (const auto& c : convs) {
     if (a.replace) store->remove_user(a.tenant, c.sample_id);
-    std::vector<NewFact> turns;
-    for (const LocomoSession& s : c.sessions) {
-      for (const LocomoTurn& t : s.turns) {
-        if (t.text.find_first_not_of(" \t\r\n") == std::string::npos) {
-          ++skipped;
-          continue;
-        }
-        NewFact f;
-        f.text = t.text;
-        f.timestamp = s.date_time;
-        f.source.session = fmt::format("session_{}", s.number);
-        f.source.turn = t.dia_id;
-        f.source.speaker = t.speaker;
-        if (!t.blip_caption.empty() || !t.img_urls.empty()) {
-          nlohmann::json m = nlohmann::json::object();
-          if (!t.blip_caption.empty()) m["blip_caption"] = t.blip_caption;
-          if (!t.img_urls.empty()) m["img_url"] = t.img_urls;
-          f.metadata = m.dump();
-        }
-        turns.push_back(std::move(f));
-      }
-    }
-    imported += store->add_turns(a.tenant, c.sample_id, c.sample_id, turns).size();
+    imported += store->add_turns(a.tenant, c.sample_id, c.sample_id, locomo_turns(c, &skipped)).size();
     progress.add(static_cast<int64_t>(c.num_turns()));
   }
   progress.finish();

@@ -151,4 +151,30 @@ std::vector<LocomoConversation> load_locomo(const std::string& path) {
   return parse_locomo(std::string_view(reinterpret_cast<const char*>(file->data()), file->size()), path);
 }
 
+std::vector<NewFact> locomo_turns(const LocomoConversation& c, size_t* skipped) {
+  std::vector<NewFact> turns;
+  for (const LocomoSession& s : c.sessions) {
+    for (const LocomoTurn& t : s.turns) {
+      if (t.text.find_first_not_of(" \t\r\n") == std::string::npos) {
+        if (skipped) ++*skipped;
+        continue;
+      }
+      NewFact f;
+      f.text = t.text;
+      f.timestamp = s.date_time;
+      f.source.session = "session_" + std::to_string(s.number);
+      f.source.turn = t.dia_id;
+      f.source.speaker = t.speaker;
+      if (!t.blip_caption.empty() || !t.img_urls.empty()) {
+        json m = json::object();
+        if (!t.blip_caption.empty()) m["blip_caption"] = t.blip_caption;
+        if (!t.img_urls.empty()) m["img_url"] = t.img_urls;
+        f.metadata = m.dump();
+      }
+      turns.push_back(std::move(f));
+    }
+  }
+  return turns;
+}
+
 }  // namespace inferscale

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "memory/fact.h"
+
 namespace inferscale {
 
 struct LocomoTurn {
@@ -55,6 +57,11 @@ struct LocomoConversation {
 std::vector<LocomoConversation> parse_locomo(std::string_view json_text, std::string_view origin = "locomo");
 // Reads and parses a file (kNotFound when it cannot be read).
 std::vector<LocomoConversation> load_locomo(const std::string& path);
+
+// The conversation's turns as facts to store with FactStore::add_turns, in order: text, the
+// session's date, source session "session_<n>", turn dia_id and speaker; a shared image's
+// blip_caption and img_url go into metadata. Empty turns are left out (`skipped` counts them).
+std::vector<NewFact> locomo_turns(const LocomoConversation& c, size_t* skipped = nullptr);
 
 // The well-formed dia_ids ("D<n>:<m>") in one evidence entry; "D:11:26" reads as "D11:26".
 std::vector<std::string> locomo_evidence_ids(std::string_view entry);

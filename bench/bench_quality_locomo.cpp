@@ -1,0 +1,307 @@
+// How close `inject` comes to `text` on a real model and LoCoMo, exactly, in process: for every
+// non-adversarial question of the chosen conversations, the gold answer is teacher-forced after the
+// prompt the server would build (MemoryService::prepare, BM25 retrieval, LoCoMo's short-answer
+// prompt), and over the answer tokens it compares the full next-token distributions of
+//   text k          the k retrieved facts prefilled with the question (the reference p)
+//   inject k w r    the same tokens, the facts' KV encoded after w preceding turns and injected,
+//                   the first r tokens of each fact recomputed (memory.recompute)
+//   off             no facts
+// Prints, per configuration, mean KL(text || x) per answer token, top-1 agreement with text, and
+// the gold answer's mean negative log-likelihood per token, as a markdown table; --json writes
+// them with per-question values. bench/locomo_eval.py measures F1 (and NLL) over HTTP instead.
+//
+//   bench_quality_locomo --model models/SmolLM2-135M-Instruct.Q4_1.gguf --locomo locomo10.json \
+//       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json]
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/block_manager.h"
+#include "memory/bm25_retriever.h"
+#include "memory/fact_store.h"
+#include "memory/locomo.h"
+#include "memory/memory_service.h"
+#include "model/model.h"
+#include "util/progress.h"
+
+#ifdef INFERSCALE_HAS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+using namespace inferscale;
+
+namespace {
+
+// LoCoMo's answer prompt, as bench/locomo_eval.py sends it (keep the two equal).
+constexpr const char* kQaPrompt =
+    "Based on the above context, write an answer in the form of a short phrase for the following question. "
+    "Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:";
+
+using Rows = std::vector<std::vector<double>>;  // [answer tokens][vocab] log-probabilities
+
+void log_softmax(const float* x, int64_t V, std::vector<double>& out) {
+  double mx = *std::max_element(x, x + V), s = 0;
+  for (int64_t i = 0; i < V; ++i) s += std::exp(x[i] - mx);
+  const double lse = mx + std::log(s);
+  out.resize(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) out[static_cast<size_t>(i)] = x[i] - lse;
+}
+
+// The log-softmax rows that predict tokens [from, n) of `tokens`, the KV of the span's injected
+// positions copied from the memory pool first (as Engine::step does). Blocks come from `blocks`
+// and go back before returning.
+Rows score(Backend& be, BlockManager& blocks, const std::vector<int32_t>& tokens, const InjectedSpan* span, int32_t from,
+           int64_t vocab) {
+  const int32_t bs = be.block_size();
+  const auto n = static_cast<int32_t>(tokens.size());
+  const int64_t need = (n + bs - 1) / bs;
+  if (!blocks.can_allocate(need)) throw std::runtime_error("KV cache too small for one prompt: raise --kv-cache-mb");
+  std::vector<int32_t> table;
+  for (int64_t b = 0; b < need; ++b) table.push_back(blocks.allocate());
+  auto slot = [&](int32_t i) { return static_cast<int64_t>(table[static_cast<size_t>(i / bs)]) * bs + i % bs; };
+  if (span) {
+    InjectBatch ib;
+    for (int32_t i = span->start; i < span->end; ++i)
+      if (span->injects(i)) {
+        ib.src_slots.push_back(span->pool_slots[static_cast<size_t>(i - span->start)]);
+        ib.dst_slots.push_back(slot(i));
+        ib.positions.push_back(i);
+      }
+    if (!ib.src_slots.empty()) be.inject(ib);
+  }
+  std::vector<int32_t> positions;
+  for (int32_t i = 0; i < n; ++i)
+    if (!span || !span->injects(i)) positions.push_back(i);
+  Rows rows;
+  std::vector<float> out;
+  constexpr size_t kChunk = 2048;
+  for (size_t c = 0; c < positions.size(); c += kChunk) {
+    ForwardBatch fb;
+    for (size_t j = c; j < std::min(positions.size(), c + kChunk); ++j) {
+      const int32_t p = positions[j];
+      if (p >= from - 1 && p < n - 1) fb.output_tokens.push_back(fb.num_tokens());
+      fb.token_ids.push_back(tokens[static_cast<size_t>(p)]);
+      fb.positions.push_back(p);
+      fb.slot_mapping.push_back(slot(p));
+    }
+    fb.q_indptr = {0, fb.num_tokens()};
+    fb.kv_indices = table;
+    fb.kv_indptr = {0, static_cast<int32_t>(table.size())};
+    be.forward(fb, out);
+    const int64_t V = be.config().vocab_size;
+    for (size_t r = 0; r < fb.output_tokens.size(); ++r) {
+      rows.emplace_back();
+      log_softmax(out.data() + static_cast<int64_t>(r) * V, vocab, rows.back());
+    }
+  }
+  for (auto it = table.rbegin(); it != table.rend(); ++it) blocks.release(*it);
+  if (rows.size() != static_cast<size_t>(n - from)) throw std::runtime_error("an answer row was not computed");
+  return rows;
+}
+
+struct Config {
+  MemoryMode mode;
+  int32_t k = 0, w = 0, r = 0;
+  std::string name() const {
+    if (mode == MemoryMode::kOff) return "off";
+    if (mode == MemoryMode::kText) return fmt::format("text k={}", k);
+    return fmt::format("inject k={} w={}{}", k, w, r ? fmt::format(" r={}", r) : "");
+  }
+};
+
+struct Acc {
+  double kl = 0, nll = 0;
+  int64_t tokens = 0, agree = 0, questions = 0, injected = 0, recomputed = 0;
+  std::vector<double> kl_q, nll_q;  // per question (mean over its answer tokens)
+};
+
+struct Args {
+  std::string model, device = "cpu", locomo, convs = "conv-26", json;
+  std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0};
+  int max_questions = 0;
+  int64_t kv_cache_mb = 1024, pool_mb = 2048;
+};
+
+std::vector<const LocomoConversation*> pick(const std::vector<LocomoConversation>& all, const std::string& names) {
+  std::vector<const LocomoConversation*> out;
+  for (const auto& c : all)
+    if (names == "all" || ("," + names + ",").find("," + c.sample_id + ",") != std::string::npos) out.push_back(&c);
+  if (out.empty()) throw std::runtime_error("no conversation named " + names);
+  return out;
+}
+
+std::string render_prompt(const std::string& question) {
+  std::string p = kQaPrompt;
+  return p.replace(p.find("{}"), 2, question);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"LoCoMo: KL(text || inject), top-1 agreement and gold-answer NLL on a real model, in process"};
+  app.add_option("--model", a.model, "model (GGUF file or HF directory)")->required();
+  app.add_option("--locomo", a.locomo, "locomo10.json")->required();
+  app.add_option("--convs", a.convs, "comma-separated sample_ids, or all")->capture_default_str();
+  app.add_option("--max-questions", a.max_questions, "per conversation (0: all non-adversarial)");
+  app.add_option("--k", a.ks, "facts per request")->delimiter(',');
+  app.add_option("--w", a.ws, "CWE windows")->delimiter(',');
+  app.add_option("--recompute", a.rs, "memory.recompute values (first r tokens of each fact)")->delimiter(',');
+  app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache")->capture_default_str();
+  app.add_option("--pool-mb", a.pool_mb, "memory pool")->capture_default_str();
+  app.add_option("--json", a.json, "write the results here");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::warn);
+
+  const auto t_start = std::chrono::steady_clock::now();
+  Model model = load_model(a.model);
+  const ModelConfig& cfg = model.config;
+  const bool cuda = a.device == "cuda";
+  const int64_t elem = cuda ? 2 : 4;
+  BackendOptions bo;
+  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
+  bo.num_pool_blocks = (a.pool_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
+  std::unique_ptr<Backend> be;
+  if (cuda) {
+#ifdef INFERSCALE_HAS_CUDA
+    be = make_cuda_backend(cfg, model.weights, bo);
+#else
+    std::fprintf(stderr, "this build has no CUDA backend\n");
+    return 2;
+#endif
+  } else {
+    be = make_cpu_backend(cfg, model.weights, bo);
+  }
+  BlockManager blocks(be->num_cache_blocks(), be->block_size());
+  const int64_t vocab = std::min<int64_t>(cfg.vocab_size, model.tokenizer->vocab_size());
+  const Tokenizer& tok = *model.tokenizer;
+
+  std::vector<Config> configs{{MemoryMode::kOff}};
+  for (int k : a.ks) {
+    configs.push_back({MemoryMode::kText, k});
+    for (int w : a.ws)
+      for (int r : a.rs) configs.push_back({MemoryMode::kInject, k, w, r});
+  }
+  std::map<std::string, Acc> acc;
+  nlohmann::json per_question = nlohmann::json::array();
+
+  const auto convs = load_locomo(a.locomo);
+  for (const LocomoConversation* c : pick(convs, a.convs)) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("inferscale-quality-" + std::to_string(::getpid()) + "-" + c->sample_id);
+    std::filesystem::remove_all(dir);
+    auto store = FactStore::open(dir);
+    Bm25Retriever retriever(*store);
+    const auto ids = store->add_turns(kDefaultTenant, c->sample_id, c->sample_id, locomo_turns(*c));
+    MemoryService svc(*store, retriever, model, *be, blocks, MemoryOptions{});
+    for (int w : a.ws) svc.encode_facts(kDefaultTenant, c->sample_id, ids, w);  // the pool keeps them all
+    std::vector<const LocomoQa*> qs;
+    for (const LocomoQa& q : c->qa)
+      if (q.category >= 1 && q.category <= 4 && q.has_answer) qs.push_back(&q);
+    if (a.max_questions > 0 && static_cast<int>(qs.size()) > a.max_questions) qs.resize(static_cast<size_t>(a.max_questions));
+    Progress::Options po;
+    po.unit = "questions";
+    Progress progress(c->sample_id, static_cast<int64_t>(qs.size()), po);
+    for (const LocomoQa* q : qs) {
+      const std::vector<ChatMessage> msgs{{"user", render_prompt(q->question)}};
+      const auto gold = tok.encode(q->answer, {.add_special = false, .parse_special = false});
+      if (gold.empty()) continue;
+      nlohmann::json qj = {{"conversation", c->sample_id}, {"question", q->question}, {"category", q->category}};
+      Rows text_rows;
+      for (const Config& cf : configs) {
+        MemoryRequest mr;
+        mr.user = c->sample_id;
+        mr.mode = cf.mode;
+        mr.k = cf.k;
+        mr.window = cf.w;
+        mr.recompute = cf.r;
+        mr.query = q->question;
+        MemoryPrompt p = svc.prepare(mr, msgs);
+        if (cf.mode == MemoryMode::kInject && !p.fallback.empty()) throw std::runtime_error("inject fell back: " + p.fallback);
+        std::vector<int32_t> seq = p.tokens;
+        const auto from = static_cast<int32_t>(seq.size());
+        seq.insert(seq.end(), gold.begin(), gold.end());
+        Rows rows = score(*be, blocks, seq, p.injected ? &*p.injected : nullptr, from, vocab);
+        svc.release(p);
+        Acc& x = acc[cf.name()];
+        double nll = 0, kl = 0;
+        for (size_t t = 0; t < rows.size(); ++t) nll -= rows[t][static_cast<size_t>(gold[t])];
+        ++x.questions;
+        x.tokens += static_cast<int64_t>(rows.size());
+        x.nll += nll;
+        x.nll_q.push_back(nll / static_cast<double>(rows.size()));
+        x.injected += p.injected ? p.injected->num_injected() : 0;
+        x.recomputed += p.recomputed;
+        if (cf.mode == MemoryMode::kText) text_rows = rows;
+        if (cf.mode != MemoryMode::kText && !text_rows.empty() && cf.k > 0) {
+          for (size_t t = 0; t < rows.size(); ++t) {
+            const auto& P = text_rows[t];
+            const auto& Q = rows[t];
+            double d = 0;
+            for (size_t v = 0; v < P.size(); ++v) d += std::exp(P[v]) * (P[v] - Q[v]);
+            kl += d;
+            const auto ap = std::max_element(P.begin(), P.end()) - P.begin();
+            const auto aq = std::max_element(Q.begin(), Q.end()) - Q.begin();
+            x.agree += ap == aq;
+          }
+          x.kl += kl;
+          x.kl_q.push_back(kl / static_cast<double>(rows.size()));
+        }
+        qj[cf.name()] = {{"nll", nll / static_cast<double>(rows.size())}, {"kl", kl / static_cast<double>(rows.size())}};
+      }
+      per_question.push_back(std::move(qj));
+      progress.add(1);
+    }
+    progress.finish();
+    std::filesystem::remove_all(dir);
+  }
+
+  // The table: KL against text at the same k; `off` has no k, so its KL is against no reference.
+  std::printf("\n## LoCoMo %s, %s, %s backend, gold answers teacher-forced\n\n", a.convs.c_str(), model.name.c_str(),
+              be->name().c_str());
+  std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
+              "recomputed / fact tokens |\n|---|---|---|---|---|---|---|\n");
+  nlohmann::json table = nlohmann::json::array();
+  for (const Config& cf : configs) {
+    const Acc& x = acc[cf.name()];
+    if (x.tokens == 0) continue;
+    const bool has_kl = cf.mode == MemoryMode::kInject;
+    const double kl = has_kl ? x.kl / static_cast<double>(x.tokens) : 0.0;
+    const double agree = has_kl ? static_cast<double>(x.agree) / static_cast<double>(x.tokens) : 1.0;
+    const double frac = x.injected + x.recomputed > 0
+                            ? static_cast<double>(x.recomputed) / static_cast<double>(x.injected + x.recomputed)
+                            : 0.0;
+    std::printf("| %s | %lld | %lld | %s | %s | %.4f | %s |\n", cf.name().c_str(), static_cast<long long>(x.questions),
+                static_cast<long long>(x.tokens), has_kl ? fmt::format("{:.4f}", kl).c_str() : "",
+                has_kl ? fmt::format("{:.1f}%", 100 * agree).c_str() : "", x.nll / static_cast<double>(x.tokens),
+                cf.mode == MemoryMode::kInject ? fmt::format("{:.1f}%", 100 * frac).c_str() : "");
+    table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w}, {"recompute", cf.r},
+                     {"questions", x.questions}, {"answer_tokens", x.tokens},
+                     {"kl_per_token", has_kl ? nlohmann::json(kl) : nlohmann::json(nullptr)},
+                     {"top1_agreement", has_kl ? nlohmann::json(agree) : nlohmann::json(nullptr)},
+                     {"nll_per_token", x.nll / static_cast<double>(x.tokens)}, {"recomputed_fraction", frac}});
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  std::printf("\n%.1f s in all\n", secs);
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    f << nlohmann::json{{"model", model.name}, {"backend", be->name()}, {"convs", a.convs}, {"prompt", kQaPrompt},
+                        {"configs", table}, {"questions", per_question}}
+             .dump(1);
+  }
+  return 0;
+}
