@@ -249,11 +249,21 @@ TEST(Gguf, BrokenFiles) {
     expect_bad(w.finish(0, 2), ErrorKind::kInvalidInput, {"duplicate", "'k'"});
   }
   auto t = three_tensors();
-  t[1].type = 2;  // Q4_0
-  expect_bad(synthetic_gguf(t), ErrorKind::kUnsupported, {"m.f16", "Q4_0"});
+  t[1].type = 2;  // Q4_0 rows of 4 values: not whole 32-value blocks
+  expect_bad(synthetic_gguf(t), ErrorKind::kInvalidInput, {"m.f16", "Q4_0", "4 values", "32"});
   t = three_tensors();
   t[0].type = 12;
-  expect_bad(synthetic_gguf(t), ErrorKind::kUnsupported, {"m.f32", "Q4_K"});
+  expect_bad(synthetic_gguf(t), ErrorKind::kInvalidInput, {"m.f32", "Q4_K", "256"});
+  // Types we do not take: named with the tensor and the list of the supported ones.
+  for (const auto& [type, name] : std::vector<std::pair<uint32_t, std::string>>{
+           {9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {20, "IQ4_NL"}, {23, "IQ4_XS"}, {24, "I8"}, {28, "F64"},
+           {31, "Q4_0_4_4"}, {34, "TQ1_0"}, {35, "TQ2_0"}, {39, "MXFP4"}, {4, "Q4_2"}, {77, "type 77"}}) {
+    SCOPED_TRACE(name);
+    t = three_tensors();
+    t[0].type = type;
+    expect_bad(synthetic_gguf(t), ErrorKind::kUnsupported,
+               {"'m.f32'", "type " + name + ",", "supported: F32, F16, BF16, Q4_0, Q4_1", "Q6_K"});
+  }
   t = three_tensors();
   t[2].ne = {2, 3, 1, 1, 1};
   expect_bad(synthetic_gguf(t), ErrorKind::kInvalidInput, {"m.bf16", "dimensions"});
@@ -354,4 +364,35 @@ TEST(Gguf, ConfigErrors) {
   w.key("general.architecture", 8), w.str("qwen2");
   write_file(dir.file("q.gguf"), w.finish(0, 1));
   expect_error([&] { config_from_gguf(GgufFile::open(dir.file("q.gguf"))); }, ErrorKind::kUnsupported, {"qwen2"});
+}
+
+// Block-quantized tensors are views of their raw blocks in the file, in a block dtype, sized by
+// blocks; to_f32 dequantizes them (values checked bit for bit in test_quant.cpp).
+TEST(Gguf, QuantizedTensorsAreBlockViews) {
+  const std::string q8 = read_file(fixture("quant/q8_0.blocks"));    // 96 blocks of 32
+  const std::string q4k = read_file(fixture("quant/q4_k.blocks"));   // 16 blocks of 256
+  const std::string e8 = read_file(fixture("quant/q8_0.f32"));
+  const std::string e4k = read_file(fixture("quant/q4_k.f32"));
+  std::vector<TensorSpec> specs = three_tensors();
+  specs.push_back({"m.q8_0", {64, 48}, 8, q8});    // 48 rows of 2 blocks
+  specs.push_back({"m.q4_k", {512, 8}, 12, q4k});  // 8 rows of 2 super-blocks
+  ScratchDir dir;
+  write_file(dir.file("q.gguf"), synthetic_gguf(specs));
+  const GgufFile f = GgufFile::open(dir.file("q.gguf"));
+  const HostTensor& a = f.tensor("m.q8_0");
+  EXPECT_EQ(a.dtype, DType::kQ8_0);
+  EXPECT_EQ(a.shape_str(), "[48, 64]");
+  EXPECT_EQ(a.nbytes(), q8.size());
+  EXPECT_EQ(std::memcmp(a.data, q8.data(), q8.size()), 0);  // the file's bytes, not a copy
+  EXPECT_EQ(std::memcmp(a.to_f32().data, e8.data(), e8.size()), 0);
+  const HostTensor& b = f.tensor("m.q4_k");
+  EXPECT_EQ(b.dtype, DType::kQ4_K);
+  EXPECT_EQ(b.shape_str(), "[8, 512]");
+  EXPECT_EQ(b.nbytes(), q4k.size());
+  EXPECT_EQ(std::memcmp(b.to_f32().data, e4k.data(), e4k.size()), 0);
+
+  // Announcing more blocks than the file holds is caught by the block size, not an element size.
+  specs.back().ne = {512, 9};
+  write_file(dir.file("short.gguf"), synthetic_gguf(specs));
+  expect_error([&] { GgufFile::open(dir.file("short.gguf")); }, ErrorKind::kInvalidInput, {"m.q4_k", "past the end"});
 }

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "model/weights.h"
 
 namespace inferscale::cli {
 namespace {
@@ -25,7 +26,12 @@ void run_info(const ModelArgs& a, bool as_json) {
   j["parameters"] = c.num_parameters();
   j["tokenizer"] = {{"kind", m.tokenizer->kind()}, {"vocab_size", m.tokenizer->vocab_size()},
                     {"chat_template", chat_family_name(m.chat_template.family())}};
-  j["memory"] = {{"weights_bf16_bytes", params * 2},
+  const WeightStats ws = weight_stats(m.weights);
+  nlohmann::json stored = nlohmann::json::object();
+  for (const auto& [dt, d] : ws.by_dtype) stored[std::string(dtype_name(dt))] = {{"tensors", d.tensors}, {"bytes", d.bytes}};
+  j["memory"] = {{"weights_stored_bytes", ws.bytes},
+                 {"weights_stored_dtypes", stored},
+                 {"weights_bf16_bytes", params * 2},
                  {"weights_f32_bytes", params * 4},
                  {"kv_bytes_per_token_bf16", c.kv_bytes_per_token(2)},
                  {"kv_bytes_per_token_f32", c.kv_bytes_per_token(4)}};
@@ -41,6 +47,10 @@ void run_info(const ModelArgs& a, bool as_json) {
               c.rope_interleaved ? " (adjacent pairs)" : "", (long long)c.max_position_embeddings,
               c.attention_bias ? ", qkv bias" : "", c.qk_norm ? ", q/k norm" : "", c.tie_word_embeddings ? ", tied embeddings" : "");
   std::printf("parameters   %.3f M: weights %s in bf16, %s in f32\n", params / 1e6, gib(params * 2).c_str(), gib(params * 4).c_str());
+  bool quantized = false;
+  for (const auto& [dt, d] : ws.by_dtype) quantized = quantized || is_block_quantized(dt);
+  std::printf("stored       %.2f MiB: %s%s\n", static_cast<double>(ws.bytes) / (1024.0 * 1024.0), ws.dtypes_summary().c_str(),
+              quantized ? "; block-quantized tensors are dequantized at load (f32 on the CPU, bf16 on the GPU)" : "");
   std::printf("KV cache     %lld bytes/token in bf16 (%s per 100k tokens), %lld in f32\n", (long long)c.kv_bytes_per_token(2),
               gib(static_cast<double>(c.kv_bytes_per_token(2)) * 1e5).c_str(), (long long)c.kv_bytes_per_token(4));
   std::printf("tokenizer    %s, %d tokens, chat template %s\n", m.tokenizer->kind().c_str(), m.tokenizer->vocab_size(),

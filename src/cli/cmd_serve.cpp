@@ -40,16 +40,6 @@ struct ServeArgs {
   double shutdown_timeout_s = 5.0;
 };
 
-int64_t weight_bytes(const ModelWeights& w) {
-  int64_t n = static_cast<int64_t>(w.embed.nbytes() + w.final_norm.nbytes());
-  if (w.lm_head.data != w.embed.data) n += static_cast<int64_t>(w.lm_head.nbytes());
-  for (const LayerWeights& l : w.layers)
-    for (const HostTensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
-                                &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
-      n += static_cast<int64_t>(t->nbytes());
-  return n;
-}
-
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_serve(const ServeArgs& a) {
@@ -86,9 +76,10 @@ void run_serve(const ServeArgs& a) {
   const bool gpu = picks_cuda(a.model, cfg);
   const int64_t kv_per_token = cfg.kv_bytes_per_token(gpu ? 2 : 4);  // bf16 on the GPU, f32 on the CPU
   const int64_t cache_tokens = engine.num_blocks() * engine.block_size();
-  spdlog::info("memory: weights {:.1f} MiB as stored, KV cache {:.1f} MiB = {} blocks of {} tokens ({} tokens, {:.1f} KiB "
-               "per token), max model len {}",
-               mib(weight_bytes(model.weights)), mib(cache_tokens * kv_per_token), engine.num_blocks(), engine.block_size(),
+  const WeightStats ws = weight_stats(model.weights);
+  spdlog::info("memory: weights {:.1f} MiB as stored ({}), KV cache {:.1f} MiB = {} blocks of {} tokens ({} tokens, "
+               "{:.1f} KiB per token), max model len {}",
+               mib(ws.bytes), ws.dtypes_summary(), mib(cache_tokens * kv_per_token), engine.num_blocks(), engine.block_size(),
                cache_tokens, static_cast<double>(kv_per_token) / 1024, engine.max_model_len());
 
   server::HttpServerOptions ho;

@@ -1,5 +1,6 @@
 #include "model/gguf.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 
@@ -40,7 +41,24 @@ double widen_f32(float x) {
   return d;
 }
 
+// The ggml tensor types we read, by their GGUF type id (ggml_type), and the dtype each becomes.
+struct TensorType {
+  uint32_t id;
+  DType dtype;
+};
+constexpr TensorType kTensorTypes[] = {
+    {0, DType::kF32},    {1, DType::kF16},    {30, DType::kBF16},  {2, DType::kQ4_0},  {3, DType::kQ4_1},
+    {6, DType::kQ5_0},   {7, DType::kQ5_1},   {8, DType::kQ8_0},   {10, DType::kQ2_K}, {11, DType::kQ3_K},
+    {12, DType::kQ4_K},  {13, DType::kQ5_K},  {14, DType::kQ6_K},
+};
+
 }  // namespace
+
+std::string gguf_supported_types() {
+  std::string s;
+  for (const TensorType& t : kTensorTypes) s += (s.empty() ? "" : ", ") + gguf_type_name(t.id);
+  return s;
+}
 
 std::string gguf_type_name(uint32_t type) {
   static const char* const kNames[] = {
@@ -48,7 +66,7 @@ std::string gguf_type_name(uint32_t type) {
       "Q2_K", "Q3_K", "Q4_K", "Q5_K",    "Q6_K",   "Q8_K",    "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
       "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8",  "I16",     "I32",   "I64",    "F64",    "IQ1_M",
       "BF16", "Q4_0_4_4", "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4", "IQ4_NL_4_8", "IQ4_NL_8_8",
-      "MXFP4"};
+      "MXFP4", "NVFP4", "Q1_0"};
   if (type < std::size(kNames)) return kNames[type];
   return "type " + std::to_string(type);
 }
@@ -121,15 +139,15 @@ class GgufParser {
 
     std::vector<ByteSpan> spans;
     for (Info& t : infos) {
-      DType dt;
-      switch (t.type) {
-        case 0: dt = DType::kF32; break;
-        case 1: dt = DType::kF16; break;
-        case 30: dt = DType::kBF16; break;
-        default:
-          IS_THROW(kUnsupported, "{}: tensor '{}' has type {}; only F32, F16 and BF16 are supported", f_.path_, t.name,
-                   gguf_type_name(t.type));
-      }
+      const TensorType* tt = std::find_if(std::begin(kTensorTypes), std::end(kTensorTypes),
+                                          [&](const TensorType& x) { return x.id == t.type; });
+      IS_REQUIRE(tt != std::end(kTensorTypes), kUnsupported, "{}: tensor '{}' has type {}, which is not supported ({})",
+                 f_.path_, t.name, gguf_type_name(t.type), "supported: " + gguf_supported_types());
+      const DType dt = tt->dtype;
+      const int64_t block = dtype_block(dt).elems;
+      IS_REQUIRE(t.shape.back() % block == 0, kInvalidInput,
+                 "{}: tensor '{}' of type {} has rows of {} values, not a multiple of its {}-value blocks", f_.path_,
+                 t.name, gguf_type_name(t.type), t.shape.back(), block);
       IS_REQUIRE(t.offset % alignment == 0, kInvalidInput, "{}: tensor '{}' offset {} is not aligned to {}", f_.path_,
                  t.name, t.offset, alignment);
       HostTensor view = HostTensor::view(dt, t.shape, nullptr);

@@ -1,5 +1,8 @@
 // GGUF v3 reader: metadata key/values, the tokenizer vocabulary arrays and tensors as views into
-// the memory-mapped file. Only what Llama-family models need: F32/F16/BF16 tensors.
+// the memory-mapped file. Only what Llama-family models need: F32/F16/BF16 tensors and the block
+// types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, kept as raw blocks (a view of the file, in a
+// block-quantized DType: HostTensor::to_f32 dequantizes). Other types (IQ*, TQ*, Q8_1, Q8_K,
+// MXFP4, the repacked Q4_0_4_4 ...) are refused by name.
 //
 // File layout (little-endian; v2 has the same layout):
 //   "GGUF" | u32 version | u64 n_tensors | u64 n_kv | n_kv x (string key, u32 type, value)
@@ -78,6 +81,8 @@ class GgufFile {
 
 // The ggml type name of a GGUF tensor type id ("Q4_K", "type 77" when unknown).
 std::string gguf_type_name(uint32_t type);
+// The tensor types GgufFile reads, by ggml name: "F32, F16, BF16, Q4_0, ...".
+std::string gguf_supported_types();
 
 // ModelConfig from `llama.*` metadata: rope_interleaved = true (GGUF llama rotates adjacent pairs),
 // vocab size from tokenizer.ggml.tokens, tied when there is no output.weight or it holds the same

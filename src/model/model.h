@@ -4,7 +4,9 @@
 //                               LoadOptions::seed picks other weights
 //   DIR                         HF layout: config.json + model.safetensors or sharded index,
 //                               tokenizer.json / tokenizer.model, tokenizer_config.json
-//   FILE.gguf                   GGUF v3, llama architecture, F32/F16/BF16 tensors, vocab inside
+//   FILE.gguf                   GGUF v2/v3, llama architecture, vocab inside; F32/F16/BF16 tensors
+//                               and the block types Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K (kept as
+//                               stored; the backends dequantize them)
 //   DIR or config.json with LoadOptions::random_weights: seeded random weights of that shape
 #pragma once
 #include <cstdint>

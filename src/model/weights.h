@@ -1,6 +1,10 @@
-// The tensors of a Llama-family decoder, by role, in their stored dtype (f32/f16/bf16).
+// The tensors of a Llama-family decoder, by role, in their stored dtype (f32/f16/bf16, or a GGUF
+// block-quantized type that the backends dequantize when they take the weights).
 // HF layout: linear weights are [out_features, in_features] row-major.
 #pragma once
+#include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "tensor/host_tensor.h"
@@ -28,5 +32,22 @@ struct ModelWeights {
                                 // headless embedding backbone (no logits)
   std::vector<LayerWeights> layers;
 };
+
+// Calls fn(role, tensor) for every non-empty tensor, once per storage: a tied lm_head (embed's
+// storage) is skipped. Roles: "embed", "final_norm", "lm_head", "layers.{i}.wq", ...
+void for_each_weight(const ModelWeights& w, const std::function<void(const std::string&, const HostTensor&)>& fn);
+
+// What the weights hold as stored (quantized tensors count their block bytes).
+struct WeightStats {
+  struct PerDType {
+    int64_t tensors = 0;
+    int64_t bytes = 0;
+  };
+  int64_t bytes = 0;
+  std::map<DType, PerDType> by_dtype;
+  // "q4_1 x210 (63.3 MiB), q8_0 x1 (28.7 MiB), f32 x61 (137.2 KiB)": by bytes, largest first.
+  std::string dtypes_summary() const;
+};
+WeightStats weight_stats(const ModelWeights& w);
 
 }  // namespace inferscale

@@ -1,6 +1,8 @@
 #include "backend/cuda/device_weights.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
@@ -66,7 +68,9 @@ void bind(DeviceWeights& dw, const DeviceBuffer& arena, const Layout& lay) {
   }
 }
 
-// Host staging: tensors converted to bf16 / f32 then copied to their arena offsets.
+// Host staging: tensors converted to bf16 / f32 then copied to their arena offsets. Matrices go in
+// chunks of whole rows (about 4M values: 16 MiB of f32, 8 MiB of bf16), so converting a large
+// f16 or block-quantized tensor never holds a full-size f32 or bf16 copy of it.
 class Uploader {
  public:
   explicit Uploader(DeviceBuffer& arena) : arena_(arena) {}
@@ -74,15 +78,24 @@ class Uploader {
   void matrix(const HostTensor& t, int64_t numel, size_t off, int64_t elem_offset = 0) {
     IS_REQUIRE(!t.empty() && t.numel() == numel, kInvalidInput, "weight has shape {}, expected {} elements",
                t.shape_str(), numel);
-    std::vector<uint16_t> h(static_cast<size_t>(numel));
-    if (t.dtype == DType::kBF16) {
-      std::memcpy(h.data(), t.data, static_cast<size_t>(numel) * 2);
-    } else {
-      const HostTensor f = t.to_f32();
-      const float* p = f.as<const float>();
-      for (int64_t i = 0; i < numel; ++i) h[static_cast<size_t>(i)] = f32_to_bf16(p[i]);
+    const int64_t row = t.row_size(), rows = t.num_rows();
+    const int64_t chunk_rows = std::max<int64_t>(1, kChunkValues / std::max<int64_t>(1, row));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const int64_t nr = std::min(chunk_rows, rows - r0), n = nr * row;
+      const size_t dst = off + static_cast<size_t>(elem_offset + r0 * row) * 2;
+      if (t.dtype == DType::kBF16) {
+        copy(t.as<const uint16_t>() + r0 * row, static_cast<size_t>(n) * 2, dst);
+        continue;
+      }
+      f32_.resize(static_cast<size_t>(n));
+      bf16_.resize(static_cast<size_t>(n));
+      t.rows_to_f32(r0, nr, f32_.data());
+      const float* f = f32_.data();
+      uint16_t* h = bf16_.data();
+#pragma omp parallel for schedule(static) if (n >= kChunkValues / 2)  // big chunks only, as convert_to_f32
+      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(f[i]);
+      copy(bf16_.data(), static_cast<size_t>(n) * 2, dst);
     }
-    copy(h.data(), static_cast<size_t>(numel) * 2, off + static_cast<size_t>(elem_offset) * 2);
   }
   void vector(const HostTensor& t, int64_t numel, size_t off, int64_t elem_offset = 0) {
     IS_REQUIRE(!t.empty() && t.numel() == numel, kInvalidInput, "weight has shape {}, expected {} elements",
@@ -95,7 +108,10 @@ class Uploader {
   void copy(const void* src, size_t bytes, size_t off) {
     CUDA_CHECK(cudaMemcpy(static_cast<char*>(arena_.data()) + off, src, bytes, cudaMemcpyHostToDevice));
   }
+  static constexpr int64_t kChunkValues = int64_t{1} << 22;
   DeviceBuffer& arena_;
+  std::vector<float> f32_;      // one chunk's values as f32
+  std::vector<uint16_t> bf16_;  // ... and as bf16
 };
 
 }  // namespace
