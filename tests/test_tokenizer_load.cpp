@@ -150,7 +150,7 @@ TEST(LoadTokenizer, TinyTokenizerJsonWorks) {
   const auto t = load_tokenizer(tmp.path.string());
   EXPECT_EQ(t.tokenizer->encode("abab<eos>"), (std::vector<int32_t>{2, 2, 3}));
   EXPECT_EQ(t.tokenizer->eos_ids(), std::vector<int32_t>{3});
-  EXPECT_EQ(t.chat.family(), ChatFamily::kNone);
+  EXPECT_EQ(t.chat.family(), ChatFamily::kPlain);  // no template, no chat tokens: the plain fallback
 }
 
 TEST(LoadTokenizer, UnsupportedFeaturesAreNamed) {
