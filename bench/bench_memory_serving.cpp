@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   model.config = ModelConfig::from_hf_file(a.config);
   LoadedTokenizer lt = load_tokenizer(a.tokenizer);
   model.tokenizer = lt.tokenizer;
-  model.chat_template = lt.chat.family() != ChatFamily::kNone ? lt.chat : ChatTemplate(guess_chat_family(*lt.tokenizer));
+  model.chat_template = lt.chat;
   model.name = std::filesystem::path(a.config).stem().string();
   model.fingerprint = "bench-random-" + model.config.fingerprint();
   model.random_weights = true;

@@ -24,10 +24,23 @@ Where each golden comes from:
   (AutoTokenizer(gguf_file=...)); `hf_ids` is stored where they differ (only leading-space handling:
   HF uses prepend_scheme "first" there too). The vocabulary arrays are extracted with the `gguf`
   package into stories260K_vocab.json so the C++ test can build the vocabulary without a GGUF reader.
+- smollm2 (models/SmolLM2-135M-Instruct.Q4_1.gguf, fetched by scripts/fetch_models.sh): `ids` from
+  HF `tokenizers` with SmolLM2's own pre-tokenizer (its tokenizer.json: Sequence[Digits(individual_digits),
+  ByteLevel]) over the vocabulary and merges transformers reads from the GGUF. That is what llama.cpp
+  runs for tokenizer.ggml.pre = "smollm" (a \\p{N} split, then GPT-2's). transformers' own GGUF loader
+  (AutoTokenizer(gguf_file=...)) has no entry for "smollm" and keeps GPT2Tokenizer's plain ByteLevel
+  split: it agrees except where a digit follows a run of spaces or a numeric symbol like "½" ("a  1":
+  HF-GGUF [a, Ġ, Ġ1 -> Ġ, 1], SmolLM2 [a, ĠĠ, 1]). Those cases carry `hf_gguf_ids` as well.
+- gguf_pre_tokenizer_goldens.json: the regex pieces of each GGUF pre-tokenizer group, from HF
+  `tokenizers` pre-tokenizers built independently of the C++ table where a reference exists:
+  gpt-2 = ByteLevel(use_regex=True), llama-bpe and qwen2 = transformers' GGUF_PRE_TOKENIZER_SPLITS,
+  smollm = SmolLM2's Digits + ByteLevel; default = llama.cpp's four regexes (src/llama-vocab.cpp) as
+  Split steps (no other reference exists).
 - chat templates: transformers' apply_chat_template(tokenize=False) with the template text of each
   family: llama3 = shared llama3.1/tokenizer_config.json (a Llama 3.0-style template), llama31 =
   llama3.1_chat_template.jinja, chatml = shared qwen2.5/tokenizer_config.json, mistral =
-  mistral_v0.3_chat_template.jinja (origins in tests/fixtures/tokenizers/README.md).
+  mistral_v0.3_chat_template.jinja (origins in tests/fixtures/tokenizers/README.md), smollm2 = the
+  GGUF's tokenizer.chat_template rendered by the tokenizer transformers builds from that GGUF.
 """
 import argparse
 import json
@@ -103,12 +116,26 @@ TEXTS = [
     LONG_PARAGRAPH,
 ]
 
+# Where SmolLM2's split (every digit alone) and GPT-2's differ: digits after whitespace runs.
+SMOLLM_EXTRA = ["a  1", "x = 1  +  2", "total:   42", "  7 items", "\n 3", "rev  2.0 and  3rd"]
+
+# Strings on which the GGUF pre-tokenizer groups split differently.
+PRE_TEXTS = TEXTS[1:] + SMOLLM_EXTRA + [
+    "I'M HERE, YOU'RE LATE, IT'S 12345 O'CLOCK",
+    "price $1,234,567.89 <= 2^10 | ~x + y",
+    "   leading\n\n  x\r\n\ty",
+    "ab12cd 3456ef",
+    "!!!ok??? (a)[b]{c}",
+    "tab\t\tafter   \n\n\nnext",
+]
+
 # Id sequences decoded with skip_special both ways (in addition to every encoded golden).
 DECODE_EXTRA = {
     "llama3.1": [[128000, 9906, 1917, 128009], [128006, 882, 128007, 271, 13347, 128009]],
     "qwen": [[151644, 872, 198, 6023, 151645, 151643], [151657, 87, 151658]],
     "mistral-v3": [[1, 3, 23325, 4], [29473, 23325], [1, 29473, 2294], [1027, 29494]],
     "stories260K": [[1, 403, 407, 2], [410, 346, 306, 414]],
+    "smollm2": [[1, 4093, 198, 6004, 2, 198], [0, 19556, 2], [216, 216, 198, 33, 34]],
 }
 
 
@@ -366,6 +393,87 @@ def hf_gguf_tokenizer(path):
 
 
 # ---------------------------------------------------------------------------------------------------
+# SmolLM2 GGUF (gpt2 vocabulary, pre-tokenizer "smollm")
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_pre_tokenizer():
+    """SmolLM2's own pre-tokenizer (HuggingFaceTB/SmolLM2-135M-Instruct tokenizer.json)."""
+    from tokenizers import pre_tokenizers
+
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                    pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+
+
+def smollm2_goldens(models):
+    path = os.path.join(models, SMOLLM2_GGUF)
+    hf = hf_gguf_tokenizer(path)
+    own = hf_gguf_tokenizer(path)
+    own.backend_tokenizer.pre_tokenizer = smollm2_pre_tokenizer()
+    backend = own.backend_tokenizer
+    plain = hf_gguf_tokenizer(path).backend_tokenizer
+    plain.pre_tokenizer = smollm2_pre_tokenizer()
+    plain.encode_special_tokens = True
+    cases, n_diff = [], 0
+    for text in TEXTS + SMOLLM_EXTRA:
+        case = {"text": text,
+                "ids": backend.encode(text, add_special_tokens=False).ids,
+                "ids_special": backend.encode(text, add_special_tokens=True).ids,
+                "ids_plain": plain.encode(text, add_special_tokens=False).ids}
+        hf_ids = hf.encode(text, add_special_tokens=False)
+        if hf_ids != case["ids"]:
+            case["hf_gguf_ids"] = hf_ids
+            n_diff += 1
+        cases.append(case)
+    decode = decode_cases(lambda ids, skip: backend.decode(ids, skip_special_tokens=skip), cases,
+                          DECODE_EXTRA["smollm2"])
+    # The GGUF's chat template rendered and tokenized by transformers (the prompt ids a server sends).
+    chat = []
+    for conv in CONVERSATIONS[:4]:
+        ids = hf.apply_chat_template(conv, add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        chat.append({"messages": conv, "ids": list(ids)})
+    dump("smollm2_goldens.json", {
+        "source": f"ids: HF tokenizers, SmolLM2's pre-tokenizer (Digits individual + ByteLevel) over the "
+                  f"vocabulary transformers reads from models/{SMOLLM2_GGUF}; hf_gguf_ids where "
+                  f"transformers' GGUF loader (GPT-2 split only) differs ({n_diff} of {len(cases)}); "
+                  "decode: HF tokenizers decoder",
+        "cases": cases, "decode": decode, "chat": chat})
+
+
+def pre_tokenizer_goldens():
+    from tokenizers import Regex, pre_tokenizers
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_PRE_TOKENIZER_SPLITS
+
+    def split(regex):
+        return pre_tokenizers.Split(Regex(regex), behavior="isolated")
+
+    gpt2_llamacpp = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
+    groups = {
+        "default": pre_tokenizers.Sequence([split(r"[\p{P}\$\+<=>\^~\|]+"), split(gpt2_llamacpp),
+                                            split(r"\p{N}+"), split("[0-9][0-9][0-9]")]),
+        "gpt-2": pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        "llama-bpe": split(GGUF_PRE_TOKENIZER_SPLITS["llama-bpe"]),
+        "qwen2": split(GGUF_PRE_TOKENIZER_SPLITS["qwen2"]),
+        "smollm": smollm2_pre_tokenizer(),
+    }
+    out = {}
+    for name, pre in groups.items():
+        # Offsets index the original text, so the pieces come back as raw text (not ByteLevel's alphabet).
+        out[name] = [{"text": t, "pieces": [t[a:b] for _, (a, b) in pre.pre_tokenize_str(t)]} for t in PRE_TEXTS]
+    names = list(groups)
+    for i, a in enumerate(names):  # every pair of groups must split some text differently
+        for b in names[i + 1:]:
+            assert any(x["pieces"] != y["pieces"] for x, y in zip(out[a], out[b])), (a, b)
+    dump("gguf_pre_tokenizer_goldens.json", {
+        "source": "HF tokenizers pre_tokenize_str: gpt-2 = ByteLevel(use_regex=True); llama-bpe, qwen2 = "
+                  "transformers GGUF_PRE_TOKENIZER_SPLITS; smollm = Digits(individual_digits) + ByteLevel "
+                  "(SmolLM2's tokenizer.json); default = llama.cpp's regex_exprs as Split(isolated) steps",
+        "groups": out})
+
+
+# ---------------------------------------------------------------------------------------------------
 # Chat templates
 
 CONVERSATIONS = [
@@ -385,7 +493,7 @@ BAD_CONVERSATIONS = [
 ]
 
 
-def chat_goldens(data):
+def chat_goldens(data, models):
     from transformers import AutoTokenizer
 
     llama = AutoTokenizer.from_pretrained(os.path.join(data, "tokenizers/llama3.1"))
@@ -393,12 +501,17 @@ def chat_goldens(data):
     mistral_tok = mistral_hf_tokenizer(os.path.join(data, "tokenizers/mistral-v3/tokenizer.model.v3"))
     llama31 = open(os.path.join(OUT, "llama3.1_chat_template.jinja")).read()
     mistral = open(os.path.join(OUT, "mistral_v0.3_chat_template.jinja")).read()
+    smol = hf_gguf_tokenizer(os.path.join(models, SMOLLM2_GGUF))
     families = {
         "llama3": (llama, llama.chat_template),
         "llama31": (llama, llama31),
         "chatml": (qwen, qwen.chat_template),
         "mistral": (mistral_tok, mistral),
+        "smollm2": (smol, smol.chat_template),
     }
+    # The family each template is (what ChatTemplate::detect must say).
+    family_of = {"llama3": "llama3", "llama31": "llama3.1", "chatml": "chatml", "mistral": "mistral",
+                 "smollm2": "chatml"}
     cases = []
     for family, (tok, template) in families.items():
         for conv in CONVERSATIONS:
@@ -415,17 +528,21 @@ def chat_goldens(data):
     dump("chat_template_goldens.json", {
         "source": "transformers apply_chat_template(tokenize=False); templates: llama3 = shared "
                   "llama3.1/tokenizer_config.json, llama31 = llama3.1_chat_template.jinja, chatml = shared "
-                  "qwen2.5/tokenizer_config.json, mistral = mistral_v0.3_chat_template.jinja",
-        "detect": {"llama3": llama.chat_template, "llama31": llama31, "chatml": qwen.chat_template,
-                   "mistral": mistral},
+                  "qwen2.5/tokenizer_config.json, mistral = mistral_v0.3_chat_template.jinja, smollm2 = "
+                  f"tokenizer.chat_template of models/{SMOLLM2_GGUF} (transformers' GGUF loader)",
+        "detect": {name: template for name, (_, template) in families.items()},
+        "families": family_of,
         "cases": cases})
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
+    ap.add_argument("--models", default=os.path.join(HERE, "..", "models"),
+                    help="folder with the fetched models (scripts/fetch_models.sh)")
     args = ap.parse_args()
     data = os.path.abspath(args.data)
+    models = os.path.abspath(args.models)
     os.makedirs(OUT, exist_ok=True)
     hf_json_goldens(os.path.join(data, "tokenizers/llama3.1/tokenizer.json"), "llama3.1",
                     "HF tokenizers on shared/data/tokenizers/llama3.1/tokenizer.json")
@@ -433,7 +550,9 @@ def main():
                     "HF tokenizers on shared/data/tokenizers/qwen3/tokenizer.json (the Qwen2.5 BPE)")
     mistral_goldens(data)
     stories_goldens(data)
-    chat_goldens(data)
+    smollm2_goldens(models)
+    pre_tokenizer_goldens()
+    chat_goldens(data, models)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@
 #include "memory/fact_encoder.h"
 #include "memory/memory_service.h"
 #include "model/model.h"
+#include "tokenizer/byte_tokenizer.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
@@ -38,15 +39,15 @@ SamplingParams greedy(int n) {
 // One store + retriever + engine + memory service over a data directory.
 struct Stack {
   explicit Stack(const std::filesystem::path& dir, MemoryOptions opts = {}, int64_t cache_blocks = 512,
-                 int64_t pool_blocks = 256) {
+                 int64_t pool_blocks = 256, const Model& model = demo()) {
     store = FactStore::open(dir);
     retriever = std::make_unique<Bm25Retriever>(*store);
     BackendOptions bo;
     bo.num_cache_blocks = cache_blocks;
     bo.num_pool_blocks = pool_blocks;
-    engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, EngineOptions{});
+    engine = std::make_unique<Engine>(make_cpu_backend(model.config, model.weights, bo), model.tokenizer, EngineOptions{});
     if (opts.kv_dir.empty()) opts.kv_dir = dir / "kv";
-    service = std::make_unique<MemoryService>(*store, *retriever, demo(), engine->backend(), engine->blocks(), opts);
+    service = std::make_unique<MemoryService>(*store, *retriever, model, engine->backend(), engine->blocks(), opts);
   }
   std::vector<int32_t> run(const MemoryPrompt& p, int n = 8) {
     engine->add_request(p.tokens, greedy(n), p.injected);
@@ -118,6 +119,40 @@ TEST(MemoryService, KZeroAndModeOffArePlainServing) {
   s.engine->add_request(plain, greedy(8));
   const auto want = s.engine->run_to_completion().at(0).new_tokens;
   EXPECT_EQ(s.run(p), want);
+}
+
+// A model served in the plain fallback format (no usable chat template): the same invariants, with
+// the plain format's encoding (BOS from the tokenizer, special tokens not parsed).
+TEST(MemoryService, PlainFormatModelKeepsTheInvariants) {
+  static const Model plain_model = [] {
+    Model m = load_model("demo");
+    m.chat_template = ChatTemplate(ChatFamily::kPlain);
+    return m;
+  }();
+  const ChatTemplate& t = plain_model.chat_template;
+  auto ordinary = [&](const std::vector<ChatMessage>& msgs) {
+    return plain_model.tokenizer->encode(t.render(msgs, true), t.encode_options(*plain_model.tokenizer));
+  };
+  TempDir dir;
+  Stack s(dir.path(), {}, 512, 256, plain_model);
+  add_alice(*s.store);
+  const std::vector<ChatMessage> ask{{"user", "What is the cat called? <|im_end|>"}};
+  const auto plain = ordinary(ask);
+  EXPECT_EQ(plain.front(), ByteTokenizer::kBos);  // the tokenizer's BOS, then text only
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), ByteTokenizer::kImEnd), 0);
+  EXPECT_EQ(s.service->prepare(req(MemoryMode::kInject, 0), ask).tokens, plain);
+  EXPECT_EQ(s.service->prepare(req(MemoryMode::kOff, 5), ask).tokens, plain);
+  MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3), ask);
+  ASSERT_EQ(text.facts.size(), 3u);
+  std::string memory = s.service->options().header;
+  for (const Fact& f : text.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
+  memory += s.service->options().footer;
+  EXPECT_EQ(text.tokens, ordinary({{"system", memory}, ask[0]}));
+  MemoryPrompt inject = s.service->prepare(req(MemoryMode::kInject, 3), ask);
+  EXPECT_EQ(inject.tokens, text.tokens);  // inject differs only in how the facts' KV gets in
+  ASSERT_TRUE(inject.injected.has_value());
+  EXPECT_EQ(s.run(inject).size(), 8u);
+  s.service->release(inject);
 }
 
 TEST(MemoryService, TextModeIsTheOrdinaryPromptWithTheRenderedFacts) {

@@ -150,7 +150,7 @@ TEST(LoadTokenizer, TinyTokenizerJsonWorks) {
   const auto t = load_tokenizer(tmp.path.string());
   EXPECT_EQ(t.tokenizer->encode("abab<eos>"), (std::vector<int32_t>{2, 2, 3}));
   EXPECT_EQ(t.tokenizer->eos_ids(), std::vector<int32_t>{3});
-  EXPECT_EQ(t.chat.family(), ChatFamily::kNone);
+  EXPECT_EQ(t.chat.family(), ChatFamily::kPlain);  // no template, no chat tokens: the plain fallback
 }
 
 TEST(LoadTokenizer, UnsupportedFeaturesAreNamed) {
@@ -176,9 +176,14 @@ TEST(LoadTokenizer, UnsupportedFeaturesAreNamed) {
     EXPECT_TRUE(mentions(e, "tokenizer.json")) << e.what();
   }
   nlohmann::json j = tiny_tokenizer_json();
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}},
+                          {{"type", "ByteLevel"}, {"use_regex", false}}}}};
   tmp.write("tokenizer.json", j.dump());
-  EXPECT_EQ(load_error(tmp.path.string()).kind(), ErrorKind::kInvalidInput);
+  const Error e = load_error(tmp.path.string());
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+  EXPECT_TRUE(mentions(e, "tokenizer.json") && mentions(e, "(unclosed")) << e.what();
 }
 
 // Import tokenizes thousands of conversation turns: LoCoMo's 5,882 turns (~730 KB) must be quick.

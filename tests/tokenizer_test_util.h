@@ -3,6 +3,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -10,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/byte_level.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,5 +53,39 @@ inline std::shared_ptr<GgufSpmTokenizer> stories_from_fixture() {
 }
 
 inline std::vector<int32_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
+
+// A fetched model file (scripts/fetch_models.sh puts them in the repository's models/ folder).
+inline std::string repo_model(const std::string& name) {
+  return std::string(INFERSCALE_FIXTURES) + "/../../models/" + name;
+}
+
+// The 256 single-byte tokens in GPT-2's byte-level spelling, ids 0..255 in byte order.
+inline std::vector<std::string> byte_level_tokens() {
+  std::vector<std::string> t;
+  for (int b = 0; b < 256; ++b) t.push_back(byte_level_char(static_cast<unsigned char>(b)));
+  return t;
+}
+
+// Collects what spdlog's default logger prints while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(256)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  // The lines printed so far that contain `part` (formatted, level included).
+  size_t count(const std::string& part) const {
+    size_t n = 0;
+    for (const std::string& line : sink_->last_formatted())
+      if (line.find(part) != std::string::npos) ++n;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink_;
+};
 
 }  // namespace inferscale::test

@@ -1,5 +1,6 @@
 // inferscale info: the model's config, parameter count and memory needs, as text or JSON.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -24,8 +25,20 @@ void run_info(const ModelArgs& a, bool as_json) {
   j["fingerprint"] = m.fingerprint;
   j["config"] = c.to_json();
   j["parameters"] = c.num_parameters();
-  j["tokenizer"] = {{"kind", m.tokenizer->kind()}, {"vocab_size", m.tokenizer->vocab_size()},
-                    {"chat_template", chat_family_name(m.chat_template.family())}};
+  const Tokenizer& tok = *m.tokenizer;
+  const std::string pre = tok.pre_tokenizer();
+  std::vector<std::string> eos;
+  for (const int32_t id : tok.eos_ids()) eos.push_back(tok.id_to_token(id));
+  j["tokenizer"] = {{"kind", tok.kind()},
+                    {"pre_tokenizer", pre.empty() ? nlohmann::json(nullptr) : nlohmann::json(pre)},
+                    {"vocab_size", tok.vocab_size()},
+                    {"bos", tok.bos_id() ? nlohmann::json(tok.id_to_token(*tok.bos_id())) : nlohmann::json(nullptr)},
+                    {"adds_bos", tok.adds_bos()},
+                    {"eos", eos},
+                    {"chat_template", chat_family_name(m.chat_template.family())},
+                    {"default_system_prompt", m.chat_template.default_system().empty()
+                                                  ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(m.chat_template.default_system())}};
   const WeightStats ws = weight_stats(m.weights);
   nlohmann::json stored = nlohmann::json::object();
   for (const auto& [dt, d] : ws.by_dtype) stored[std::string(dtype_name(dt))] = {{"tensors", d.tensors}, {"bytes", d.bytes}};
@@ -53,8 +66,14 @@ void run_info(const ModelArgs& a, bool as_json) {
               quantized ? "; block-quantized tensors are dequantized at load (f32 on the CPU, bf16 on the GPU)" : "");
   std::printf("KV cache     %lld bytes/token in bf16 (%s per 100k tokens), %lld in f32\n", (long long)c.kv_bytes_per_token(2),
               gib(static_cast<double>(c.kv_bytes_per_token(2)) * 1e5).c_str(), (long long)c.kv_bytes_per_token(4));
-  std::printf("tokenizer    %s, %d tokens, chat template %s\n", m.tokenizer->kind().c_str(), m.tokenizer->vocab_size(),
-              chat_family_name(m.chat_template.family()));
+  std::printf("tokenizer    %s%s, %d tokens, BOS %s%s, end of generation %s\n", tok.kind().c_str(),
+              pre.empty() ? "" : (" (pre-tokenizer " + pre + ")").c_str(), tok.vocab_size(),
+              tok.bos_id() ? tok.id_to_token(*tok.bos_id()).c_str() : "none", tok.adds_bos() ? " (added)" : "",
+              fmt::format("{}", fmt::join(eos, " ")).c_str());
+  std::printf("chat         %s%s\n", chat_family_name(m.chat_template.family()),
+              m.chat_template.default_system().empty()
+                  ? ""
+                  : (" (default system prompt: \"" + m.chat_template.default_system() + "\")").c_str());
   std::printf("fingerprint  %s\n", m.fingerprint.c_str());
 }
 

@@ -46,9 +46,10 @@ Model load_model_from_args(const ModelArgs& a) {
   else if (a.random_dtype == "bf16") lo.random_dtype = DType::kBF16;
   else IS_THROW(kInvalidInput, "--random-dtype must be f32, f16 or bf16, not '{}'", a.random_dtype);
   Model m = load_model(a.model, lo);
-  spdlog::info("model {} ({}, {} layers, hidden {}, vocab {}), tokenizer {}, chat template {}", m.name,
+  const std::string pre = m.tokenizer->pre_tokenizer();
+  spdlog::info("model {} ({}, {} layers, hidden {}, vocab {}), tokenizer {}{}, chat template {}", m.name,
                m.config.architecture, m.config.num_layers, m.config.hidden_size, m.config.vocab_size, m.tokenizer->kind(),
-               chat_family_name(m.chat_template.family()));
+               pre.empty() ? "" : " (pre-tokenizer " + pre + ")", chat_family_name(m.chat_template.family()));
   if (m.random_weights)
     spdlog::warn("{} has random weights: its text is meaningless (use it for plumbing and speed, not answers)", m.name);
   return m;

@@ -166,28 +166,14 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
 std::pair<std::string, std::string> MemoryService::render_around_facts(const std::vector<ChatMessage>& messages,
                                                                        bool with_memory) const {
   const std::string block = with_memory ? opts_.header + kMarker + opts_.footer : std::string();
-  std::string text;
-  if (model_.chat_template.family() == ChatFamily::kNone) {
-    // A base model: system text, memory, then the conversation's contents one per line.
-    for (const ChatMessage& m : messages)
-      if (m.role == "system") text += m.content + "\n\n";
-    text += block;
-    bool first = true;
-    for (const ChatMessage& m : messages) {
-      if (m.role == "system") continue;
-      text += (first ? "" : "\n") + m.content;
-      first = false;
-    }
-  } else {
-    std::vector<ChatMessage> msgs = messages;
-    if (with_memory) {
-      if (!msgs.empty() && msgs[0].role == "system")
-        msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + block;
-      else
-        msgs.insert(msgs.begin(), ChatMessage{"system", block});
-    }
-    text = model_.chat_template.render(msgs, true);
+  std::vector<ChatMessage> msgs = messages;
+  if (with_memory) {
+    if (!msgs.empty() && msgs[0].role == "system")
+      msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + block;
+    else
+      msgs.insert(msgs.begin(), ChatMessage{"system", block});
   }
+  const std::string text = model_.chat_template.render(msgs, true);
   if (!with_memory) return {text, {}};
   const size_t at = text.find(kMarker);
   IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
@@ -204,9 +190,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   IS_REQUIRE(w <= 1000, kInvalidInput, "memory.window must be at most 1000, got {}", w);
   IS_REQUIRE(!messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   const Tokenizer& tok = *model_.tokenizer;
-  const bool plain_prefix = model_.chat_template.family() == ChatFamily::kNone;
-  const EncodeOptions first_opts{.add_special = plain_prefix && tok.adds_bos(), .parse_special = !plain_prefix};
-  const EncodeOptions rest_opts{.add_special = false, .parse_special = !plain_prefix};
+  // The text before the facts starts the prompt (BOS where the template wants one); the rest follows.
+  const EncodeOptions first_opts = model_.chat_template.encode_options(tok);
+  const EncodeOptions rest_opts{.add_special = false, .parse_special = first_opts.parse_special};
 
   MemoryPrompt out;
   std::vector<ScoredFact> hits;

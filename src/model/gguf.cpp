@@ -77,7 +77,16 @@ class GgufParser {
  public:
   GgufParser(GgufFile& f) : f_(f), p_(f.file_->data()), size_(f.file_->size()) {}
 
-  void parse() {
+  static GgufFile read(const std::string& path, bool metadata_only) {
+    GgufFile f;
+    f.path_ = path;
+    f.file_ = MappedFile::open(path);
+    GgufParser(f).parse(metadata_only);
+    return f;
+  }
+
+  // metadata_only: stop after the key/values (GgufFile::open_metadata).
+  void parse(bool metadata_only) {
     IS_REQUIRE(size_ >= 4 && read<uint32_t>("magic") == kMagic, kInvalidInput, "{}: not a GGUF file (bad magic)",
                f_.path_);
     f_.version_ = read<uint32_t>("version");
@@ -95,6 +104,10 @@ class GgufParser {
       GgufValue v = read_value(type, key, 0);
       IS_REQUIRE(f_.metadata_.emplace(key, std::move(v)).second, kInvalidInput, "{}: duplicate metadata key '{}'",
                  f_.path_, key);
+    }
+    if (metadata_only) {
+      f_.data_offset_ = pos_;
+      return;
     }
     IS_REQUIRE(n_tensors <= remaining() / 28, kInvalidInput, "{}: tensor count {} does not fit in the file", f_.path_,
                n_tensors);
@@ -272,13 +285,8 @@ class GgufParser {
   size_t pos_ = 0;
 };
 
-GgufFile GgufFile::open(const std::string& path) {
-  GgufFile f;
-  f.path_ = path;
-  f.file_ = MappedFile::open(path);
-  GgufParser(f).parse();
-  return f;
-}
+GgufFile GgufFile::open(const std::string& path) { return GgufParser::read(path, false); }
+GgufFile GgufFile::open_metadata(const std::string& path) { return GgufParser::read(path, true); }
 
 size_t GgufFile::file_size() const { return file_->size(); }
 const uint8_t* GgufFile::header_bytes() const { return file_->data(); }

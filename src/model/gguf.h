@@ -43,6 +43,11 @@ class GgufFile {
   // offsets) or kUnsupported (version, tensor type: naming the type and the tensor).
   static GgufFile open(const std::string& path);
 
+  // The header and metadata only: tensor infos are not read (tensors() is empty, header_size()
+  // ends with the metadata), so any tensor type will do. For readers of the vocabulary and chat
+  // template (load_tokenizer). Throws as open() does for the part it reads.
+  static GgufFile open_metadata(const std::string& path);
+
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   bool has(const std::string& key) const { return metadata_.count(key) != 0; }
   const GgufValue& value(const std::string& key) const;  // kInvalidInput naming the key when absent

@@ -16,9 +16,9 @@ PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, co
   }
   PreparedPrompt p;
   if (req.kind == ApiKind::kChat) {
-    // The template writes special tokens (and BOS where the family wants it) as text.
+    // A family writes special tokens (and BOS where it wants one) as text; the plain fallback none.
     const std::string text = tmpl.render(req.messages, /*add_generation_prompt=*/true);
-    p.ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = true});
+    p.ids = tok.encode(text, tmpl.encode_options(tok));
   } else if (req.prompt_ids) {
     p.ids = *req.prompt_ids;
     const int32_t vocab = tok.vocab_size();

@@ -29,6 +29,30 @@ std::string llama3_turn(const ChatMessage& m) {
 }
 constexpr const char* kLlama3Assistant = "<|start_header_id|>assistant<|end_header_id|>\n\n";
 
+bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+// The value of a Jinja (Python-style) string literal body: \n, \t, \r, \\, \' and \" undone; other
+// escapes kept as written.
+std::string unescape(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    switch (const char c = s[++i]) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case '\\':
+      case '\'':
+      case '"': out += c; break;
+      default: out += '\\'; out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 const char* chat_family_name(ChatFamily family) {
@@ -37,16 +61,57 @@ const char* chat_family_name(ChatFamily family) {
     case ChatFamily::kLlama31: return "llama3.1";
     case ChatFamily::kChatML: return "chatml";
     case ChatFamily::kMistral: return "mistral";
+    case ChatFamily::kPlain: return "plain";
     default: return "none";
   }
 }
 
 ChatFamily ChatTemplate::detect(const std::string& jinja) {
-  if (jinja.find("<|start_header_id|>") != std::string::npos)
-    return jinja.find("Cutting Knowledge Date") != std::string::npos ? ChatFamily::kLlama31 : ChatFamily::kLlama3;
-  if (jinja.find("<|im_start|>") != std::string::npos) return ChatFamily::kChatML;
-  if (jinja.find("[INST]") != std::string::npos) return ChatFamily::kMistral;
+  if (contains(jinja, "<|start_header_id|>"))
+    return contains(jinja, "Cutting Knowledge Date") ? ChatFamily::kLlama31 : ChatFamily::kLlama3;
+  if (contains(jinja, "<|im_start|>") && contains(jinja, "<|im_end|>")) return ChatFamily::kChatML;
+  if (contains(jinja, "[INST]")) return ChatFamily::kMistral;
   return ChatFamily::kNone;
+}
+
+std::string ChatTemplate::chatml_default_system(const std::string& jinja) {
+  // Each '<|im_start|>system' that opens a string literal and continues, in the same literal, with
+  // a newline, some text and <|im_end|>. One followed by the literal's closing quote instead (as in
+  // '<|im_start|>system\n' + messages[0]['content']) writes the conversation's own system message.
+  static const std::string open = "<|im_start|>system";
+  for (size_t at = jinja.find(open); at != std::string::npos; at = jinja.find(open, at + 1)) {
+    const char quote = at > 0 ? jinja[at - 1] : '\0';
+    if (quote != '\'' && quote != '"') continue;
+    size_t i = at + open.size();
+    if (jinja.compare(i, 1, "\n") == 0) {
+      i += 1;  // a newline written as itself
+    } else if (jinja.compare(i, 2, "\\n") == 0) {
+      i += 2;  // ... or as an escape
+    } else {
+      continue;
+    }
+    const size_t end = jinja.find("<|im_end|>", i);
+    if (end == std::string::npos || end == i) continue;
+    const std::string_view body(jinja.data() + i, end - i);
+    bool closed = false;  // an unescaped quote ends the literal before <|im_end|>
+    for (size_t k = 0; k < body.size() && !closed; ++k) {
+      if (body[k] == '\\') ++k;
+      else closed = body[k] == quote;
+    }
+    if (!closed) return unescape(body);
+  }
+  return {};
+}
+
+ChatTemplate ChatTemplate::from_source(const std::string& jinja, std::string bos_text, std::string eos_text) {
+  const ChatFamily family = detect(jinja);
+  return ChatTemplate(family, std::move(bos_text), std::move(eos_text),
+                      family == ChatFamily::kChatML ? chatml_default_system(jinja) : std::string());
+}
+
+EncodeOptions ChatTemplate::encode_options(const Tokenizer& tok) const {
+  if (family_ == ChatFamily::kPlain) return {.add_special = tok.adds_bos(), .parse_special = false};
+  return {.add_special = false, .parse_special = true};
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
@@ -79,7 +144,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
       break;
     }
     case ChatFamily::kChatML: {
-      if (!has_system) out = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
+      if (!has_system && !default_system_.empty()) out = "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
       for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       break;
@@ -107,6 +172,11 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
         }
       }
       break;  // the template has no generation prompt: the prompt already ends with [/INST]
+    }
+    case ChatFamily::kPlain: {
+      for (const ChatMessage& m : messages) out += m.role + ": " + m.content + "\n";
+      if (add_generation_prompt) out += "assistant:";
+      break;
     }
     default:
       break;

@@ -60,7 +60,9 @@ class GgufSpmTokenizer : public TokenizerBase {
   std::vector<std::string> bytes_;  // decoded bytes per id
 };
 
-// The tokenizer of a GGUF file whose tokenizer.ggml.model is "llama"; kUnsupported for other models.
+// The tokenizer of a GGUF file: tokenizer.ggml.model "llama" -> GgufSpmTokenizer, "gpt2" -> the
+// byte-level BPE of gguf_bpe.h; kUnsupported for other models. Reads metadata only, so a file opened
+// with GgufFile::open_metadata will do. Errors name the file.
 std::shared_ptr<const Tokenizer> make_gguf_tokenizer(const GgufFile& file);
 
 }  // namespace inferscale

@@ -3,9 +3,8 @@
 #include <fstream>
 #include <functional>
 
-#include "tokenizer/byte_level.h"
 #include "tokenizer/json_file.h"
-#include "tokenizer/utf8.h"
+#include "tokenizer/pre_tokenizers.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -13,21 +12,9 @@ namespace {
 
 using nlohmann::json;
 
-// GPT-2's split, used by ByteLevel(use_regex=true).
-constexpr const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-// Qwen2's split (single digits), used with the slow files.
-constexpr const char* kQwen2Regex =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
 std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
 
 bool flag(const json& j, const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); }
-
-// The raw bytes of a byte-level token string; a string outside the alphabet stands for itself.
-std::string token_to_bytes(const std::string& token) {
-  auto bytes = byte_level_decode(token);
-  return bytes ? std::move(*bytes) : token;
-}
 
 AddedToken parse_added(const json& t, int32_t id) {
   AddedToken a;
@@ -47,7 +34,8 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
 }
 
 std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::string& source) {
-  std::shared_ptr<HfTokenizer> tok(new HfTokenizer());
+  BpeTokenizerSpec spec;
+  spec.pre_name = "tokenizer.json";
   auto unsupported = [&](const std::string& what) { IS_THROW(kUnsupported, "{}: unsupported {}", source, what); };
   try {
     // --- model
@@ -61,43 +49,38 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
     if (flag(m, "byte_fallback")) unsupported("BPE byte_fallback (only byte-level BPE is supported)");
 
     const json& vocab = m.at("vocab");
-    std::vector<std::string> bytes;
     for (const auto& [token, id_json] : vocab.items()) {
       const auto id = id_json.get<int64_t>();
       IS_REQUIRE(id >= 0 && id < (1 << 24), kInvalidInput, "{}: vocab id {} of '{}' is out of range", source, id, token);
-      if (static_cast<size_t>(id) >= bytes.size()) {
-        bytes.resize(static_cast<size_t>(id) + 1);
-        tok->token_text_.resize(static_cast<size_t>(id) + 1);
-      }
-      bytes[static_cast<size_t>(id)] = token_to_bytes(token);
-      tok->token_text_[static_cast<size_t>(id)] = token;
+      if (static_cast<size_t>(id) >= spec.tokens.size()) spec.tokens.resize(static_cast<size_t>(id) + 1);
+      spec.tokens[static_cast<size_t>(id)] = token;
     }
-    std::vector<std::pair<std::string, std::string>> merges;
+    auto& merges = spec.merges;
     merges.reserve(m.at("merges").size());
     for (const json& merge : m.at("merges")) {
       if (merge.is_array()) {  // ["a", "b"]
         IS_REQUIRE(merge.size() == 2, kInvalidInput, "{}: a merge pair must have 2 parts: {}", source, merge.dump());
-        merges.emplace_back(token_to_bytes(merge[0]), token_to_bytes(merge[1]));
+        merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
       } else {  // "a b"
         const auto s = merge.get<std::string>();
         const size_t sp = s.find(' ');
         IS_REQUIRE(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, kInvalidInput,
                    "{}: a merge must be two tokens separated by one space: '{}'", source, s);
-        merges.emplace_back(token_to_bytes(s.substr(0, sp)), token_to_bytes(s.substr(sp + 1)));
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       }
     }
-    tok->model_ = std::make_unique<BpeModel>(std::move(bytes), merges, flag(m, "ignore_merges"));
+    spec.ignore_merges = flag(m, "ignore_merges");
 
     // --- added tokens
     if (j.contains("added_tokens"))
-      for (const json& t : j["added_tokens"]) tok->added_.add(parse_added(t, t.at("id").get<int32_t>()));
+      for (const json& t : j["added_tokens"]) spec.added.push_back(parse_added(t, t.at("id").get<int32_t>()));
 
     // --- normalizer: none or NFC (possibly inside a Sequence)
     std::function<void(const json&)> normalizer = [&](const json& n) {
       if (n.is_null()) return;
       const std::string type = type_of(n);
       if (type == "NFC") {
-        tok->nfc_ = true;
+        spec.nfc = true;
       } else if (type == "Sequence") {
         for (const json& c : n.at("normalizers")) normalizer(c);
       } else {
@@ -123,11 +106,11 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
         } else {
           regex = "\\Q" + pat.at("String").get<std::string>() + "\\E";
         }
-        tok->splits_.push_back(std::make_unique<RegexSplitter>(regex));
+        spec.splits.push_back(std::move(regex));
       } else if (type == "ByteLevel") {
         byte_level = true;
-        tok->prefix_space_ = flag(p, "add_prefix_space");
-        if (p.value("use_regex", true)) tok->splits_.push_back(std::make_unique<RegexSplitter>(kGpt2Regex));
+        spec.prefix_space = flag(p, "add_prefix_space");
+        if (p.value("use_regex", true)) spec.splits.push_back(kGpt2SplitRegex);
       } else {
         unsupported("pre_tokenizer type '" + type + "'");
       }
@@ -161,7 +144,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
           } else {
             const auto name = item.at("SpecialToken").at("id").get<std::string>();
             const json& ids = p.at("special_tokens").at(name).at("ids");
-            auto& dst = seen_a ? tok->suffix_ : tok->prefix_;
+            auto& dst = seen_a ? spec.suffix : spec.prefix;
             for (const json& id : ids) dst.push_back(id.get<int32_t>());
           }
         }
@@ -173,31 +156,27 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
   } catch (const nlohmann::json::exception& e) {
     IS_THROW(kInvalidInput, "{}: malformed tokenizer.json: {}", source, e.what());
   }
-  tok->finish();
-  return tok;
+  return make(std::move(spec), source);
 }
 
 std::shared_ptr<HfTokenizer> HfTokenizer::from_qwen2_files(const std::string& vocab_json,
                                                            const std::string& merges_txt, const json& config) {
-  std::shared_ptr<HfTokenizer> tok(new HfTokenizer());
+  BpeTokenizerSpec spec;
+  spec.pre_name = "qwen2";
   const json vocab = read_tokenizer_json(vocab_json);
-  std::vector<std::string> bytes;
   try {
     for (const auto& [token, id_json] : vocab.items()) {
-      const auto id = static_cast<size_t>(id_json.get<int32_t>());
-      if (id >= bytes.size()) {
-        bytes.resize(id + 1);
-        tok->token_text_.resize(id + 1);
-      }
-      bytes[id] = token_to_bytes(token);
-      tok->token_text_[id] = token;
+      const auto id = id_json.get<int64_t>();
+      IS_REQUIRE(id >= 0 && id < (1 << 24), kInvalidInput, "{}: vocab id {} of '{}' is out of range", vocab_json, id,
+                 token);
+      if (static_cast<size_t>(id) >= spec.tokens.size()) spec.tokens.resize(static_cast<size_t>(id) + 1);
+      spec.tokens[static_cast<size_t>(id)] = token;
     }
   } catch (const json::exception& e) {
     IS_THROW(kInvalidInput, "{}: malformed vocabulary: {}", vocab_json, e.what());
   }
   std::ifstream in(merges_txt);
   IS_REQUIRE(in.good(), kNotFound, "cannot open {}", merges_txt);
-  std::vector<std::pair<std::string, std::string>> merges;
   std::string line;
   for (size_t n = 1; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -205,72 +184,22 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_qwen2_files(const std::string& vo
     const size_t sp = line.find(' ');
     IS_REQUIRE(sp != std::string::npos, kInvalidInput, "{}:{}: a merge must be two tokens separated by a space",
                merges_txt, n);
-    merges.emplace_back(token_to_bytes(line.substr(0, sp)), token_to_bytes(line.substr(sp + 1)));
+    spec.merges.emplace_back(line.substr(0, sp), line.substr(sp + 1));
   }
-  tok->model_ = std::make_unique<BpeModel>(std::move(bytes), merges, false);
   if (config.contains("added_tokens_decoder"))
     for (const auto& [id, t] : config["added_tokens_decoder"].items())
-      tok->added_.add(parse_added(t, static_cast<int32_t>(std::stoi(id))));
-  tok->nfc_ = true;
-  tok->splits_.push_back(std::make_unique<RegexSplitter>(kQwen2Regex));
-  tok->finish();
-  return tok;
+      spec.added.push_back(parse_added(t, static_cast<int32_t>(std::stoi(id))));
+  spec.nfc = true;
+  spec.splits.push_back(kQwen2SplitRegex);
+  return make(std::move(spec), merges_txt);
 }
 
-void HfTokenizer::finish() {
-  vocab_size_ = std::max(model_->size(), added_.max_id() + 1);
-  SpecialIds s;
-  if (!prefix_.empty()) s.bos = prefix_.front();
-  s.add_bos = !prefix_.empty();
-  s.eos = known_end_ids(*this);
-  set_specials(std::move(s));
-}
-
-std::vector<int32_t> HfTokenizer::encode(std::string_view text, const EncodeOptions& opts) const {
-  std::string repaired;
-  text = utf8_repaired(text, repaired);
-  std::vector<int32_t> ids;
-  if (opts.add_special) ids = prefix_;
-  std::vector<std::string_view> words, next;
-  for (const TextPiece& piece : added_.split(text, opts.parse_special)) {
-    if (piece.id >= 0) {
-      ids.push_back(piece.id);
-      continue;
-    }
-    std::string normalized = nfc_ ? utf8_nfc(piece.text) : std::string(piece.text);
-    if (prefix_space_ && !normalized.empty() && normalized[0] != ' ') normalized.insert(0, 1, ' ');
-    words.assign(1, normalized);
-    for (const auto& splitter : splits_) {
-      next.clear();
-      for (const std::string_view w : words) splitter->split(w, next);
-      words.swap(next);
-    }
-    for (const std::string_view w : words) model_->encode_word(w, ids);
+std::shared_ptr<HfTokenizer> HfTokenizer::make(BpeTokenizerSpec spec, const std::string& source) {
+  try {
+    return std::shared_ptr<HfTokenizer>(new HfTokenizer(std::move(spec)));
+  } catch (const Error& e) {
+    throw Error(e.kind(), source + ": " + e.what());
   }
-  if (opts.add_special) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
-  return ids;
-}
-
-std::string HfTokenizer::token_bytes(int32_t id, bool skip_special) const {
-  require_id(id);
-  if (const AddedToken* t = added_.find(id)) return t->special && skip_special ? std::string() : t->content;
-  return id < model_->size() ? model_->bytes(id) : std::string();
-}
-
-bool HfTokenizer::is_special(int32_t id) const {
-  const AddedToken* t = added_.find(id);
-  return t != nullptr && t->special;
-}
-
-std::optional<int32_t> HfTokenizer::token_to_id(std::string_view token) const {
-  if (auto id = added_.id_of(token)) return id;
-  return model_->id(token_to_bytes(std::string(token)));
-}
-
-std::string HfTokenizer::id_to_token(int32_t id) const {
-  require_id(id);
-  if (const AddedToken* t = added_.find(id)) return t->content;
-  return static_cast<size_t>(id) < token_text_.size() ? token_text_[static_cast<size_t>(id)] : std::string();
 }
 
 }  // namespace inferscale

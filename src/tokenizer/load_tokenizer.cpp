@@ -4,20 +4,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include <spdlog/spdlog.h>
+
+#include "model/gguf.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/json_file.h"
 #include "tokenizer/spm_tokenizer.h"
 #include "util/check.h"
-
-// The GGUF reader (src/model/gguf.cpp) comes with branch model; byte_spans.h arrives in the same
-// commit. TODO(tok): drop this switch once the reader is on main.
-#if __has_include("model/byte_spans.h")
-#include "model/gguf.h"
-#include "tokenizer/gguf_vocab.h"
-#define INFERSCALE_HAVE_GGUF_READER 1
-#else
-#define INFERSCALE_HAVE_GGUF_READER 0
-#endif
 
 namespace inferscale {
 namespace {
@@ -72,23 +66,44 @@ ChatFamily guess_chat_family(const Tokenizer& tok) {
   return ChatFamily::kNone;
 }
 
-// A GGUF file carries its vocabulary, specials and chat template in its metadata.
+ChatTemplate resolve_chat_template(const std::string& jinja, const Tokenizer& tok, std::string bos_text,
+                                   std::string eos_text, const std::string& origin) {
+  ChatTemplate t = ChatTemplate::from_source(jinja, bos_text, eos_text);
+  if (t.family() != ChatFamily::kNone) {
+    if (t.family() == ChatFamily::kChatML && jinja.find("<think>") != std::string::npos)
+      spdlog::warn("{}: the chat template writes reasoning blocks (<think>); they are not rendered: assistant "
+                   "turns are plain ChatML", origin);
+    return t;
+  }
+  ChatFamily family = guess_chat_family(tok);
+  const char* fallback = family == ChatFamily::kNone ? "the plain format (\"role: content\" lines)"
+                                                     : chat_family_name(family);
+  if (family == ChatFamily::kNone) family = ChatFamily::kPlain;
+  if (jinja.empty())
+    spdlog::warn("{}: no chat template; chat requests use {}", origin, fallback);
+  else
+    spdlog::warn("{}: chat template not recognized (none of llama3, chatml, mistral); chat requests use {}", origin,
+                 fallback);
+  return ChatTemplate(family, std::move(bos_text), std::move(eos_text));
+}
+
+namespace {
+
+// A GGUF file carries its vocabulary, specials and chat template in its metadata; the tensors are
+// not looked at (any tensor type will do).
 LoadedTokenizer load_gguf(const std::string& path) {
-#if INFERSCALE_HAVE_GGUF_READER
-  const GgufFile file = GgufFile::open(path);
+  const GgufFile file = GgufFile::open_metadata(path);
   LoadedTokenizer out;
   out.tokenizer = make_gguf_tokenizer(file);
   const std::string jinja = file.has("tokenizer.chat_template") ? file.get_string("tokenizer.chat_template") : "";
-  const ChatFamily family = jinja.empty() ? guess_chat_family(*out.tokenizer) : ChatTemplate::detect(jinja);
   const auto bos = out.tokenizer->bos_id();
   const auto eos = out.tokenizer->eos_ids();
-  out.chat = ChatTemplate(family, bos ? out.tokenizer->id_to_token(*bos) : "",
-                          eos.empty() ? "" : out.tokenizer->id_to_token(eos[0]));
+  out.chat = resolve_chat_template(jinja, *out.tokenizer, bos ? out.tokenizer->id_to_token(*bos) : "",
+                                   eos.empty() ? "" : out.tokenizer->id_to_token(eos[0]), path);
   return out;
-#else
-  IS_THROW(kUnsupported, "{}: GGUF tokenizers need the GGUF reader, which this build lacks", path);
-#endif
 }
+
+}  // namespace
 
 LoadedTokenizer load_tokenizer(const std::string& path) {
   const fs::path p(path);
@@ -144,11 +159,8 @@ LoadedTokenizer load_tokenizer(const std::string& path) {
   tok->set_specials(std::move(s));
 
   LoadedTokenizer out;
-  const std::string jinja = chat_template_text(config);
-  const ChatFamily family = jinja.empty() ? guess_chat_family(*tok) : ChatTemplate::detect(jinja);
-  const auto bos_text = token_text(config, "bos_token");
-  const auto eos_text = token_text(config, "eos_token");
-  out.chat = ChatTemplate(family, bos_text.value_or(""), family == ChatFamily::kMistral ? eos_text.value_or("") : "");
+  out.chat = resolve_chat_template(chat_template_text(config), *tok, token_text(config, "bos_token").value_or(""),
+                                   token_text(config, "eos_token").value_or(""), path);
   out.tokenizer = std::move(tok);
   return out;
 }

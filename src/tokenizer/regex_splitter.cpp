@@ -57,4 +57,20 @@ void RegexSplitter::split(std::string_view text, std::vector<std::string_view>& 
   if (gap < text.size()) out.push_back(text.substr(gap));
 }
 
+RegexPreTokenizer::RegexPreTokenizer(const std::vector<std::string>& patterns) : patterns_(patterns) {
+  for (const std::string& p : patterns_) splitters_.push_back(std::make_unique<RegexSplitter>(p));
+}
+
+std::vector<std::string_view> RegexPreTokenizer::split(std::string_view text) const {
+  std::vector<std::string_view> words, next;
+  if (text.empty()) return words;
+  words.push_back(text);
+  for (const auto& splitter : splitters_) {
+    next.clear();
+    for (const std::string_view w : words) splitter->split(w, next);
+    words.swap(next);
+  }
+  return words;
+}
+
 }  // namespace inferscale

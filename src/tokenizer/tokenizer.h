@@ -1,7 +1,8 @@
-// The tokenizer interface: text <-> token ids. Implementations: byte-level BPE from an HF
-// tokenizer.json or Qwen2 slow files (hf_tokenizer.h), SentencePiece models such as Mistral v3's
-// tokenizer.model (spm_tokenizer.h), the GGUF `llama` vocabulary with scores and byte fallback
-// (gguf_vocab.h), and the byte tokenizer of the built-in demo model. load_tokenizer.h finds and
+// The tokenizer interface: text <-> token ids. Implementations: byte-level BPE (bpe_tokenizer.h) from
+// an HF tokenizer.json or Qwen2 slow files (hf_tokenizer.h) or a GGUF `gpt2` vocabulary
+// (gguf_bpe.h), SentencePiece models such as Mistral v3's tokenizer.model (spm_tokenizer.h), the
+// GGUF `llama` vocabulary with scores and byte fallback (gguf_vocab.h), and the byte tokenizer of
+// the built-in demo model. load_tokenizer.h finds and
 // loads the right one for a model directory or file. All are immutable after loading and safe to
 // use from several threads.
 #pragma once
@@ -49,8 +50,12 @@ class Tokenizer {
   virtual std::string id_to_token(int32_t id) const = 0;
   // True when encode(..., add_special=true) prepends BOS.
   virtual bool adds_bos() const = 0;
-  // Short name of the kind ("bpe", "sentencepiece", "gguf-spm", "byte") for `info` and fingerprints.
+  // Short name of the kind ("bpe", "gguf-bpe", "sentencepiece", "gguf-spm", "byte") for `info` and
+  // fingerprints.
   virtual std::string kind() const = 0;
+  // The pre-tokenizer's name for `info` ("smollm", "llama-bpe", ... for a GGUF; "tokenizer.json"); ""
+  // when the kind has none.
+  virtual std::string pre_tokenizer() const { return {}; }
 };
 
 // Streams text out of a growing list of token ids without ever emitting broken UTF-8: text is
