@@ -7,7 +7,8 @@ Run with a Python that has torch, transformers (5.x) and gguf (scripts/setup.sh'
 The reference is transformers loading the same GGUF (it dequantizes Q4_1/Q8_0 to float and undoes
 llama.cpp's q/k row permutation), run in float64 on the CPU:
 - goldens.json: for each of 3 chat conversations, the prompt text that apply_chat_template renders
-  from the GGUF's own template, its ids, and the greedy continuation (48 new tokens, EOS ignored).
+  from the GGUF's own template, its ids, and the greedy continuation (48 new tokens, each the argmax
+  of its step's logits, EOS not treated specially).
 - logits.bin + the "logits" section of goldens.json: for conversation 0, the logits at the last prompt
   token and at the first 7 greedy decode steps (teacher-forced along the greedy ids), at a fixed subset
   of ids (every 16th id and each row's top 32), little-endian float32, row-major [rows, ids].
@@ -55,10 +56,18 @@ def main():
     for conv in CONVERSATIONS:
         text = tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True)
         ids = tok(text, add_special_tokens=False)["input_ids"]
+        # Greedy by hand: the argmax of each step's logits, EOS not treated specially (as the C++ test's
+        # ignore_eos). generate() with min_new_tokens/eos_token_id=None gave another token at a 0.14 margin.
+        seq = list(ids)
         with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                 do_sample=False, eos_token_id=None, pad_token_id=tok.pad_token_id)
-        new = out[0, len(ids):].tolist()
+            past = None
+            step = torch.tensor([ids])
+            for _ in range(NEW_TOKENS):
+                out = model(step, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                seq.append(int(out.logits[0, -1].argmax()))
+                step = torch.tensor([[seq[-1]]])
+        new = seq[len(ids):]
         convs.append({"messages": conv, "prompt": text, "prompt_ids": ids, "greedy_ids": new,
                       "greedy_text": tok.decode(new)})
         print(repr(text[-60:]), "->", repr(tok.decode(new)[:80]))

@@ -98,7 +98,7 @@ TEST(SmolLM2, CpuLogitsMatchTransformers) {
   bo.num_cache_blocks = static_cast<int64_t>(seq.size()) / 16 + 2;
   auto be = make_cpu_backend(m.config, m.weights, bo);
   // The prompt in one forward, then one token per forward (decode steps).
-  const auto got = testing::run_sequence(*be, seq, first + 1, 1, want);
+  const auto got = inferscale::testing::run_sequence(*be, seq, first + 1, 1, want);
   ASSERT_EQ(got.size(), static_cast<size_t>(rows));
   double worst = 0;
   for (int32_t r = 0; r < rows; ++r) {
