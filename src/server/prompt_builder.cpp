@@ -17,7 +17,7 @@ PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, co
   PreparedPrompt p;
   if (req.kind == ApiKind::kChat) {
     // The template writes special tokens (and BOS where the family wants it) as text.
-    const std::string text = tmpl.render(req.messages, /*add_generation_prompt=*/true);
+    const std::string text = render_chat(tmpl, req.messages, req.chat_render);
     p.ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = true});
   } else if (req.prompt_ids) {
     p.ids = *req.prompt_ids;
