@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "forward_test_util.h"
+#include "forwarding_backend.h"
 #include "logprobs_test_util.h"
 #include "model/model.h"
 #include "util/check.h"
@@ -36,34 +37,19 @@ BackendOptions backend_options(int64_t num_blocks, int64_t pool_blocks = 0) {
 }
 
 // Records what every forward asked for and returned.
-class RecordingBackend final : public Backend {
+class RecordingBackend final : public test_support::ForwardingBackend {
  public:
-  explicit RecordingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   struct Call {
     ForwardBatch::Output output;
     int32_t rows;
     std::vector<float> out;
   };
   std::vector<Call> calls;
-  std::string name() const override { return "recording"; }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int32_t block_size() const override { return inner_->block_size(); }
-  int64_t num_cache_blocks() const override { return inner_->num_cache_blocks(); }
-  int64_t num_pool_blocks() const override { return inner_->num_pool_blocks(); }
-  DType pool_dtype() const override { return inner_->pool_dtype(); }
   void forward(const ForwardBatch& b, std::vector<float>& out) override {
-    inner_->forward(b, out);
+    ForwardingBackend::forward(b, out);
     calls.push_back({b.output, static_cast<int32_t>(b.output_tokens.size()), out});
   }
-  void inject(const InjectBatch& b) override { inner_->inject(b); }
-  void read_pool(const std::vector<int64_t>& s, std::vector<float>& k, std::vector<float>& v) override { inner_->read_pool(s, k, v); }
-  void write_pool(const std::vector<int64_t>& s, const std::vector<float>& k, const std::vector<float>& v) override {
-    inner_->write_pool(s, k, v);
-  }
-  void read_cache(const std::vector<int64_t>& s, std::vector<float>& k, std::vector<float>& v) override { inner_->read_cache(s, k, v); }
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
 std::unique_ptr<Engine> make_engine(int64_t num_blocks = 256, int32_t budget = 2048, std::unique_ptr<Backend> be = nullptr) {

@@ -176,7 +176,7 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   // before accepting.
   if (!accepted) report.reset();
   if (report) metrics_.record_memory(*report);
-  if (outputs.needs_prompt()) outputs.set_prompt(std::move(*served));
+  if (accepted && outputs.needs_prompt()) outputs.set_prompt(std::move(*served));
 
   if (!g.stream) {
     for (const RequestOutput& o : early) {
