@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "forwarding_backend.h"
 #include "model/model.h"
 #include "server/served_model.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -19,31 +20,19 @@ namespace inferscale::test_support {
 
 // A backend wrapper for failure and timing tests: forward() sleeps `delay_ms` first (to make
 // generations slow enough to cancel), then throws when a poisoned token is in the batch.
-class ControlledBackend final : public Backend {
+class ControlledBackend final : public ForwardingBackend {
  public:
-  ControlledBackend(std::unique_ptr<Backend> inner, int32_t poison) : inner_(std::move(inner)), poison_(poison) {}
+  ControlledBackend(std::unique_ptr<Backend> inner, int32_t poison) : ForwardingBackend(std::move(inner)), poison_(poison) {}
   std::atomic<int> delay_ms{0};
   std::string name() const override { return "controlled"; }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int32_t block_size() const override { return inner_->block_size(); }
-  int64_t num_cache_blocks() const override { return inner_->num_cache_blocks(); }
-  int64_t num_pool_blocks() const override { return inner_->num_pool_blocks(); }
-  DType pool_dtype() const override { return inner_->pool_dtype(); }
   void forward(const ForwardBatch& b, std::vector<float>& out) override {
     if (const int ms = delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     for (int32_t t : b.token_ids)
       if (t == poison_) throw std::runtime_error("poisoned token in the batch");
-    inner_->forward(b, out);
+    ForwardingBackend::forward(b, out);
   }
-  void inject(const InjectBatch& b) override { inner_->inject(b); }
-  void read_pool(const std::vector<int64_t>& s, std::vector<float>& k, std::vector<float>& v) override { inner_->read_pool(s, k, v); }
-  void write_pool(const std::vector<int64_t>& s, const std::vector<float>& k, const std::vector<float>& v) override {
-    inner_->write_pool(s, k, v);
-  }
-  void read_cache(const std::vector<int64_t>& s, std::vector<float>& k, std::vector<float>& v) override { inner_->read_cache(s, k, v); }
 
  private:
-  std::unique_ptr<Backend> inner_;
   int32_t poison_;
 };
 

@@ -257,7 +257,9 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
       {"stream wrong type", {{"stream", "yes"}}, "stream"},
       {"stream_options without stream", {{"stream_options", {{"include_usage", true}}}}, "stream_options"},
       {"seed wrong type", {{"seed", "x"}}, "seed"},
-      {"logprobs", {{"logprobs", true}}, "logprobs"},
+      {"logprobs wrong type", {{"logprobs", 5}}, "logprobs"},
+      {"top_logprobs over 20", {{"logprobs", true}, {"top_logprobs", 21}}, "top_logprobs"},
+      {"echo on chat", {{"echo", true}}, "echo"},
       {"penalty", {{"presence_penalty", 0.5}}, "presence_penalty"},
       {"tools", {{"tools", {{{"type", "function"}}}}}, "tools"},
       {"max_tokens past the context", {{"max_tokens", 100000}}, "max_tokens"},
@@ -291,9 +293,9 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
   EXPECT_EQ(error_of(h->post("/v1/completions", ids), 400)["param"], "prompt");
   ids["prompt"] = {"a", "b"};
   EXPECT_EQ(error_of(h->post("/v1/completions", ids), 400)["param"], "prompt");
-  json echo = completion_body("x");
-  echo["echo"] = true;
-  EXPECT_EQ(error_of(h->post("/v1/completions", echo), 400)["code"], "unsupported");
+  json lp = completion_body("x");
+  lp["logprobs"] = true;  // legacy logprobs is a count
+  EXPECT_EQ(error_of(h->post("/v1/completions", lp), 400)["param"], "logprobs");
 
   // Prompt too long: this test server's KV cache holds 64 blocks of 16 tokens.
   const json e = error_of(h->post("/v1/completions", completion_body(std::string(1100, 'a'), 4)), 400);

@@ -508,3 +508,68 @@ TEST_F(ServerMemory, ClientVectorsRetrieveByQueryVector) {
   EXPECT_TRUE(none["memory"]["facts"].empty());
   Api::fails(a.post("/v1/chat/completions", chat("hello", {{"user", "vecs"}, {"query_vector", {1.0, 0.0}}})), 400);
 }
+
+// Scoring with memory (LoCoMo's gold-answer likelihood): mode text is exactly a plain request with
+// its prompt tokens, and mode inject scores the same tokens from injected KV, finite and close.
+TEST_F(ServerMemory, LogprobsOfTextModeEqualAPlainRequestAndInjectIsClose) {
+  const Api a = api();
+  a.add("gina", {"Gina adopted a cat named Miso", "Gina works as a nurse in Oslo", "Gina likes hiking"});
+  auto scored = [&](const std::string& mode) {
+    json body = chat("What is the name of Gina's cat?", {{"user", "gina"}, {"k", 2}, {"w", 1}, {"mode", mode}}, 4);
+    body["messages"].push_back({{"role", "assistant"}, {"content", "Her cat is called Miso."}});
+    body["add_generation_prompt"] = false;
+    body["continue_final_message"] = true;
+    body["logprobs"] = true;
+    body["top_logprobs"] = 2;
+    body["prompt_logprobs"] = 2;
+    body["return_token_ids"] = true;
+    return Api::ok(a.post("/v1/chat/completions", body));
+  };
+  const json text = scored("text");
+  const json inject = scored("inject");
+  const std::vector<int32_t> ids = text["prompt_token_ids"];
+  EXPECT_EQ(inject["prompt_token_ids"].get<std::vector<int32_t>>(), ids);  // the same tokens, other KV
+  EXPECT_EQ(text["usage"]["prompt_tokens_details"]["injected_tokens"], 0);
+  const int injected = inject["memory"]["injected_tokens"];
+  EXPECT_GT(injected, 20);
+  EXPECT_EQ(inject["usage"]["prompt_tokens_details"]["injected_tokens"], injected);
+
+  // The plain request: a completion of exactly those tokens (prompt logprobs skip the prefix
+  // cache, so both ran the same single forward).
+  const json plain = Api::ok(a.post("/v1/completions", json{{"model", "demo"}, {"prompt", ids}, {"max_tokens", 4},
+                                                            {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 2},
+                                                            {"prompt_logprobs", 2}, {"return_token_ids", true}}));
+  EXPECT_EQ(plain["choices"][0]["prompt_logprobs"], text["prompt_logprobs"]);
+  EXPECT_EQ(plain["choices"][0]["token_ids"], text["choices"][0]["token_ids"]);
+  const json& lp = plain["choices"][0]["logprobs"]["token_logprobs"];
+  const json& content = text["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(content[i]["logprob"], lp[i]) << i;
+
+  // Inject: the tokens right after injected positions have no logits (null), all others are
+  // finite and close to text mode's; so are the generated tokens'.
+  const json& pi = inject["prompt_logprobs"];
+  const json& pt = text["prompt_logprobs"];
+  ASSERT_EQ(pi.size(), ids.size());
+  int nulls = 0;
+  double worst = 0;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    if (pi[i].is_null()) {
+      ++nulls;
+      continue;
+    }
+    const std::string key = std::to_string(ids[i]);
+    const double v = pi[i][key]["logprob"];
+    EXPECT_TRUE(std::isfinite(v));
+    worst = std::max(worst, std::abs(v - pt[i][key]["logprob"].get<double>()));
+  }
+  EXPECT_EQ(nulls, injected);  // one per injected position: the token after it
+  const json& ci = inject["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(ci.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::isfinite(ci[i]["logprob"].get<double>()));
+    worst = std::max(worst, std::abs(ci[i]["logprob"].get<double>() - content[i]["logprob"].get<double>()));
+  }
+  EXPECT_LT(worst, 0.5) << "inject and text logprobs differ by " << worst << " nats";
+  std::printf("inject vs text: max |logprob difference| %.3g nats over %zu prompt and 4 generated tokens\n", worst, ids.size());
+}

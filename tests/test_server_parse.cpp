@@ -161,3 +161,43 @@ TEST(ServerParse, ErrorKindsMapToStatuses) {
   EXPECT_THROW(parse_json_body("{"), ApiError);
   EXPECT_THROW(parse_json_body("3"), ApiError);
 }
+
+// Scoring fields: what the client asked for (GenerateRequest) and what the engine computes for it.
+TEST(ServerParse, ScoringFieldsBecomeLogprobCounts) {
+  GenerateRequest r = parse_chat_request(chat({{"logprobs", true}, {"top_logprobs", 4}, {"prompt_logprobs", 2}}));
+  EXPECT_EQ(r.logprobs, 4);
+  EXPECT_EQ(r.prompt_logprobs, 2);
+  EXPECT_EQ(r.sampling.logprobs, 4);
+  EXPECT_EQ(r.sampling.prompt_logprobs, 2);
+  EXPECT_TRUE(r.chat_render.add_generation_prompt);
+  EXPECT_FALSE(r.chat_render.continue_final_message);
+  r = parse_chat_request(chat({{"logprobs", true}}));  // top_logprobs defaults to 0: the token's own logprob
+  EXPECT_EQ(r.sampling.logprobs, 0);
+  EXPECT_EQ(r.sampling.prompt_logprobs, -1);
+  r = parse_chat_request(chat({{"logprobs", false}, {"top_logprobs", 0}}));
+  EXPECT_EQ(r.sampling.logprobs, -1);
+
+  json c = {{"model", "m"}, {"prompt", "abc"}, {"logprobs", 3}, {"echo", true}};
+  r = parse_completion_request(c);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.prompt_logprobs, -1);         // not asked for...
+  EXPECT_EQ(r.sampling.prompt_logprobs, 3);  // ...but echo with logprobs scores the prompt
+  c["max_tokens"] = 0;
+  c.erase("logprobs");
+  r = parse_completion_request(c);
+  EXPECT_EQ(r.sampling.max_tokens, 0);
+  EXPECT_EQ(r.sampling.prompt_logprobs, 0);  // scoring only: the engine's max_tokens 0 request
+  EXPECT_EQ(r.sampling.logprobs, -1);
+
+  json m = chat({{"add_generation_prompt", false}, {"continue_final_message", true}});
+  m["messages"].push_back({{"role", "assistant"}, {"content", "Paris"}});
+  r = parse_chat_request(m);
+  EXPECT_FALSE(r.chat_render.add_generation_prompt);
+  EXPECT_TRUE(r.chat_render.continue_final_message);
+
+  EXPECT_EQ(error_of([&] { parse_chat_request(chat({{"max_completion_tokens", 0}})); }).param, "max_completion_tokens");
+  EXPECT_EQ(error_of([&] { parse_chat_request(chat({{"logprobs", true}, {"top_logprobs", 2.5}})); }).param, "top_logprobs");
+  EXPECT_EQ(error_of([&] { parse_completion_request({{"model", "m"}, {"prompt", "a"}, {"prompt_logprobs", 1.5}}); }).param,
+            "prompt_logprobs");
+}

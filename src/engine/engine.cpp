@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 #include "engine/sampler.h"
 #include "util/check.h"
@@ -31,7 +32,15 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
   IS_REQUIRE(!prompt.empty(), kInvalidInput, "the prompt is empty (no tokens)");
   for (int32_t id : prompt)
     IS_REQUIRE(id >= 0 && id < cfg.vocab_size, kInvalidInput, "token id {} is outside the vocabulary of {}", id, cfg.vocab_size);
-  IS_REQUIRE(sp.max_tokens >= 1, kInvalidInput, "max_tokens must be at least 1, got {}", sp.max_tokens);
+  IS_REQUIRE(sp.logprobs >= -1 && sp.logprobs <= kMaxLogprobs, kInvalidInput, "logprobs must be in [-1, {}], got {}",
+             kMaxLogprobs, sp.logprobs);
+  IS_REQUIRE(sp.prompt_logprobs >= -1 && sp.prompt_logprobs <= kMaxLogprobs, kInvalidInput,
+             "prompt_logprobs must be in [-1, {}], got {}", kMaxLogprobs, sp.prompt_logprobs);
+  IS_REQUIRE(sp.max_tokens >= 1 || (sp.max_tokens == 0 && sp.prompt_logprobs >= 0), kInvalidInput,
+             "max_tokens must be at least 1 (0 only to score the prompt, with prompt_logprobs), got {}", sp.max_tokens);
+  if (sp.prompt_logprobs >= 0)
+    for (int32_t id : prompt)
+      IS_REQUIRE(id < sample_vocab_, kInvalidInput, "token id {} cannot be scored: the tokenizer knows {} ids", id, sample_vocab_);
   IS_REQUIRE(sp.temperature >= 0.0f, kInvalidInput, "temperature must be >= 0, got {}", sp.temperature);
   IS_REQUIRE(sp.top_p > 0.0f && sp.top_p <= 1.0f, kInvalidInput, "top_p must be in (0, 1], got {}", sp.top_p);
   IS_REQUIRE(sp.top_k >= 0, kInvalidInput, "top_k must be >= 0, got {}", sp.top_k);
@@ -57,6 +66,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
   req->num_prompt_tokens = static_cast<int32_t>(n);
   req->sampling = sp;
   req->injected = std::move(injected);
+  if (sp.prompt_logprobs >= 0) req->prompt_logprobs.resize(static_cast<size_t>(n));
   req->rng.seed(sp.seed ? *sp.seed : std::random_device{}());
   req->arrival = Request::Clock::now();
   Live live{std::move(req), nullptr};
@@ -93,6 +103,45 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
   scheduler_.remove(live.req.get());
 }
 
+RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp) {
+  Request* r = live.req.get();
+  RequestOutput o;
+  o.id = r->id;
+  if (!r->first_token_time) {
+    r->first_token_time = Request::Clock::now();
+    o.ttft_s = std::chrono::duration<double>(*r->first_token_time - r->arrival).count();
+    stats_.prefix_hit_tokens += r->num_cached_tokens;
+  }
+  if (r->wants_prompt_logprobs()) {  // complete now: the last prompt position was just computed
+    o.prompt_logprobs = std::move(r->prompt_logprobs);
+    r->prompt_logprobs = {};
+    r->prompt_logprobs_sent = true;
+  }
+  o.num_prompt_tokens = r->num_prompt_tokens;
+  o.num_cached_tokens = r->num_cached_tokens;
+  o.num_injected_tokens = r->num_injected_tokens;
+  if (!token) {  // max_tokens 0: the prompt is scored, nothing is generated
+    finish(live, FinishReason::kLength, o);
+    return o;
+  }
+  const int32_t tok = *token;
+  r->tokens.push_back(tok);
+  o.new_tokens.push_back(tok);
+  if (lp) o.logprobs.push_back(std::move(*lp));
+  const bool is_eos = !r->sampling.ignore_eos &&
+                      (std::find(eos_.begin(), eos_.end(), tok) != eos_.end() ||
+                       std::find(r->sampling.stop_token_ids.begin(), r->sampling.stop_token_ids.end(), tok) !=
+                           r->sampling.stop_token_ids.end());
+  if (!is_eos) o.text = live.text->push(tok);
+  o.num_output_tokens = r->num_output_tokens();
+  if (is_eos || live.text->stopped()) {
+    finish(live, FinishReason::kStop, o);
+  } else if (r->num_output_tokens() >= r->sampling.max_tokens || r->num_tokens() >= max_model_len_) {
+    finish(live, FinishReason::kLength, o);
+  }
+  return o;
+}
+
 std::vector<RequestOutput> Engine::step() {
   SchedulerOutput plan = scheduler_.schedule();
   if (plan.seqs.empty()) return {};
@@ -105,39 +154,55 @@ std::vector<RequestOutput> Engine::step() {
   InjectBatch inj;
   for (const ScheduledSeq& s : plan.seqs) {
     if (!s.inject) continue;
-    const Request* r = s.req;
+    Request* r = s.req;
     const InjectedSpan& span = *r->injected;
+    const size_t before = inj.src_slots.size();
     for (int32_t i = std::max(span.start, r->num_computed_tokens); i < span.end; ++i) {
       if (!span.injects(i)) continue;  // recomputed by the forward
       inj.src_slots.push_back(span.pool_slots[static_cast<size_t>(i - span.start)]);
       inj.dst_slots.push_back(slot_of(r, i));
       inj.positions.push_back(i);
     }
+    r->num_injected_tokens = static_cast<int32_t>(inj.src_slots.size() - before);
   }
   if (!inj.src_slots.empty()) backend_->inject(inj);
   stats_.tokens_injected += static_cast<int64_t>(inj.src_slots.size());
 
-  // 2. One forward over every scheduled token.
+  // 2. One forward over every scheduled token. Output rows, request by request: the prompt rows
+  // (positions whose logits score the next prompt token, for prompt_logprobs), then the sampled row.
+  struct Row {
+    Request* req;
+    int32_t position;
+    bool sample;
+  };
+  std::vector<Row> rows;
+  bool need_logits = false;  // any row needs the full logits, not just its argmax
   ForwardBatch fb;
   fb.q_indptr.push_back(0);
   fb.kv_indptr.push_back(0);
   for (const ScheduledSeq& s : plan.seqs) {
-    const Request* r = s.req;
+    Request* r = s.req;
     for (int32_t p : s.positions) {
+      if (r->needs_prompt_row(p)) {
+        fb.output_tokens.push_back(fb.num_tokens());
+        rows.push_back({r, p, false});
+        need_logits = true;
+      }
       fb.token_ids.push_back(r->tokens[static_cast<size_t>(p)]);
       fb.positions.push_back(p);
       fb.slot_mapping.push_back(slot_of(r, p));
     }
-    if (s.samples) fb.output_tokens.push_back(static_cast<int32_t>(fb.token_ids.size()) - 1);
-    fb.q_indptr.push_back(static_cast<int32_t>(fb.token_ids.size()));
+    if (s.samples && r->sampling.max_tokens > 0) {
+      fb.output_tokens.push_back(fb.num_tokens() - 1);
+      rows.push_back({r, s.positions.back(), true});
+      if (!is_greedy(r->sampling) || r->sampling.logprobs >= 0) need_logits = true;
+    }
+    fb.q_indptr.push_back(fb.num_tokens());
     fb.kv_indices.insert(fb.kv_indices.end(), r->block_table.begin(), r->block_table.end());
     fb.kv_indptr.push_back(static_cast<int32_t>(fb.kv_indices.size()));
   }
-  // Every sampled row greedy: only the argmax ids leave the backend, not [R, vocab] logits.
-  bool all_greedy = true;
-  for (const ScheduledSeq& s : plan.seqs)
-    if (s.samples && !is_greedy(s.req->sampling)) all_greedy = false;
-  if (all_greedy) {
+  // Every row greedy without logprobs: only the argmax ids leave the backend, not [R, vocab] logits.
+  if (!need_logits) {
     fb.output = ForwardBatch::Output::kArgmax;
     fb.argmax_vocab = static_cast<int32_t>(sample_vocab_);
   }
@@ -147,47 +212,54 @@ std::vector<RequestOutput> Engine::step() {
   ++stats_.steps;
   stats_.tokens_computed += plan.num_tokens;
 
-  // 3. Sample, stream, finish.
+  // 3. Sample and score each row. Only ids the tokenizer knows are sampled or compete in the
+  // log-softmax: a model's embedding is often padded past the tokenizer's vocabulary (Qwen: 152,064
+  // rows for 151,665 tokens), and those rows have no text.
+  const size_t R = rows.size();
+  std::vector<int32_t> sampled(R, -1);
+  std::vector<std::optional<LogprobEntry>> scored(R);
+  if (need_logits) {
+    const int64_t V = backend_->config().vocab_size;
+    std::exception_ptr error;
+    // Rows are independent (a request has one sampled row per step, so no rng is shared).
+#pragma omp parallel for schedule(dynamic) if (R > 1)
+    for (size_t i = 0; i < R; ++i) {
+      try {
+        const Row& row = rows[i];
+        const SamplingParams& sp = row.req->sampling;
+        std::span<const float> lg(logits.data() + static_cast<int64_t>(i) * V, static_cast<size_t>(sample_vocab_));
+        if (row.sample) {
+          sampled[i] = sample_token(lg, sp, row.req->rng);
+          if (sp.logprobs >= 0) scored[i] = compute_logprobs(lg, sampled[i], sp.logprobs);
+        } else {
+          scored[i] = compute_logprobs(lg, row.req->tokens[static_cast<size_t>(row.position + 1)], sp.prompt_logprobs);
+        }
+      } catch (...) {
+#pragma omp critical(inferscale_engine_rows)
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  } else {
+    for (size_t i = 0; i < R; ++i) sampled[i] = static_cast<int32_t>(logits[i]);
+  }
+
+  // 4. Store prompt logprobs, stream, finish.
   std::vector<RequestOutput> outs;
-  const int64_t V = backend_->config().vocab_size;
-  size_t row = 0;
+  size_t i = 0;
   for (const ScheduledSeq& s : plan.seqs) {
+    Request* r = s.req;
+    for (; i < R && rows[i].req == r && !rows[i].sample; ++i)
+      r->prompt_logprobs[static_cast<size_t>(rows[i].position + 1)] = std::move(scored[i]);
     if (!s.samples) continue;
-    Live& live = live_.at(s.req->id);
-    Request* r = live.req.get();
-    // Only ids the tokenizer knows are sampled: a model's embedding is often padded past the
-    // tokenizer's vocabulary (Qwen: 152,064 rows for 151,665 tokens), and those rows have no text.
-    int32_t tok = 0;
-    if (all_greedy) {
-      tok = static_cast<int32_t>(logits[row++]);
+    Live& live = live_.at(r->id);
+    if (r->sampling.max_tokens == 0) {
+      outs.push_back(emit(live, std::nullopt, std::nullopt));
     } else {
-      std::span<const float> lg(logits.data() + static_cast<int64_t>(row++) * V, static_cast<size_t>(sample_vocab_));
-      tok = sample_token(lg, r->sampling, r->rng);
+      outs.push_back(emit(live, sampled[i], std::move(scored[i])));
+      ++i;
     }
-    r->tokens.push_back(tok);
-    RequestOutput o;
-    o.id = r->id;
-    o.new_tokens.push_back(tok);
-    if (!r->first_token_time) {
-      r->first_token_time = Request::Clock::now();
-      o.ttft_s = std::chrono::duration<double>(*r->first_token_time - r->arrival).count();
-      stats_.prefix_hit_tokens += r->num_cached_tokens;
-    }
-    const bool is_eos = !r->sampling.ignore_eos &&
-                        (std::find(eos_.begin(), eos_.end(), tok) != eos_.end() ||
-                         std::find(r->sampling.stop_token_ids.begin(), r->sampling.stop_token_ids.end(), tok) !=
-                             r->sampling.stop_token_ids.end());
-    if (!is_eos) o.text = live.text->push(tok);
-    o.num_prompt_tokens = r->num_prompt_tokens;
-    o.num_output_tokens = r->num_output_tokens();
-    o.num_cached_tokens = r->num_cached_tokens;
-    if (is_eos || live.text->stopped()) {
-      finish(live, FinishReason::kStop, o);
-    } else if (r->num_output_tokens() >= r->sampling.max_tokens || r->num_tokens() >= max_model_len_) {
-      finish(live, FinishReason::kLength, o);
-    }
-    outs.push_back(std::move(o));
-    if (outs.back().finished) live_.erase(r->id);
+    if (outs.back().finished) live_.erase(outs.back().id);
   }
   return outs;
 }
@@ -208,7 +280,11 @@ std::vector<RequestOutput> Engine::run_to_completion() {
       a.num_prompt_tokens = o.num_prompt_tokens;
       a.num_output_tokens = o.num_output_tokens;
       a.num_cached_tokens = o.num_cached_tokens;
+      a.num_injected_tokens = o.num_injected_tokens;
       if (o.ttft_s > 0) a.ttft_s = o.ttft_s;
+      a.logprobs.insert(a.logprobs.end(), std::make_move_iterator(o.logprobs.begin()),
+                        std::make_move_iterator(o.logprobs.end()));
+      if (!o.prompt_logprobs.empty()) a.prompt_logprobs = std::move(o.prompt_logprobs);
     }
   }
   std::vector<RequestOutput> out;

@@ -35,7 +35,13 @@ struct RequestOutput {
   int32_t num_prompt_tokens = 0;
   int32_t num_output_tokens = 0;
   int32_t num_cached_tokens = 0;     // prompt tokens served from the prefix cache
+  int32_t num_injected_tokens = 0;   // prompt tokens whose KV was injected from the memory pool
   double ttft_s = 0;                 // set with the first token
+  // sampling.logprobs >= 0: one entry per new token, from the logits it was sampled from.
+  std::vector<LogprobEntry> logprobs;
+  // sampling.prompt_logprobs >= 0, in the request's first output only: [num_prompt_tokens], entry i
+  // scoring prompt token i; empty entries where its predecessor was not computed (Request says when).
+  std::vector<std::optional<LogprobEntry>> prompt_logprobs;
 };
 
 struct EngineStats {
@@ -53,6 +59,8 @@ class Engine {
 
   // Validates and queues a request; returns its id. Throws kInvalidInput (empty prompt, token ids
   // outside the vocabulary, too long, bad sampling values) or kResource (can never fit the cache).
+  // max_tokens 0 is allowed with prompt_logprobs: the request only scores its prompt and finishes
+  // (kLength) with one output holding the prompt logprobs and no token.
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& sampling,
                       std::optional<InjectedSpan> injected = std::nullopt);
   void abort(int64_t id);
@@ -77,6 +85,8 @@ class Engine {
     std::unique_ptr<TextStream> text;
   };
   void finish(Live& live, FinishReason reason, RequestOutput& out);
+  // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
+  RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);
 
   std::unique_ptr<Backend> backend_;
   std::shared_ptr<const Tokenizer> tokenizer_;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/logprobs.h"
+
 namespace inferscale {
 
 struct SamplingParams {
@@ -25,6 +27,11 @@ struct SamplingParams {
   std::vector<std::string> stop;         // stop strings: output ends before the first match
   std::vector<int32_t> stop_token_ids;   // besides the tokenizer's eos ids
   bool ignore_eos = false;
+  // Log-probabilities (engine/logprobs.h), -1 = none; n in [0, kMaxLogprobs] = each scored token's
+  // logprob, rank and the n most likely ids. `logprobs` scores the sampled tokens (RequestOutput::
+  // logprobs); `prompt_logprobs` every prompt token after the first (RequestOutput::prompt_logprobs).
+  int32_t logprobs = -1;
+  int32_t prompt_logprobs = -1;
 };
 
 // Precomputed KV for a token range, copied from memory-pool slots at the range's positions.
@@ -70,7 +77,14 @@ struct Request {
   int32_t num_published_blocks = 0;  // full blocks already offered to the prefix cache
   uint64_t last_block_hash = 0;      // chain hash of block num_published_blocks - 1
   int32_t num_cached_tokens = 0;     // prefix-cache hit at the latest admission
+  int32_t num_injected_tokens = 0;   // KV copied from the memory pool at the latest admission
   int32_t num_preemptions = 0;
+  // sampling.prompt_logprobs >= 0: entry i scores prompt token i from the logits at position i - 1,
+  // filled as chunks compute those positions and handed out with the first output. Entries stay
+  // empty where position i - 1 is never computed (i = 0, and right after an injected position).
+  // An entry is computed once: a preempted request recomputes only the ones it still lacks.
+  std::vector<std::optional<LogprobEntry>> prompt_logprobs;  // [num_prompt_tokens] until sent
+  bool prompt_logprobs_sent = false;
   std::mt19937_64 rng;
 
   Clock::time_point arrival;
@@ -79,6 +93,13 @@ struct Request {
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool is_injected(int32_t i) const { return injected && injected->injects(i); }
+  // The prompt's logprobs are still to be computed: its prefix must not come from the prefix cache
+  // (a cached position has no logits), as in vLLM.
+  bool wants_prompt_logprobs() const { return sampling.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
+  // The row at position p scores prompt token p + 1 and that entry is still missing.
+  bool needs_prompt_row(int32_t p) const {
+    return wants_prompt_logprobs() && p + 1 < num_prompt_tokens && !prompt_logprobs[static_cast<size_t>(p + 1)];
+  }
   // Tokens from num_computed_tokens on that still need a forward (injected ones do not).
   int32_t num_remaining() const;
 };

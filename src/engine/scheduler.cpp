@@ -20,7 +20,11 @@ uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
 }
 
 void Scheduler::admit_prefix_hits(Request* r) {
-  if (!opts_.enable_prefix_caching || !r->block_table.empty()) return;
+  if (!r->block_table.empty()) return;
+  if (!opts_.enable_prefix_caching || r->wants_prompt_logprobs()) {
+    r->num_cached_tokens = 0;
+    return;
+  }
   const int32_t bs = blocks_.block_size();
   // At least the last token is always computed, so its logits exist.
   const int32_t max_blocks = (r->num_tokens() - 1) / bs;

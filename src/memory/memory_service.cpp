@@ -164,7 +164,7 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
 }
 
 std::pair<std::string, std::string> MemoryService::render_around_facts(const std::vector<ChatMessage>& messages,
-                                                                       bool with_memory) const {
+                                                                       bool with_memory, const ChatRenderOptions& chat) const {
   const std::string block = with_memory ? opts_.header + kMarker + opts_.footer : std::string();
   std::vector<ChatMessage> msgs = messages;
   if (with_memory) {
@@ -173,14 +173,15 @@ std::pair<std::string, std::string> MemoryService::render_around_facts(const std
     else
       msgs.insert(msgs.begin(), ChatMessage{"system", block});
   }
-  const std::string text = model_.chat_template.render(msgs, true);
+  const std::string text = render_chat(model_.chat_template, msgs, chat);
   if (!with_memory) return {text, {}};
   const size_t at = text.find(kMarker);
   IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
   return {text.substr(0, at), text.substr(at + std::string(kMarker).size())};
 }
 
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages) {
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
+                                   const ChatRenderOptions& chat) {
   sync();
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;
@@ -214,7 +215,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
     out.scores.push_back(h.score);
   }
   if (out.facts.empty()) {  // no memory at all: exactly the plain prompt
-    out.tokens = tok.encode(render_around_facts(messages, false).first, first_opts);
+    out.tokens = tok.encode(render_around_facts(messages, false, chat).first, first_opts);
     return out;
   }
   // Placement order: rank puts the best-ranked fact last (closest to the question).
@@ -239,7 +240,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
 
   std::vector<std::vector<int32_t>> fact_toks;
   for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
-  const auto [before, after] = render_around_facts(messages, true);
+  const auto [before, after] = render_around_facts(messages, true, chat);
   ComposedPrompt c = compose_tokens(tok.encode(before, first_opts), fact_toks, tok.encode(after, rest_opts));
   out.tokens = std::move(c.tokens);
   if (req.mode != MemoryMode::kInject) return out;

@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "engine/block_manager.h"
 #include "engine/request.h"
+#include "memory/chat_render.h"
 #include "memory/compose.h"
 #include "memory/fact_encoder.h"
 #include "memory/fact_store.h"
@@ -74,8 +75,10 @@ class MemoryService : private FactStoreListener {
   // Builds the prompt of a chat request with memory. Messages hold the system prompt (optional)
   // and the conversation; the memory block goes at the end of the system message. Mode inject
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
-  // lack of room: the request is served, only slower.
-  MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages);
+  // lack of room: the request is served, only slower. `chat` renders the conversation as a plain
+  // request with the same options would (memory/chat_render.h).
+  MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
+                       const ChatRenderOptions& chat = {});
   // Unpins the facts of a finished request.
   void release(const MemoryPrompt& p);
 
@@ -104,7 +107,8 @@ class MemoryService : private FactStoreListener {
   std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
   KvFileKey file_key(const Fact& f, int32_t w) const;
   // Prefix text of the chat prompt up to the facts, and the text after them.
-  std::pair<std::string, std::string> render_around_facts(const std::vector<ChatMessage>& messages, bool with_memory) const;
+  std::pair<std::string, std::string> render_around_facts(const std::vector<ChatMessage>& messages, bool with_memory,
+                                                          const ChatRenderOptions& chat) const;
 
   FactStore& store_;
   const Retriever& retriever_;

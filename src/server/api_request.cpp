@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -28,25 +29,43 @@ void reject_unsupported(const JsonFields& f, ApiKind kind) {
     if (auto p = f.number(key, -2.0, 2.0); p && *p != 0.0) unsupported(key, "a non-zero penalty");
   if (auto p = f.number("repetition_penalty", 0.0, 100.0); p && *p != 1.0) unsupported("repetition_penalty", "a repetition penalty");
   if (const json* lb = f.get("logit_bias"); lb && !(lb->is_object() && lb->empty())) unsupported("logit_bias", "logit_bias");
-  if (const json* lp = f.get("logprobs")) {
-    if (kind == ApiKind::kChat) {
-      if (!lp->is_boolean()) f.fail("logprobs", fmt::format("expected a boolean, got {}", json_type_name(*lp)));
-      if (lp->get<bool>()) unsupported("logprobs", "logprobs");
-    } else if (!(lp->is_number_integer() && lp->get<int64_t>() == 0)) {
-      unsupported("logprobs", "logprobs");
-    }
-  }
-  if (auto t = f.integer("top_logprobs", 0, 20); t && *t > 0) unsupported("top_logprobs", "top_logprobs");
   for (const char* key : {"tools", "functions"})
     if (const json* t = f.get(key); t && !(t->is_array() && t->empty())) unsupported(key, "tool calling");
   if (const json* rf = f.get("response_format")) {
     if (!rf->is_object()) f.fail("response_format", "expected an object");
     if (rf->value("type", "text") != "text") unsupported("response_format", "a structured response format");
   }
-  if (kind == ApiKind::kCompletion) {
-    if (f.boolean("echo").value_or(false)) unsupported("echo", "echo");
+  if (kind == ApiKind::kCompletion)
     if (auto s = f.string("suffix"); s && !s->empty()) unsupported("suffix", "suffix");
+}
+
+// logprobs / top_logprobs (chat), logprobs N (completion), echo, prompt_logprobs, return_token_ids;
+// then what the engine must compute for them (SamplingParams::logprobs / prompt_logprobs).
+void parse_scoring(const JsonFields& f, GenerateRequest& r) {
+  if (r.kind == ApiKind::kChat) {
+    const bool lp = f.boolean("logprobs").value_or(false);
+    const auto top = f.integer("top_logprobs", 0, kMaxLogprobs);
+    if (top && *top > 0 && !lp) f.fail("top_logprobs", "needs \"logprobs\": true");
+    if (lp) r.logprobs = static_cast<int32_t>(top.value_or(0));
+    if (f.boolean("echo").value_or(false))
+      f.fail("echo", "is a completions feature; to score a chat prompt use prompt_logprobs (with "
+                     "continue_final_message to score an assistant answer)");
+  } else {
+    if (auto n = f.integer("logprobs", 0, kMaxLogprobs)) r.logprobs = static_cast<int32_t>(*n);
+    r.echo = f.boolean("echo").value_or(false);
   }
+  if (auto n = f.integer("prompt_logprobs", 0, kMaxLogprobs)) r.prompt_logprobs = static_cast<int32_t>(*n);
+  r.return_token_ids = f.boolean("return_token_ids").value_or(false);
+
+  SamplingParams& sp = r.sampling;
+  if (sp.max_tokens == 0 && !r.echo && r.prompt_logprobs < 0)
+    f.fail(r.kind == ApiKind::kChat && f.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+           "must be at least 1 (0 only scores the prompt: with echo or prompt_logprobs)");
+  sp.logprobs = r.logprobs;
+  // The prompt is scored for prompt_logprobs, for echo with logprobs (its top-N), and always when
+  // nothing is generated (the engine's scoring-only request).
+  sp.prompt_logprobs = std::max(r.prompt_logprobs, r.echo ? r.logprobs : -1);
+  if (sp.max_tokens == 0) sp.prompt_logprobs = std::max(sp.prompt_logprobs, 0);
 }
 
 std::vector<std::string> parse_stop(const JsonFields& f) {
@@ -80,9 +99,10 @@ GenerateRequest parse_common(const json& body, ApiKind kind) {
   r.model = *model;
 
   SamplingParams& sp = r.sampling;
-  std::optional<int64_t> max_tokens = f.integer("max_tokens", 1, kMaxTokensLimit);
+  // 0 only scores the prompt (parse_scoring says when that is allowed).
+  std::optional<int64_t> max_tokens = f.integer("max_tokens", 0, kMaxTokensLimit);
   if (r.kind == ApiKind::kChat)
-    if (auto mct = f.integer("max_completion_tokens", 1, kMaxTokensLimit)) max_tokens = mct;  // the newer name wins
+    if (auto mct = f.integer("max_completion_tokens", 0, kMaxTokensLimit)) max_tokens = mct;  // the newer name wins
   if (max_tokens) {
     sp.max_tokens = static_cast<int32_t>(*max_tokens);
     r.max_tokens_given = true;
@@ -106,6 +126,7 @@ GenerateRequest parse_common(const json& body, ApiKind kind) {
   }
   f.string("user");  // accepted (type-checked) and otherwise unused
   if (const json* mem = f.get("memory")) r.memory = parse_memory_spec(*mem);
+  parse_scoring(f, r);
   return r;
 }
 
@@ -156,6 +177,16 @@ GenerateRequest parse_chat_request(const json& body) {
     const json* content = mf.get("content");
     if (!content) mf.fail("content", "is required");
     r.messages.push_back(ChatMessage{*role, message_content(*content, i)});
+  }
+  ChatRenderOptions& cr = r.chat_render;
+  cr.add_generation_prompt = f.boolean("add_generation_prompt").value_or(true);
+  cr.continue_final_message = f.boolean("continue_final_message").value_or(false);
+  if (cr.continue_final_message) {
+    if (cr.add_generation_prompt)
+      f.fail("continue_final_message", "cannot be combined with add_generation_prompt (send \"add_generation_prompt\": false)");
+    if (r.messages.back().role != "assistant")
+      throw bad_request("'messages': continue_final_message needs the last message to be the assistant's (the one to continue)",
+                        "messages");
   }
   return r;
 }

@@ -3,8 +3,8 @@
 //
 // Parsing rejects with ApiError 400 (naming the field): invalid JSON, a body that is not an object,
 // a missing required field, a wrong type, a value out of range, and OpenAI features this server
-// does not implement (n > 1, logprobs, penalties, tools, echo, ...) rather than silently ignoring
-// them. Unknown top-level fields are ignored, as OpenAI-compatible servers do.
+// does not implement (n > 1, penalties, tools, suffix, ...) rather than silently ignoring them.
+// Unknown top-level fields are ignored, as OpenAI-compatible servers do.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/request.h"
+#include "memory/chat_render.h"
 #include "server/memory_spec.h"
 #include "tokenizer/chat_template.h"
 
@@ -31,8 +32,17 @@ struct GenerateRequest {
   std::string prompt_text;
   std::optional<std::vector<int32_t>> prompt_ids;
 
+  // kChat: vLLM's add_generation_prompt (default true) and continue_final_message.
+  ChatRenderOptions chat_render;
+
+  // sampling.logprobs / prompt_logprobs are what the engine computes: the counts below, the prompt
+  // also for echo with logprobs and for max_tokens 0 (scoring only).
   SamplingParams sampling;
   bool max_tokens_given = false;  // false: the server picks (the rest of the context window)
+  int32_t logprobs = -1;          // top-N per generated token (chat: top_logprobs with logprobs true); -1 none
+  int32_t prompt_logprobs = -1;   // vLLM's prompt_logprobs: top-N per prompt token; -1 none
+  bool echo = false;              // kCompletion: the prompt (with logprobs: its scores) comes first
+  bool return_token_ids = false;  // vLLM's: prompt_token_ids and token_ids in the response
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   std::optional<MemorySpec> memory;

@@ -20,7 +20,7 @@ json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}, {"injected_tokens", u.injected_tokens}}}};
 }
 
 json memory_json(const MemoryReport& r) {
@@ -39,11 +39,20 @@ json base(const ResponseMeta& m, bool chunk) {
 
 json finish_json(FinishReason r) { return r == FinishReason::kNone ? json(nullptr) : json(finish_reason_text(r)); }
 
+// Merges `extra`'s fields into the choice and the response / chunk object.
+void merge(json& top, json& choice, const ChoiceFields* extra) {
+  if (!extra) return;
+  for (auto it = extra->choice.begin(); it != extra->choice.end(); ++it) choice[it.key()] = it.value();
+  for (auto it = extra->top.begin(); it != extra->top.end(); ++it) top[it.key()] = it.value();
+}
+
 // A streaming chunk with one choice; `delta_or_text` is the chat delta or the completion text.
-std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage, const MemoryReport* memory = nullptr) {
+std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage, const MemoryReport* memory = nullptr,
+                         const ChoiceFields* extra = nullptr) {
   json j = base(m, true);
   choice["index"] = 0;
-  if (m.kind == ApiKind::kCompletion) choice["logprobs"] = nullptr;
+  choice["logprobs"] = nullptr;
+  merge(j, choice, extra);
   j["choices"] = json::array({std::move(choice)});
   if (include_usage) j["usage"] = nullptr;
   if (memory) j["memory"] = memory_json(*memory);
@@ -66,27 +75,30 @@ int64_t unix_now() {
 std::string finish_reason_text(FinishReason r) { return finish_reason_name(r); }
 
 std::string response_body(const ResponseMeta& m, const std::string& text, FinishReason finish, const Usage& u,
-                          const MemoryReport* memory) {
+                          const MemoryReport* memory, const ChoiceFields* extra) {
   json j = base(m, false);
   json choice = {{"index", 0}, {"finish_reason", finish_json(finish)}, {"logprobs", nullptr}};
-  if (m.kind == ApiKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else choice["text"] = text;
+  const std::string all = extra ? extra->echo + text : text;
+  if (m.kind == ApiKind::kChat) choice["message"] = {{"role", "assistant"}, {"content", all}};
+  else choice["text"] = all;
+  merge(j, choice, extra);
   j["choices"] = json::array({std::move(choice)});
   j["usage"] = usage_json(u);
   if (memory) j["memory"] = memory_json(*memory);
   return dump(j);
 }
 
-std::string sse_first_chunk(const ResponseMeta& m, bool include_usage, const MemoryReport* memory) {
+std::string sse_first_chunk(const ResponseMeta& m, bool include_usage, const MemoryReport* memory, const ChoiceFields* extra) {
   json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"role", "assistant"}, {"content", ""}}}} : json{{"text", ""}};
   choice["finish_reason"] = nullptr;
-  return choice_chunk(m, std::move(choice), include_usage, memory);
+  return choice_chunk(m, std::move(choice), include_usage, memory, extra);
 }
 
-std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage) {
-  json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"content", text}}}} : json{{"text", text}};
+std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage, const ChoiceFields* extra) {
+  const std::string all = extra ? extra->echo + text : text;
+  json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"content", all}}}} : json{{"text", all}};
   choice["finish_reason"] = nullptr;
-  return choice_chunk(m, std::move(choice), include_usage);
+  return choice_chunk(m, std::move(choice), include_usage, nullptr, extra);
 }
 
 std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage) {

@@ -8,6 +8,7 @@
 
 #include "server/api_error.h"
 #include "server/api_response.h"
+#include "server/choice_outputs.h"
 #include "server/connection_watch.h"
 #include "server/prompt_builder.h"
 #include "server/tenant.h"
@@ -28,14 +29,21 @@ struct Progress {
   FinishReason finish = FinishReason::kNone;
   Usage usage;
   bool recorded = false;
+  RequestOutput all;  // non-streaming: every output's tokens and logprobs, for the ChoiceOutputs
 
   void add(const RequestOutput& o) {
     text += o.text;
     if (o.num_prompt_tokens > 0) usage.prompt_tokens = o.num_prompt_tokens;
     usage.completion_tokens = o.num_output_tokens;
     usage.cached_tokens = o.num_cached_tokens;
+    usage.injected_tokens = o.num_injected_tokens;
     if (o.ttft_s > 0) metrics.record_ttft(o.ttft_s);
     if (o.finished) finish = o.finish;
+  }
+  void keep(const RequestOutput& o) {
+    all.new_tokens.insert(all.new_tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    all.logprobs.insert(all.logprobs.end(), o.logprobs.begin(), o.logprobs.end());
+    if (!o.prompt_logprobs.empty()) all.prompt_logprobs = o.prompt_logprobs;
   }
   void end(const std::string& outcome) {
     if (recorded) return;
@@ -54,19 +62,24 @@ struct StreamingState {
   Progress progress;
   std::vector<RequestOutput> early;  // outputs that arrived while waiting for acceptance
   std::shared_ptr<const MemoryReport> memory;  // null without a memory object; complete (accepted)
+  ChoiceOutputs outputs;                       // logprobs, echo, token ids, chunk by chunk
 };
 
 // Streams until the request ends. Returns false when the client is gone (httplib then drops the
 // connection; the releaser cancels the request).
 bool stream_events(StreamingState& st, httplib::DataSink& sink) {
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
-  if ((st.meta.kind == ApiKind::kChat || st.memory) && !write(sse_first_chunk(st.meta, st.include_usage, st.memory.get())))
+  const ChoiceFields head = st.outputs.first();
+  if ((st.meta.kind == ApiKind::kChat || st.memory || !head.empty()) &&
+      !write(sse_first_chunk(st.meta, st.include_usage, st.memory.get(), &head)))
     return false;
   std::vector<RequestOutput> outs = std::move(st.early);
   for (;;) {
     for (const RequestOutput& o : outs) {
       st.progress.add(o);
-      if (!o.text.empty() && !write(sse_text_chunk(st.meta, o.text, st.include_usage))) return false;
+      const ChoiceFields extra = st.outputs.next(o);
+      if ((!o.text.empty() || !extra.empty()) && !write(sse_text_chunk(st.meta, o.text, st.include_usage, &extra)))
+        return false;
       if (o.finished) {
         if (!write(sse_finish_chunk(st.meta, o.finish, st.include_usage))) return false;
         if (st.include_usage && !write(sse_usage_chunk(st.meta, st.progress.usage))) return false;
@@ -108,13 +121,19 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     report->mode = g.memory->mode;
   }
   const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
+  ChoiceOutputs outputs(g, *model_.tokenizer);
+  // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
+  // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
+  auto served = std::make_shared<std::vector<int32_t>>();
   Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}};
   if (prompt.prepare) {
     // Memory: the prompt exists only once the engine thread has retrieved and composed it.
-    sub.prepare = [build = std::move(prompt.prepare), g, limits](Engine& engine, Submission& s) mutable {
+    sub.prepare = [build = std::move(prompt.prepare), g, limits, served, keep = outputs.needs_prompt()](
+                      Engine& engine, Submission& s) mutable {
       PreparedPrompt p;
       build(engine, p);
       fit_to_context(g, static_cast<int64_t>(p.ids.size()), limits);
+      if (keep) *served = p.ids;
       s.prompt = std::move(p.ids);
       s.injected = std::move(p.injected);
       s.hold = std::move(p.hold);
@@ -123,9 +142,10 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   } else {
     fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
     sub.sampling.max_tokens = g.sampling.max_tokens;
+    if (outputs.needs_prompt()) *served = sub.prompt;
   }
 
-  Progress progress{kind, metrics_, {}, FinishReason::kNone, {}, false};
+  Progress progress{kind, metrics_, {}, FinishReason::kNone, {}, false, {}};
   progress.usage.prompt_tokens = static_cast<int64_t>(sub.prompt.size());
   std::shared_ptr<RequestStream> stream = engine_.submit(std::move(sub));
   const ResponseMeta meta{kind, new_response_id(kind), unix_now(), model_.name};
@@ -152,20 +172,27 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     }
   }
 
-  // Only now may this thread read the report: the engine thread wrote it before accepting.
+  // Only now may this thread read the report and the served prompt: the engine thread wrote them
+  // before accepting.
   if (!accepted) report.reset();
   if (report) metrics_.record_memory(*report);
+  if (accepted && outputs.needs_prompt()) outputs.set_prompt(std::move(*served));
 
   if (!g.stream) {
-    for (const RequestOutput& o : early) progress.add(o);
+    for (const RequestOutput& o : early) {
+      progress.add(o);
+      progress.keep(o);
+    }
     progress.end(finish_reason_text(progress.finish));
+    const ChoiceFields extra = outputs.next(progress.all);
     res.status = 200;
-    res.set_content(response_body(meta, progress.text, progress.finish, progress.usage, report.get()), "application/json");
+    res.set_content(response_body(meta, progress.text, progress.finish, progress.usage, report.get(), &extra),
+                    "application/json");
     return;
   }
 
-  auto st = std::make_shared<StreamingState>(
-      StreamingState{stream, meta, g.include_usage, watch, std::move(progress), std::move(early), std::move(report)});
+  auto st = std::make_shared<StreamingState>(StreamingState{stream, meta, g.include_usage, watch, std::move(progress),
+                                                            std::move(early), std::move(report), std::move(outputs)});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

@@ -43,10 +43,11 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
   PreparedPrompt p;
   p.report = std::make_shared<MemoryReport>();
   p.report->mode = mr.mode;
-  p.prepare = [this, mr = std::move(mr), messages = std::move(messages), report = p.report](Engine& engine,
-                                                                                           PreparedPrompt& out) {
+  const ChatRenderOptions chat = req.kind == ApiKind::kChat ? req.chat_render : ChatRenderOptions{};
+  p.prepare = [this, mr = std::move(mr), messages = std::move(messages), chat, report = p.report](Engine& engine,
+                                                                                                 PreparedPrompt& out) {
     MemoryService& svc = service(engine);
-    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, messages));
+    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, messages, chat));
     out.ids = prepared->tokens;
     out.injected = prepared->injected;
     fill_report(*prepared, mr.mode, *report);

@@ -17,7 +17,7 @@ PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, co
   PreparedPrompt p;
   if (req.kind == ApiKind::kChat) {
     // A family writes special tokens (and BOS where it wants one) as text; the plain fallback none.
-    const std::string text = tmpl.render(req.messages, /*add_generation_prompt=*/true);
+    const std::string text = render_chat(tmpl, req.messages, req.chat_render);
     p.ids = tok.encode(text, tmpl.encode_options(tok));
   } else if (req.prompt_ids) {
     p.ids = *req.prompt_ids;
