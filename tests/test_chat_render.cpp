@@ -1,8 +1,8 @@
-// render_chat (memory/chat_render.h): vLLM's add_generation_prompt and continue_final_message on
+// render_chat (tokenizer/chat_render.h): vLLM's add_generation_prompt and continue_final_message on
 // every chat family.
 #include <gtest/gtest.h>
 
-#include "memory/chat_render.h"
+#include "tokenizer/chat_render.h"
 #include "util/check.h"
 
 using namespace inferscale;

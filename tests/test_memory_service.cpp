@@ -615,3 +615,25 @@ TEST(MemoryService, RecomputeChunkedAndPreemptedEqualOneShot) {
   for (const auto& p : ps) small.service->release(p);
   EXPECT_EQ(small.engine->blocks().num_free(), small.engine->blocks().num_blocks());
 }
+
+// A template with a default system prompt (SmolLM2's ChatML) keeps it when memory makes the system
+// message: the memory block follows it, as it follows a client's own system prompt.
+TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
+  TempDir dir;
+  Model m = demo();
+  m.chat_template = ChatTemplate(ChatFamily::kChatML, "", "", "You are a helpful AI assistant named Demo");
+  auto store = FactStore::open(dir.path());
+  Bm25Retriever retriever(*store);
+  add_alice(*store);
+  BackendOptions bo;
+  bo.num_cache_blocks = 64;
+  bo.num_pool_blocks = 64;
+  Engine engine(make_cpu_backend(m.config, m.weights, bo), m.tokenizer, EngineOptions{});
+  MemoryService svc(*store, retriever, m, engine.backend(), engine.blocks(), {});
+  const MemoryPrompt p = svc.prepare(req(MemoryMode::kText, 2), kAsk);
+  const std::string text = m.tokenizer->decode(p.tokens, false);
+  EXPECT_EQ(text.rfind("<|im_start|>system\nYou are a helpful AI assistant named Demo\n\nMemories from earlier", 0), 0u) << text;
+  // Mode off: exactly the plain prompt, default system prompt included.
+  const MemoryPrompt off = svc.prepare(req(MemoryMode::kOff, 2), kAsk);
+  EXPECT_EQ(m.tokenizer->decode(off.tokens, false), m.chat_template.render(kAsk, true));
+}

@@ -168,10 +168,14 @@ std::pair<std::string, std::string> MemoryService::render_around_facts(const std
   const std::string block = with_memory ? opts_.header + kMarker + opts_.footer : std::string();
   std::vector<ChatMessage> msgs = messages;
   if (with_memory) {
-    if (!msgs.empty() && msgs[0].role == "system")
+    if (!msgs.empty() && msgs[0].role == "system") {
       msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + block;
-    else
-      msgs.insert(msgs.begin(), ChatMessage{"system", block});
+    } else {
+      // The system prompt the template would have written (SmolLM2's ChatML has one) stays: the
+      // memory follows it, as it follows a system prompt the client gives.
+      const std::string& def = model_.chat_template.default_system();
+      msgs.insert(msgs.begin(), ChatMessage{"system", def.empty() ? block : def + "\n\n" + block});
+    }
   }
   const std::string text = render_chat(model_.chat_template, msgs, chat);
   if (!with_memory) return {text, {}};

@@ -24,7 +24,7 @@
 #include "backend/backend.h"
 #include "engine/block_manager.h"
 #include "engine/request.h"
-#include "memory/chat_render.h"
+#include "tokenizer/chat_render.h"
 #include "memory/compose.h"
 #include "memory/fact_encoder.h"
 #include "memory/fact_store.h"
@@ -76,7 +76,7 @@ class MemoryService : private FactStoreListener {
   // and the conversation; the memory block goes at the end of the system message. Mode inject
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
   // lack of room: the request is served, only slower. `chat` renders the conversation as a plain
-  // request with the same options would (memory/chat_render.h).
+  // request with the same options would (tokenizer/chat_render.h).
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
                        const ChatRenderOptions& chat = {});
   // Unpins the facts of a finished request.

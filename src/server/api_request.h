@@ -14,7 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/request.h"
-#include "memory/chat_render.h"
+#include "tokenizer/chat_render.h"
 #include "server/memory_spec.h"
 #include "tokenizer/chat_template.h"
 

@@ -8,8 +8,7 @@
 // verbatim, whatever its end-of-turn markup.
 //
 // Used by the server's plain chat prompts and by MemoryService's prompts with memory, so both
-// build the same text. (It belongs beside ChatTemplate::render; it lives here because src/tokenizer
-// was being reworked when it was written.)
+// build the same text.
 #pragma once
 #include <string>
 #include <vector>

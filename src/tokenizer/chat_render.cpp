@@ -1,4 +1,4 @@
-#include "memory/chat_render.h"
+#include "tokenizer/chat_render.h"
 
 #include "util/check.h"
 
