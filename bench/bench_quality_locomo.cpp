@@ -4,7 +4,8 @@
 // prompt), and over the answer tokens it compares the full next-token distributions of
 //   text k          the k retrieved facts prefilled with the question (the reference p)
 //   inject k w r    the same tokens, the facts' KV encoded after w preceding turns and injected,
-//                   the first r tokens of each fact recomputed (memory.recompute)
+//                   the first r tokens of each fact recomputed (memory.recompute) and the last m
+//                   facts recomputed whole (memory.recompute_last)
 //   off             no facts
 // Prints, per configuration, mean KL(text || x) per answer token, top-1 agreement with text, and
 // the gold answer's mean negative log-likelihood per token, as a markdown table; --json writes
@@ -114,11 +115,11 @@ Rows score(Backend& be, BlockManager& blocks, const std::vector<int32_t>& tokens
 
 struct Config {
   MemoryMode mode;
-  int32_t k = 0, w = 0, r = 0;
+  int32_t k = 0, w = 0, r = 0, m = 0;
   std::string name() const {
     if (mode == MemoryMode::kOff) return "off";
     if (mode == MemoryMode::kText) return fmt::format("text k={}", k);
-    return fmt::format("inject k={} w={}{}", k, w, r ? fmt::format(" r={}", r) : "");
+    return fmt::format("inject k={} w={}{}{}", k, w, r ? fmt::format(" r={}", r) : "", m ? fmt::format(" m={}", m) : "");
   }
 };
 
@@ -130,7 +131,7 @@ struct Acc {
 
 struct Args {
   std::string model, device = "cpu", locomo, convs = "conv-26", json;
-  std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0};
+  std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0}, ms{0};
   int max_questions = 0;
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
 };
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   app.add_option("--k", a.ks, "facts per request")->delimiter(',');
   app.add_option("--w", a.ws, "CWE windows")->delimiter(',');
   app.add_option("--recompute", a.rs, "memory.recompute values (first r tokens of each fact)")->delimiter(',');
+  app.add_option("--recompute-last", a.ms, "memory.recompute_last values (the last m facts whole)")->delimiter(',');
   app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache")->capture_default_str();
   app.add_option("--pool-mb", a.pool_mb, "memory pool")->capture_default_str();
@@ -194,7 +196,8 @@ int main(int argc, char** argv) {
   for (int k : a.ks) {
     configs.push_back({MemoryMode::kText, k});
     for (int w : a.ws)
-      for (int r : a.rs) configs.push_back({MemoryMode::kInject, k, w, r});
+      for (int r : a.rs)
+        for (int m : a.ms) configs.push_back({MemoryMode::kInject, k, w, r, m});
   }
   std::map<std::string, Acc> acc;
   nlohmann::json per_question = nlohmann::json::array();
@@ -229,6 +232,7 @@ int main(int argc, char** argv) {
         mr.k = cf.k;
         mr.window = cf.w;
         mr.recompute = cf.r;
+        mr.recompute_last = cf.m;
         mr.query = q->question;
         MemoryPrompt p = svc.prepare(mr, msgs);
         if (cf.mode == MemoryMode::kInject && !p.fallback.empty()) throw std::runtime_error("inject fell back: " + p.fallback);
@@ -289,7 +293,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(x.tokens), has_kl ? fmt::format("{:.4f}", kl).c_str() : "",
                 has_kl ? fmt::format("{:.1f}%", 100 * agree).c_str() : "", x.nll / static_cast<double>(x.tokens),
                 cf.mode == MemoryMode::kInject ? fmt::format("{:.1f}%", 100 * frac).c_str() : "");
-    table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w}, {"recompute", cf.r},
+    table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w}, {"recompute", cf.r}, {"recompute_last", cf.m},
                      {"questions", x.questions}, {"answer_tokens", x.tokens},
                      {"kl_per_token", has_kl ? nlohmann::json(kl) : nlohmann::json(nullptr)},
                      {"top1_agreement", has_kl ? nlohmann::json(agree) : nlohmann::json(nullptr)},

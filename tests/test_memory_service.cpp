@@ -637,3 +637,26 @@ TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
   const MemoryPrompt off = svc.prepare(req(MemoryMode::kOff, 2), kAsk);
   EXPECT_EQ(m.tokenizer->decode(off.tokens, false), m.chat_template.render(kAsk, true));
 }
+
+// memory.recompute_last: the last m placed facts (nearest the question) are computed whole.
+TEST(MemoryService, RecomputeLastComputesTheFactsNearestTheQuestion) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryRequest r = req(MemoryMode::kInject, 3, 2);
+  r.recompute_last = 1;
+  MemoryPrompt p = s.service->prepare(r, kAsk);
+  ASSERT_TRUE(p.injected.has_value());
+  const int32_t last = static_cast<int32_t>(s.service->fact_tokens(p.facts.back()).size());
+  EXPECT_EQ(p.recomputed, last);
+  for (int32_t i = p.injected->start; i < p.injected->end; ++i)
+    EXPECT_EQ(p.injected->injects(i), i < p.injected->end - last) << i;
+  // With the first-r rule too, both marks add up.
+  r.recompute = 2;
+  MemoryPrompt both = s.service->prepare(r, kAsk);
+  EXPECT_EQ(both.recomputed, last + 2 * (static_cast<int32_t>(both.facts.size()) - 1));
+  EXPECT_NE(both.injected->cache_key, p.injected->cache_key);
+  EXPECT_FALSE(s.run(both, 8).empty());
+  s.service->release(p);
+  s.service->release(both);
+}

@@ -93,6 +93,9 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   cmd.add_option("--memory-recompute", a.recompute,
                  "inject: recompute the first N tokens of each fact at serving time (EPIC-style; default for memory.recompute)")
       ->capture_default_str()->check(CLI::Range(0, 1000));
+  cmd.add_option("--memory-recompute-last", a.recompute_last,
+                 "inject: recompute the last M placed facts (nearest the question) whole (default for memory.recompute_last)")
+      ->capture_default_str()->check(CLI::Range(0, 1000));
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
   cmd.add_flag("--sink", a.sink, "encode each fact after a BOS token (its KV discarded)");
@@ -109,6 +112,7 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
     o.default_window = stored ? std::stoi(*stored) : MemoryOptions{}.default_window;
   }
   o.default_recompute = a.recompute;
+  o.default_recompute_last = a.recompute_last;
   o.sink = a.sink;
   if (a.kv_files) o.kv_dir = std::filesystem::path(a.data_dir) / "kv";
   return o;

@@ -43,6 +43,7 @@ struct MemoryArgs {
   int32_t k = 10;
   int32_t window = -1;  // -1: the data dir's kv.window setting, else MemoryOptions' default
   int32_t recompute = 0;  // memory.recompute when a request gives none
+  int32_t recompute_last = 0;  // memory.recompute_last when a request gives none
   bool kv_files = false;
   std::string fact_template = MemoryOptions{}.fact_template;
   bool sink = false;

@@ -33,6 +33,8 @@ struct MemoryRequest {
   MemoryOrder order = MemoryOrder::kRank;
   int32_t recompute = -1;         // inject: the first r tokens of each fact are recomputed at serving
                                   // time (EPIC-style) instead of injected; -1: MemoryOptions::default_recompute
+  int32_t recompute_last = -1;    // inject: the last m placed facts (nearest the question; the best-ranked
+                                  // in rank order) are recomputed whole; -1: MemoryOptions::default_recompute_last
   std::string query;              // retrieval query; empty: the last user message
   std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
                                     // against the facts' client vectors and `query` is unused

@@ -190,7 +190,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
+  const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
   IS_REQUIRE(recompute <= 1000, kInvalidInput, "memory.recompute must be at most 1000, got {}", recompute);
+  IS_REQUIRE(recompute_last <= 1000, kInvalidInput, "memory.recompute_last must be at most 1000, got {}", recompute_last);
   IS_REQUIRE(k <= 1000, kInvalidInput, "memory.k must be at most 1000, got {}", k);
   IS_REQUIRE(w <= 1000, kInvalidInput, "memory.window must be at most 1000, got {}", w);
   IS_REQUIRE(!messages.empty(), kInvalidInput, "a request with memory needs at least one message");
@@ -267,6 +269,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   XXH3_64bits_update(st, &fingerprint_, sizeof fingerprint_);
   XXH3_64bits_update(st, &w, sizeof w);
   XXH3_64bits_update(st, &recompute, sizeof recompute);
+  XXH3_64bits_update(st, &recompute_last, sizeof recompute_last);
   XXH3_64bits_update(st, req.tenant.data(), req.tenant.size() + 1);
   XXH3_64bits_update(st, req.user.data(), req.user.size() + 1);
   for (const Fact& f : out.facts) {
@@ -279,11 +282,16 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   }
   span.cache_key = XXH3_64bits_digest(st) | 1;  // never 0: 0 means "no injected KV"
   XXH3_freeState(st);
-  if (recompute > 0) {  // EPIC-style: each fact's first tokens are computed in the request's context
+  if (recompute > 0 || recompute_last > 0) {
+    // Tokens computed in the request's own context instead of injected: each fact's first
+    // `recompute` tokens (EPIC-style), and the whole of the last `recompute_last` facts.
     span.recompute.assign(static_cast<size_t>(span.end - span.start), 0);
-    for (size_t f = 0; f + 1 < c.fact_offsets.size(); ++f)
-      for (int32_t i = c.fact_offsets[f]; i < std::min(c.fact_offsets[f + 1], c.fact_offsets[f] + recompute); ++i)
-        span.recompute[static_cast<size_t>(i)] = 1;
+    const size_t n = c.fact_offsets.size() - 1;
+    for (size_t f = 0; f < n; ++f) {
+      const int32_t len = c.fact_offsets[f + 1] - c.fact_offsets[f];
+      const int32_t upto = f + static_cast<size_t>(recompute_last) >= n ? len : std::min(len, recompute);
+      for (int32_t i = 0; i < upto; ++i) span.recompute[static_cast<size_t>(c.fact_offsets[f] + i)] = 1;
+    }
     out.recomputed = span.end - span.start - span.num_injected();
   }
   IS_CHECK(static_cast<int32_t>(span.pool_slots.size()) == span.end - span.start, "span and pool slots differ");

@@ -44,6 +44,7 @@ struct MemoryOptions {
   int32_t default_k = 10;
   int32_t default_window = 2;
   int32_t default_recompute = 0;          // MemoryRequest::recompute when the request gives none
+  int32_t default_recompute_last = 0;     // MemoryRequest::recompute_last when the request gives none
   std::filesystem::path kv_dir;           // KV files; empty = keep KV in the pool only
   int32_t encode_batch_tokens = 2048;
   bool sink = false;                      // encode each fact after a BOS token (its KV discarded)

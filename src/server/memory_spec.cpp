@@ -13,7 +13,7 @@ namespace inferscale::server {
 MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
   const JsonFields f(j, "memory.");
-  f.only({"user", "tenant", "query", "query_vector", "k", "w", "mode", "order", "recompute"});
+  f.only({"user", "tenant", "query", "query_vector", "k", "w", "mode", "order", "recompute", "recompute_last"});
   MemorySpec s;
   auto user = f.string("user");
   if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");
@@ -31,6 +31,7 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
   if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.window = static_cast<int32_t>(*w);
   if (auto r = f.integer("recompute", 0, MemorySpec::kMaxW)) s.recompute = static_cast<int32_t>(*r);
+  if (auto r = f.integer("recompute_last", 0, MemorySpec::kMaxK)) s.recompute_last = static_cast<int32_t>(*r);
   // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.
   auto named = [&f](const char* key, auto parse) {
     try {

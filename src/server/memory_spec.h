@@ -10,8 +10,9 @@
 //                                        the vectors it supplied with the facts (not with "query")
 //              "mode": "inject",         inject | text | off                     (default inject)
 //              "order": "rank",          rank | time                             (default rank)
-//              "recompute": 2}           inject: the first r tokens of each fact are computed at
+//              "recompute": 2,           inject: the first r tokens of each fact are computed at
 //                                        serving time instead of injected, 0..kMaxW (default: the server's)
+//              "recompute_last": 1}      inject: the last m placed facts are computed whole, 0..kMaxK
 //
 // mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
 // fact last, right before the question; time orders them by time.
