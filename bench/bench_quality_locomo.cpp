@@ -46,10 +46,13 @@ using namespace inferscale;
 
 namespace {
 
-// LoCoMo's answer prompt, as bench/locomo_eval.py sends it (keep the two equal).
-constexpr const char* kQaPrompt =
-    "Based on the above context, write an answer in the form of a short phrase for the following question. "
-    "Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:";
+// How the question is asked, as bench/locomo_eval.py's presets (keep the two equal; that file says
+// why "memory" is the default).
+const std::map<std::string, std::string> kPrompts{
+    {"memory", "Use the memories above to answer.\nQuestion: {}\nAnswer in a few words:"},
+    {"locomo",
+     "Based on the above context, write an answer in the form of a short phrase for the following question. "
+     "Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:"}};
 
 using Rows = std::vector<std::vector<double>>;  // [answer tokens][vocab] log-probabilities
 
@@ -130,7 +133,7 @@ struct Acc {
 };
 
 struct Args {
-  std::string model, device = "cpu", locomo, convs = "conv-26", json;
+  std::string model, device = "cpu", locomo, convs = "conv-26", json, prompt = "memory";
   std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0}, ms{0};
   int max_questions = 0;
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
@@ -144,8 +147,8 @@ std::vector<const LocomoConversation*> pick(const std::vector<LocomoConversation
   return out;
 }
 
-std::string render_prompt(const std::string& question) {
-  std::string p = kQaPrompt;
+std::string render_prompt(const std::string& preset, const std::string& question) {
+  std::string p = kPrompts.at(preset);
   return p.replace(p.find("{}"), 2, question);
 }
 
@@ -166,6 +169,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache")->capture_default_str();
   app.add_option("--pool-mb", a.pool_mb, "memory pool")->capture_default_str();
   app.add_option("--json", a.json, "write the results here");
+  app.add_option("--prompt", a.prompt, "how the question is asked: memory | locomo")->capture_default_str()
+      ->check(CLI::IsMember({"memory", "locomo"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -220,7 +225,7 @@ int main(int argc, char** argv) {
     po.unit = "questions";
     Progress progress(c->sample_id, static_cast<int64_t>(qs.size()), po);
     for (const LocomoQa* q : qs) {
-      const std::vector<ChatMessage> msgs{{"user", render_prompt(q->question)}};
+      const std::vector<ChatMessage> msgs{{"user", render_prompt(a.prompt, q->question)}};
       const auto gold = tok.encode(q->answer, {.add_special = false, .parse_special = false});
       if (gold.empty()) continue;
       nlohmann::json qj = {{"conversation", c->sample_id}, {"question", q->question}, {"category", q->category}};
@@ -303,7 +308,7 @@ int main(int argc, char** argv) {
   std::printf("\n%.1f s in all\n", secs);
   if (!a.json.empty()) {
     std::ofstream f(a.json);
-    f << nlohmann::json{{"model", model.name}, {"backend", be->name()}, {"convs", a.convs}, {"prompt", kQaPrompt},
+    f << nlohmann::json{{"model", model.name}, {"backend", be->name()}, {"convs", a.convs}, {"prompt", kPrompts.at(a.prompt)},
                         {"configs", table}, {"questions", per_question}}
              .dump(1);
   }

@@ -10,8 +10,8 @@ and reports side by side:
   (both outputs are tokenized by llama-server's /tokenize, the same vocabulary);
 - prefill tokens/s: a ~1,000-token prompt, 1 output token, client-side time to first token;
 - decode tokens/s: 128 tokens streamed, (n - 1) / (time of the last token - time of the first);
-- TTFT for a LoCoMo question with k = 20 facts: llama.cpp with the facts pasted as text (the same
-  rendered facts, header and question our `text` mode builds), ours in `text`, ours in `inject`
+- TTFT for a LoCoMo question with k = 20 facts: llama.cpp with the facts pasted as text (the very
+  prompt tokens our `text` mode serves, taken with return_token_ids), ours in `text`, ours in `inject`
   (after a warm-up that encodes the facts), median over the questions.
 Prompt caching is off on both sides for the TTFT and prefill numbers (`cache_prompt: false`; ours:
 each request's text differs from the previous one's at the facts, and prefix-cache hits are counted).
@@ -29,8 +29,8 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-QA_PROMPT = ("Based on the above context, write an answer in the form of a short phrase for the following "
-             "question. Answer with exact words from the context whenever possible.\n\nQuestion: {} Short answer:")
+# The question as bench/locomo_eval.py asks it (its "memory" preset).
+QA_PROMPT = "Use the memories above to answer.\nQuestion: {}\nAnswer in a few words:"
 PROMPTS = [
     "What is the capital of France?", "Why is the sky blue?", "Give me three tips for better sleep.",
     "Write a haiku about autumn.", "What is 17 times 23?", "Explain photosynthesis to a child.",
@@ -88,7 +88,8 @@ class Http:
             j = json.loads(payload)
             if j.get("usage"):
                 usage = j["usage"]
-            for ch in j.get("choices", []):
+            # OpenAI chunks carry choices; llama.cpp's native /completion chunks a "content" string.
+            for ch in j.get("choices", [{"text": j.get("content", "")}]):
                 piece = (ch.get("delta") or {}).get("content") or ch.get("text") or ""
                 if piece:
                     times.append(time.perf_counter() - t0)
@@ -132,8 +133,8 @@ class Server:
         self.log.close()
 
 
-def greedy_chat(http, prompt, n, extra=None):
-    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0}
+def greedy_chat(http, prompt, n, extra=None, model="m"):
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": 0}
     body.update(extra or {})
     r = http.call("POST", "/v1/chat/completions", body)
     return r["choices"][0]["message"]["content"]
@@ -170,27 +171,28 @@ def main():
     ours = Server([args.inferscale, "serve", "--model", args.model, "--data-dir", data_dir, "--port", str(port),
                    "--threads", str(args.threads), "--memory-pool-mb", "2048"], port, os.path.join(args.out, "ours.log"))
     h = ours.http
+    name = h.call("GET", "/v1/models")["data"][0]["id"]
     hdr = {"X-InferScale-Tenant": "default"}
-    ours_greedy = [greedy_chat(h, p, 64, {"ignore_eos": True}) for p in PROMPTS]
-    times, _, usage = h.stream("/v1/completions", {"model": "m", "prompt": long_prompt, "max_tokens": 1, "temperature": 0})
+    ours_greedy = [greedy_chat(h, p, 64, {"ignore_eos": True}, name) for p in PROMPTS]
+    times, _, usage = h.stream("/v1/completions", {"model": name, "prompt": long_prompt, "max_tokens": 1, "temperature": 0})
     res["ours_prefill_tok_s"] = usage["prompt_tokens"] / times[0] if usage else None
     res["prefill_prompt_tokens"] = usage["prompt_tokens"] if usage else None
-    times, _, _ = h.stream("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": PROMPTS[10]}],
+    times, _, _ = h.stream("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": PROMPTS[10]}],
                                                    "max_tokens": 128, "temperature": 0, "ignore_eos": True})
     res["ours_decode_tok_s"] = (len(times) - 1) / (times[-1] - times[0])
-    facts_text, ttft_text, ttft_inject = [], [], []
+    prompts_text, ttft_text, ttft_inject = [], [], []
     for q in qs:
         msg = [{"role": "user", "content": QA_PROMPT.format(q["question"])}]
         mem = {"user": args.conv, "k": args.k, "mode": "inject", "query": q["question"]}
-        h.call("POST", "/v1/chat/completions", {"model": "m", "messages": msg, "max_tokens": 1, "memory": mem}, hdr)  # warm-up: encodes
+        h.call("POST", "/v1/chat/completions", {"model": name, "messages": msg, "max_tokens": 1, "memory": mem}, hdr)  # warm-up: encodes
         for mode, acc in (("text", ttft_text), ("inject", ttft_inject)):
-            times, _, _ = h.stream("/v1/chat/completions", {"model": "m", "messages": msg, "max_tokens": 8, "temperature": 0,
+            times, _, _ = h.stream("/v1/chat/completions", {"model": name, "messages": msg, "max_tokens": 8, "temperature": 0,
                                                            "memory": dict(mem, mode=mode)}, hdr)
             acc.append(times[0])
-        hits = h.call("POST", "/v1/memory/users/%s/search" % args.conv, {"query": q["question"], "k": args.k}, hdr)["data"]
-        # The same facts, in our placement order (best-ranked last), rendered as our text mode renders them.
-        rendered = "".join("[%s] %s: %s\n" % (f["date"], f["speaker"], f["text"]) for f in reversed(hits))
-        facts_text.append(rendered)
+        # The exact prompt our text mode served (facts pasted), as token ids, for llama.cpp.
+        r = h.call("POST", "/v1/chat/completions", {"model": name, "messages": msg, "max_tokens": 1, "return_token_ids": True,
+                                                    "memory": dict(mem, mode="text")}, hdr)
+        prompts_text.append(r["prompt_token_ids"])
     ours.stop()
 
     # ---- llama.cpp on the same file and cores
@@ -205,13 +207,9 @@ def main():
     times, _, _ = p.stream("/v1/chat/completions", {"model": "m", "messages": [{"role": "user", "content": PROMPTS[10]}],
                                                    "max_tokens": 128, "temperature": 0, "ignore_eos": True, **nocache})
     res["llama_decode_tok_s"] = (len(times) - 1) / (times[-1] - times[0])
-    header = "Memories from earlier conversations with the user (most relevant last):\n"
     ttft_llama = []
-    for q, facts in zip(qs, facts_text):
-        msgs = [{"role": "system", "content": header + facts + "\n"},
-                {"role": "user", "content": QA_PROMPT.format(q["question"])}]
-        times, _, _ = p.stream("/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 8, "temperature": 0,
-                                                       **nocache})
+    for ids in prompts_text:  # the same tokens: the server's own chat template is not involved
+        times, _, _ = p.stream("/completion", {"prompt": ids, "n_predict": 8, "temperature": 0, **nocache})
         ttft_llama.append(times[0])
     agree = []
     for a, b in zip(ours_greedy, peer_greedy):

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (the device tool), from the repository root: issue 7's real-model work on
+# SmolLM2-135M-Instruct. The bundle comes from scripts/gpu_quality_bundle.sh; files written under
+# /root stay while the machine is warm, so the model travels in two parts over two calls:
+#   bash scripts/gpu_quality.sh stash                  carry .gpu/m1: model part 1 -> /root/m
+#   bash scripts/gpu_quality.sh STAGE...               carry .gpu/m2 and .gpu/q (the next call, within 30 s)
+# Stages (any order, several per call):
+#   parity   every CUDA parity test (test_cuda), SmolLM2 on the GPU vs the CPU included
+#   kl       bench_quality_locomo: KL(text || inject), top-1, NLL over KL_CONVS (default conv-26), grid k x w
+#   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
+#   f1       the server on the GPU + bench/locomo_eval.py (F1 and NLL over HTTP) for F1_CONVS, resumable
+#            (results in /root/f1, copied to $OUT), stopped after F1_SECONDS (default 400)
+# Outputs go to $OUT (the device tool brings them back).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /root/m
+MODEL=/root/m/SmolLM2-135M-Instruct.Q4_1.gguf
+SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if [ "${1:-}" = stash ]; then
+  cp .gpu/m1/part1 /root/m/part1 && ls -la /root/m
+  exit $?
+fi
+if [ ! -f "$MODEL" ]; then
+  [ -f /root/m/part1 ] && [ -f .gpu/m2/part2 ] || { echo "model parts missing (stash first, then carry .gpu/m2)"; exit 1; }
+  cat /root/m/part1 .gpu/m2/part2 > "$MODEL"
+fi
+echo "$SHA  $MODEL" | sha256sum -c - || { rm -f "$MODEL"; exit 1; }
+Q=/root/q
+if [ -f .gpu/q/bundle.tar.xz ]; then
+  rm -rf "$Q" && mkdir -p "$Q" && python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .gpu/q/bundle.tar.xz "$Q"
+fi
+[ -x "$Q/bin/inferscale" ] || { echo "no bundle in $Q (carry .gpu/q)"; exit 1; }
+python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site "$Q"/whl/*.whl 2>/dev/null
+export PYTHONPATH=/root/site PYTHONUNBUFFERED=1
+CUBLAS=$(dirname "$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)")
+export LD_LIBRARY_PATH="$CUBLAS:$Q/bin:${LD_LIBRARY_PATH:-}"
+export INFERSCALE_SMOLLM2=$MODEL
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/env.txt" 2>&1
+D=$Q/locomo10.json
+
+for stage in "$@"; do
+  t0=$(date +%s)
+  case "$stage" in
+    parity)
+      for suite in CudaKernels CudaAttention CudaBackend CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
+        PARITY_OUT="$OUT/parity.txt" timeout 150 "$Q/bin/test_cuda" --gtest_filter="$suite.*" > "$OUT/test_$suite.log" 2>&1
+        echo "parity $suite rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$suite.log" | tr '\n' ' ')"
+      done
+      grep -h -E "SmolLM2|chat [0-9]" "$OUT/test_CudaSmolLM2.log" ;;
+    kl)
+      timeout 500 "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
+        --k 5,10,20,50 --w 0,2,5 --kv-cache-mb 8192 --pool-mb 16384 --json "$OUT/kl.json" > "$OUT/kl.md" 2> "$OUT/kl.err"
+      echo "kl rc=$?"; tail -n 25 "$OUT/kl.md" ;;
+    recompute)
+      timeout 400 "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
+        --k 10,20 --w 0,2 --recompute 0,1,2,4,8 --recompute-last 0,1,2,3 --kv-cache-mb 8192 --pool-mb 16384 \
+        --json "$OUT/recompute.json" > "$OUT/recompute.md" 2> "$OUT/recompute.err"
+      echo "recompute rc=$?"; tail -n 50 "$OUT/recompute.md" ;;
+    f1)
+      mkdir -p /root/d /root/f1
+      if ! curl -sf localhost:8000/health >/dev/null 2>&1; then
+        setsid "$Q/bin/inferscale" serve --device cuda --model "$MODEL" --data-dir /root/d --port 8000 --memory-pool-mb 16384 \
+          --max-pending 512 > /root/serve.log 2>&1 < /dev/null &
+        for _ in $(seq 1 120); do curl -sf localhost:8000/health >/dev/null 2>&1 && break; sleep 0.5; done
+      fi
+      timeout "${F1_SECONDS:-400}" python3 "$Q/locomo_eval.py" --base-url http://127.0.0.1:8000/v1 --data "$D" \
+        --convs "${F1_CONVS:-conv-26}" --k 5,10,20,50 --w 0,2,5 ${F1_EXTRA:-} --concurrency "${F1_CONCURRENCY:-48}" \
+        --out /root/f1 > "$OUT/f1.md" 2> "$OUT/f1.err"
+      echo "f1 rc=$?"; tail -c 3000 "$OUT/f1.err" | tr '\r' '\n' | tail -n 5; cat "$OUT/f1.md"
+      cp /root/f1/summary.json /root/f1/predictions.jsonl "$OUT/" 2>/dev/null
+      tail -n 30 /root/serve.log > "$OUT/serve_tail.log" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+  echo "stage $stage: $(( $(date +%s) - t0 )) s"
+done

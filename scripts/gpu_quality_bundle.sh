@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Gathers what the GPU machine needs for the real-model runs (scripts/gpu_quality.sh) into
+# .gpu/m1, .gpu/m2 (SmolLM2's 98 MB GGUF in two parts: one device call carries at most 64 MiB) and
+# .gpu/q (stripped CUDA-build binaries and the libraries the machine lacks, xz-compressed, plus
+# LoCoMo, the eval harness and its nltk wheels). All under /.gpu/, which git ignores.
+#   run(command="bash scripts/gpu_quality.sh stash", carry=[".gpu/m1"])
+#   run(command="bash scripts/gpu_quality.sh parity kl", carry=[".gpu/m2", ".gpu/q"])   (within 30 s)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-cuda}
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$MODEL" ] || { echo "no $MODEL (scripts/fetch_models.sh)"; exit 1; }
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" \
+      -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
+cmake --build "$BUILD" -j"${JOBS:-2}" --target test_cuda inferscale bench_quality_locomo
+rm -rf .gpu/m1 .gpu/m2 .gpu/q
+mkdir -p .gpu/m1 .gpu/m2 .gpu/q
+head -c 56000000 "$MODEL" > .gpu/m1/part1
+tail -c +56000001 "$MODEL" > .gpu/m2/part2
+S=$(mktemp -d)
+mkdir -p "$S/bin"
+for b in "$BUILD/inferscale" "$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_quality_locomo"; do strip -o "$S/bin/$(basename "$b")" "$b"; done
+# The libraries the GPU machine has, or that come from its driver/toolkit, stay behind (as gpu_bundle.sh).
+SKIP='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcudart|libsqlite3|libpcre2-8|libxxhash|libzstd|libopenblas|libgfortran|libquadmath|libgomp)'
+for b in "$S"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$S/bin/$name"; fi
+  done
+done
+cp ../shared/data/locomo/locomo10.json bench/locomo_eval.py "$S/"
+mkdir -p "$S/whl"
+.venv/bin/pip download -q --no-deps -d "$S/whl" nltk==3.10.4 defusedxml
+tar -C "$S" -cJf .gpu/q/bundle.tar.xz .
+rm -rf "$S"
+du -sh .gpu/m1 .gpu/m2 .gpu/q
