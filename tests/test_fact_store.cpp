@@ -503,3 +503,24 @@ TEST(FactStore, ConcurrentWritersAndReaders) {
     EXPECT_EQ(bm25.indexed("default", user), store->count("default", user));
   }
 }
+
+// Two stores on one directory are two SQLite connections, as two processes have. A read must not
+// leave a statement open that pins its connection to an old snapshot: the other writer's facts
+// must be visible at the next read, and this connection's next write must not fail with
+// "database is locked".
+TEST(FactStore, TwoConnectionsOnOneDirectorySeeEachOthersWrites) {
+  TempDir dir;
+  auto a = FactStore::open(dir.path());
+  auto b = FactStore::open(dir.path());
+  a->add_fact("default", "u", fact("from a"));
+  EXPECT_EQ(a->count("default", "u"), 1u);
+  EXPECT_EQ(a->get_setting("missing"), std::nullopt);
+  EXPECT_EQ(a->list("default", "u").size(), 1u);
+  b->add_fact("default", "u", fact("from b"));
+  EXPECT_EQ(a->count("default", "u"), 2u);
+  EXPECT_EQ(texts(a->list("default", "u")), (std::vector<std::string>{"from a", "from b"}));
+  a->add_fact("default", "u", fact("from a again"));
+  b->add_fact("default", "u", fact("from b again"));
+  EXPECT_EQ(b->count("default", "u"), 4u);
+  EXPECT_EQ(a->count("default", "u"), 4u);
+}

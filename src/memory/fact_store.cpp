@@ -119,10 +119,10 @@ std::unique_ptr<FactStore> FactStore::open(const std::filesystem::path& data_dir
   db.exec("PRAGMA journal_mode = WAL");
   db.exec("PRAGMA synchronous = FULL");
   db.exec("PRAGMA foreign_keys = ON");
-  auto& mode = db.prepare("PRAGMA journal_mode");
-  IS_REQUIRE(mode.step() && mode.text(0) == "wal", kResource, "database {}: cannot enable WAL journal mode",
+  auto mode = db.prepare("PRAGMA journal_mode");
+  IS_REQUIRE(mode->step() && mode->text(0) == "wal", kResource, "database {}: cannot enable WAL journal mode",
              file.string());
-  mode.reset();
+  mode->reset();
   migrate_schema(db);
   return store;
 }
@@ -131,23 +131,23 @@ std::string FactStore::pragma(std::string_view name) const {
   IS_REQUIRE(!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::islower(c); }),
              kInvalidInput, "bad pragma name '{}'", name);
   std::lock_guard lock(mu_);
-  auto& s = db_->prepare(fmt::format("PRAGMA {}", name));
-  return s.step() ? s.text(0) : std::string();
+  auto s = db_->prepare(fmt::format("PRAGMA {}", name));
+  return s->step() ? s->text(0) : std::string();
 }
 
 // ---- helpers (mu_ held) ----------------------------------------------------------------------
 
 std::optional<int64_t> FactStore::find_user_key(std::string_view tenant, std::string_view user) const {
-  auto& s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND user = ?");
-  s.bind(1, tenant).bind(2, user);
-  if (!s.step()) return std::nullopt;
-  return s.int64(0);
+  auto s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND user = ?");
+  s->bind(1, tenant).bind(2, user);
+  if (!s->step()) return std::nullopt;
+  return s->int64(0);
 }
 
 int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view user) {
   if (auto key = find_user_key(tenant, user)) return *key;
   db_->prepare("INSERT INTO users (tenant, user, created_at_ms) VALUES (?, ?, ?)")
-      .bind(1, tenant)
+      ->bind(1, tenant)
       .bind(2, user)
       .bind(3, now_ms())
       .run();
@@ -156,10 +156,10 @@ int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view use
 
 std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tenant, std::string_view user,
                                          int64_t id) const {
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.id = ? AND f.user_key = ?");
-  s.bind(1, id).bind(2, user_key);
-  if (!s.step()) return std::nullopt;
-  return read_fact(s, tenant, user);
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.id = ? AND f.user_key = ?");
+  s->bind(1, id).bind(2, user_key);
+  if (!s->step()) return std::nullopt;
+  return read_fact(*s, tenant, user);
 }
 
 Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view tenant, std::string_view user,
@@ -172,26 +172,26 @@ Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view t
 
 std::vector<Fact> FactStore::list_locked(int64_t user_key, std::string_view tenant, std::string_view user,
                                          const ListOptions& opts) const {
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.id > ? ORDER BY f.id LIMIT ?");
-  s.bind(1, user_key).bind(2, opts.after_id).bind(3, static_cast<int64_t>(std::min<size_t>(opts.limit, INT64_MAX)));
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.id > ? ORDER BY f.id LIMIT ?");
+  s->bind(1, user_key).bind(2, opts.after_id).bind(3, static_cast<int64_t>(std::min<size_t>(opts.limit, INT64_MAX)));
   std::vector<Fact> out;
-  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  while (s->step()) out.push_back(read_fact(*s, tenant, user));
   return out;
 }
 
 EmbeddingMatrix FactStore::embeddings_locked(int64_t user_key, std::string_view embedder) const {
-  auto& s = db_->prepare(
+  auto s = db_->prepare(
       "SELECT e.fact_id, e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
       "WHERE f.user_key = ? AND e.embedder = ? ORDER BY e.fact_id");
-  s.bind(1, user_key).bind(2, embedder);
+  s->bind(1, user_key).bind(2, embedder);
   EmbeddingMatrix m;
-  while (s.step()) {
-    const int64_t id = s.int64(0);
-    const auto dim = static_cast<int32_t>(s.int64(1));
+  while (s->step()) {
+    const int64_t id = s->int64(0);
+    const auto dim = static_cast<int32_t>(s->int64(1));
     IS_CHECK(m.ids.empty() || dim == m.dim, "embeddings '{}' of one user have dims {} and {}", embedder, m.dim, dim);
     m.dim = dim;
     m.ids.push_back(id);
-    append_blob(s.blob(2), dim, m.data, id);
+    append_blob(s->blob(2), dim, m.data, id);
   }
   return m;
 }
@@ -214,15 +214,15 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
                               std::vector<Fact>& added) {
   int64_t next_turn = 0;
   if (conversation) {
-    auto& s = db_->prepare(
+    auto s = db_->prepare(
         "SELECT COALESCE(MAX(turn_index), -1) + 1 FROM facts WHERE user_key = ? AND conversation = ? "
         "AND turn_index IS NOT NULL");
-    s.bind(1, user_key).bind(2, *conversation);
-    IS_CHECK(s.step(), "no row from MAX(turn_index)");
-    next_turn = s.int64(0);
+    s->bind(1, user_key).bind(2, *conversation);
+    IS_CHECK(s->step(), "no row from MAX(turn_index)");
+    next_turn = s->int64(0);
   }
   const int64_t now = now_ms();
-  auto& ins = db_->prepare(
+  auto ins = db_->prepare(
       "INSERT INTO facts (user_key, text, ts_text, ts_epoch, conversation, session, turn, speaker, turn_index, "
       "metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
   for (const NewFact& nf : facts) {
@@ -239,8 +239,8 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
     }
     f.metadata = nf.metadata;
     f.created_at_ms = f.updated_at_ms = now;
-    ins.reset();
-    ins.bind(1, user_key)
+    ins->reset();
+    ins->bind(1, user_key)
         .bind(2, f.text)
         .bind(3, f.timestamp)
         .bind(4, f.timestamp_epoch)
@@ -264,22 +264,22 @@ void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenan
                                         EmbeddingMatrix& put) {
   if (rows.empty()) return;
   const auto dim = static_cast<int32_t>(rows.front().vector.size());
-  auto& have = db_->prepare(
+  auto have = db_->prepare(
       "SELECT e.dim FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? AND e.embedder = ? LIMIT 1");
-  have.bind(1, user_key).bind(2, embedder);
-  if (have.step()) {
-    const int64_t stored = have.int64(0);
+  have->bind(1, user_key).bind(2, embedder);
+  if (have->step()) {
+    const int64_t stored = have->int64(0);
     IS_REQUIRE(stored == dim, kInvalidInput, "embedder '{}' of user '{}' holds vectors of dim {}, got dim {}",
                embedder, user, stored, dim);
   }
-  have.reset();
-  auto& ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
+  have->reset();
+  auto ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
   put.dim = dim;
   for (const EmbeddingRow& r : rows) {
     const Fact f = require_fact(user_key, tenant, user, r.fact_id);
     if (r.fact_version != 0 && r.fact_version != f.version) continue;  // computed from an older text
-    ins.reset();
-    ins.bind(1, r.fact_id).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
+    ins->reset();
+    ins->bind(1, r.fact_id).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
     put.ids.push_back(r.fact_id);
     put.data.insert(put.data.end(), r.vector.begin(), r.vector.end());
   }
@@ -381,12 +381,12 @@ std::vector<Fact> FactStore::window(std::string_view tenant, std::string_view us
   const Fact f = require_fact(key, tenant, user, fact_id);
   if (!f.turn_index || w == 0) return {};
   // One range scan of facts_by_turn, newest first, then reversed to reading order.
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                          " FROM facts f WHERE f.user_key = ? AND f.conversation = ? AND f.turn_index IS NOT NULL "
                          "AND f.turn_index < ? ORDER BY f.turn_index DESC LIMIT ?");
-  s.bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, static_cast<int64_t>(std::min<size_t>(w, INT64_MAX)));
+  s->bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, static_cast<int64_t>(std::min<size_t>(w, INT64_MAX)));
   std::vector<Fact> out;
-  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  while (s->step()) out.push_back(read_fact(*s, tenant, user));
   std::reverse(out.begin(), out.end());
   return out;
 }
@@ -395,19 +395,19 @@ size_t FactStore::count(std::string_view tenant, std::string_view user) const {
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
   if (!key) return 0;
-  auto& s = db_->prepare("SELECT COUNT(*) FROM facts WHERE user_key = ?");
-  s.bind(1, *key);
-  IS_CHECK(s.step(), "no row from COUNT");
-  return static_cast<size_t>(s.int64(0));
+  auto s = db_->prepare("SELECT COUNT(*) FROM facts WHERE user_key = ?");
+  s->bind(1, *key);
+  IS_CHECK(s->step(), "no row from COUNT");
+  return static_cast<size_t>(s->int64(0));
 }
 
 std::vector<UserRef> FactStore::users() const {
   std::lock_guard lock(mu_);
-  auto& s = db_->prepare(
+  auto s = db_->prepare(
       "SELECT u.tenant, u.user FROM users u WHERE EXISTS (SELECT 1 FROM facts f WHERE f.user_key = u.user_key) "
       "ORDER BY u.tenant, u.user");
   std::vector<UserRef> out;
-  while (s.step()) out.push_back(UserRef{s.text(0), s.text(1)});
+  while (s->step()) out.push_back(UserRef{s->text(0), s->text(1)});
   return out;
 }
 
@@ -427,7 +427,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
   {
     sqlite::Transaction tx(*db_);
     db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ? AND user_key = ?")
-        .bind(1, f.text)
+        ->bind(1, f.text)
         .bind(2, f.metadata)
         .bind(3, f.version)
         .bind(4, f.updated_at_ms)
@@ -435,7 +435,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
         .bind(6, *key)
         .run();
     IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
-    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?").bind(1, id).run();
+    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, id).run();
     tx.commit();
   }
   notify([&](FactStoreListener& l) { l.on_fact_updated(f, text_changed); });
@@ -448,7 +448,7 @@ void FactStore::remove(std::string_view tenant, std::string_view user, int64_t i
   require_fact(key, tenant, user, id);
   {
     sqlite::Transaction tx(*db_);
-    db_->prepare("DELETE FROM facts WHERE id = ? AND user_key = ?").bind(1, id).bind(2, *key).run();  // cascades
+    db_->prepare("DELETE FROM facts WHERE id = ? AND user_key = ?")->bind(1, id).bind(2, *key).run();  // cascades
     tx.commit();
   }
   const int64_t ids[1] = {id};
@@ -461,14 +461,14 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
   if (!key) return 0;
   std::vector<int64_t> ids;
   {
-    auto& s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
-    s.bind(1, *key);
-    while (s.step()) ids.push_back(s.int64(0));
+    auto s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
+    s->bind(1, *key);
+    while (s->step()) ids.push_back(s->int64(0));
   }
   {
     sqlite::Transaction tx(*db_);
-    db_->prepare("DELETE FROM facts WHERE user_key = ?").bind(1, *key).run();  // cascades to embeddings
-    db_->prepare("DELETE FROM users WHERE user_key = ?").bind(1, *key).run();
+    db_->prepare("DELETE FROM facts WHERE user_key = ?")->bind(1, *key).run();  // cascades to embeddings
+    db_->prepare("DELETE FROM users WHERE user_key = ?")->bind(1, *key).run();
     tx.commit();
   }
   if (!ids.empty()) notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
@@ -479,17 +479,17 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
 
 std::optional<std::string> FactStore::get_setting(std::string_view key) const {
   std::lock_guard lock(mu_);
-  auto& s = db_->prepare("SELECT value FROM settings WHERE key = ?");
-  s.bind(1, key);
-  if (!s.step()) return std::nullopt;
-  return s.text(0);
+  auto s = db_->prepare("SELECT value FROM settings WHERE key = ?");
+  s->bind(1, key);
+  if (!s->step()) return std::nullopt;
+  return s->text(0);
 }
 
 void FactStore::set_setting(std::string_view key, std::string_view value) {
   check_name("setting", key);
   std::lock_guard lock(mu_);
   db_->prepare("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-      .bind(1, key)
+      ->bind(1, key)
       .bind(2, value)
       .run();
 }
@@ -526,11 +526,11 @@ std::optional<std::vector<float>> FactStore::get_embedding(std::string_view tena
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
   require_fact(key, tenant, user, id);
-  auto& s = db_->prepare("SELECT dim, vector FROM embeddings WHERE fact_id = ? AND embedder = ?");
-  s.bind(1, id).bind(2, embedder);
-  if (!s.step()) return std::nullopt;
+  auto s = db_->prepare("SELECT dim, vector FROM embeddings WHERE fact_id = ? AND embedder = ?");
+  s->bind(1, id).bind(2, embedder);
+  if (!s->step()) return std::nullopt;
   std::vector<float> v;
-  append_blob(s.blob(1), static_cast<int32_t>(s.int64(0)), v, id);
+  append_blob(s->blob(1), static_cast<int32_t>(s->int64(0)), v, id);
   return v;
 }
 
@@ -547,12 +547,12 @@ std::vector<Fact> FactStore::facts_missing_embedding(std::string_view tenant, st
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
   if (!key) return {};
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                          " FROM facts f WHERE f.user_key = ? AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE "
                          "e.fact_id = f.id AND e.embedder = ?) ORDER BY f.id LIMIT ?");
-  s.bind(1, *key).bind(2, embedder).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+  s->bind(1, *key).bind(2, embedder).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
   std::vector<Fact> out;
-  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  while (s->step()) out.push_back(read_fact(*s, tenant, user));
   return out;
 }
 
@@ -568,19 +568,19 @@ void FactStore::attach(FactStoreListener* listener) {
   };
   std::vector<UserRow> users;
   {
-    auto& s = db_->prepare("SELECT user_key, tenant, user FROM users ORDER BY user_key");
-    while (s.step()) users.push_back(UserRow{s.int64(0), s.text(1), s.text(2)});
+    auto s = db_->prepare("SELECT user_key, tenant, user FROM users ORDER BY user_key");
+    while (s->step()) users.push_back(UserRow{s->int64(0), s->text(1), s->text(2)});
   }
   for (const UserRow& u : users) {
     const std::vector<Fact> facts = list_locked(u.key, u.tenant, u.user, ListOptions{0, SIZE_MAX});
     if (!facts.empty()) listener->on_facts_added(facts);
     std::vector<std::string> embedders;
     {
-      auto& s = db_->prepare(
+      auto s = db_->prepare(
           "SELECT DISTINCT e.embedder FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? "
           "ORDER BY e.embedder");
-      s.bind(1, u.key);
-      while (s.step()) embedders.push_back(s.text(0));
+      s->bind(1, u.key);
+      while (s->step()) embedders.push_back(s->text(0));
     }
     for (const std::string& e : embedders) {
       const EmbeddingMatrix m = embeddings_locked(u.key, e);

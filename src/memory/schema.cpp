@@ -59,10 +59,10 @@ CREATE TABLE embeddings (
 }  // namespace
 
 int64_t schema_version(sqlite::Db& db) {
-  auto& exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
-  if (!exists.step()) return 0;
-  auto& q = db.prepare("SELECT version FROM schema_version");
-  return q.step() ? q.int64(0) : 0;
+  auto exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
+  if (!exists->step()) return 0;
+  auto q = db.prepare("SELECT version FROM schema_version");
+  return q->step() ? q->int64(0) : 0;
 }
 
 void migrate_schema(sqlite::Db& db) {
@@ -75,7 +75,7 @@ void migrate_schema(sqlite::Db& db) {
   for (int64_t v = have; v < kSchemaVersion; ++v) db.exec(kMigrations[static_cast<size_t>(v)]);
   if (have != kSchemaVersion) {
     db.exec("DELETE FROM schema_version");
-    db.prepare("INSERT INTO schema_version (version) VALUES (?)").bind(1, kSchemaVersion).run();
+    db.prepare("INSERT INTO schema_version (version) VALUES (?)")->bind(1, kSchemaVersion).run();
   }
   tx.commit();
 }

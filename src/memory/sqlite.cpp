@@ -66,11 +66,21 @@ void Db::exec(std::string_view sql) {
   }
 }
 
-Statement& Db::prepare(std::string_view sql) {
+Query Db::prepare(std::string_view sql) {
   auto it = cache_.find(std::string(sql));
   if (it == cache_.end()) it = cache_.emplace(std::string(sql), std::make_unique<Statement>(*this, sql)).first;
-  it->second->reset();
-  return *it->second;
+  return Query(*it->second);
+}
+
+Query::Query(Statement& s) : s_(&s) {
+  IS_CHECK(!s.lent_, "statement already in use: {}", s.sql_);
+  s.lent_ = true;
+}
+
+Query::~Query() {
+  if (s_ == nullptr) return;
+  s_->reset();
+  s_->lent_ = false;
 }
 
 int64_t Db::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
