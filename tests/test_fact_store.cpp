@@ -433,6 +433,7 @@ struct RecordingListener : FactStoreListener {
     events.push_back("vec " + std::string(user) + " " + std::string(embedder) + " " + std::to_string(ids.size()) + "x" +
                      std::to_string(dim));
   }
+  void on_reset() override { events.push_back("reset"); }
 };
 }  // namespace
 
@@ -523,4 +524,61 @@ TEST(FactStore, TwoConnectionsOnOneDirectorySeeEachOthersWrites) {
   b->add_fact("default", "u", fact("from b again"));
   EXPECT_EQ(b->count("default", "u"), 4u);
   EXPECT_EQ(a->count("default", "u"), 4u);
+}
+
+// A store follows another process's writes (here another connection) through the change log:
+// refresh() replays them to its listeners, so its BM25 index finds the other writer's facts and
+// forgets the ones it deleted.
+TEST(FactStore, RefreshReplaysAnotherWritersChangesToTheListeners) {
+  TempDir dir;
+  auto a = FactStore::open(dir.path());
+  auto b = FactStore::open(dir.path());
+  a->add_fact("default", "u", fact("the red bicycle"));
+  Bm25Retriever bm25(*a);
+  RecordingListener l;
+  a->attach(&l);
+  l.events.clear();
+  EXPECT_FALSE(a->refresh());  // nothing new: one PRAGMA
+  NewFact v = fact("a green kayak");
+  v.vector = {0.5f, 0.25f};
+  const int64_t kayak = b->add_fact("default", "u", v);
+  const int64_t boat = b->add_fact("default", "w", fact("an old boat"));
+  b->update("default", "w", boat, FactUpdate{std::string("an old sailing boat"), {}});
+  const int64_t gone = b->add_fact("default", "u", fact("a bicycle bell"));
+  b->remove("default", "u", gone);
+  EXPECT_TRUE(bm25.search("default", "u", "kayak", 5).empty());  // not seen yet
+  EXPECT_TRUE(a->refresh());
+  // The added-then-deleted fact is skipped at its add (gone) and reported at its delete.
+  EXPECT_EQ(l.events, (std::vector<std::string>{"add u a green kayak", "vec u client 1x2", "add w an old sailing boat",
+                                                "update an old sailing boat text v2", "delete u 1"}));
+  const auto hits = bm25.search("default", "u", "kayak", 5);
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(hits[0].id, kayak);
+  EXPECT_EQ(bm25.indexed("default", "u"), 2u);
+  EXPECT_FALSE(a->refresh());
+  // This store's own writes reach its listeners at once, and the other's only at refresh.
+  l.events.clear();
+  a->remove_user("default", "w");
+  EXPECT_EQ(l.events, (std::vector<std::string>{"delete w 1"}));
+  EXPECT_EQ(b->count("default", "w"), 0u);
+}
+
+// A store that fell behind the change log's retention reloads everything instead of missing the
+// pruned changes.
+TEST(FactStore, RefreshAfterPrunedChangesReloadsEverything) {
+  TempDir dir;
+  auto a = FactStore::open(dir.path());
+  auto b = FactStore::open(dir.path());
+  RecordingListener l;
+  a->attach(&l);
+  const int64_t gone = b->add_fact("default", "u", fact("soon deleted"));
+  b->remove("default", "u", gone);
+  b->add_fact("default", "u", fact("kept"));
+  {
+    sqlite::Db raw((dir.path() / "memory.db").string(), false);
+    raw.exec("DELETE FROM changes");  // what pruning does to rows older than the retention
+  }
+  b->add_fact("default", "u", fact("after the gap"));
+  EXPECT_TRUE(a->refresh());
+  EXPECT_EQ(l.events, (std::vector<std::string>{"reset", "add u kept", "add u after the gap"}));
 }

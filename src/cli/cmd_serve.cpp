@@ -53,7 +53,7 @@ int64_t weight_bytes(const ModelWeights& w) {
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_serve(const ServeArgs& a) {
-  IS_REQUIRE(a.port >= 1 && a.port <= 65535, kInvalidInput, "--port must be in 1..65535, got {}", a.port);
+  IS_REQUIRE(a.port >= 0 && a.port <= 65535, kInvalidInput, "--port must be in 0..65535, got {}", a.port);
   IS_REQUIRE(a.shutdown_timeout_s >= 0, kInvalidInput, "--shutdown-timeout must be >= 0");
 
   // Before any thread starts (model loading may start OpenMP workers): see the header comment.
@@ -117,7 +117,7 @@ void register_serve(CLI::App& app) {
   add_model_options(*s, a->model);
   add_memory_options(*s, a->memory, false);
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
-  s->add_option("--port", a->port, "Port to listen on")->capture_default_str();
+  s->add_option("--port", a->port, "Port to listen on (0: any free port, logged at start)")->capture_default_str();
   s->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503")->capture_default_str();
   s->add_option("--http-threads", a->http_threads, "Connections served at once (0 = max-pending + 16)")->capture_default_str();
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds requests in flight get to finish on SIGINT/SIGTERM")

@@ -52,4 +52,9 @@ void Bm25Retriever::on_facts_deleted(std::string_view tenant, std::string_view u
   if (it->second.size() == 0) users_.erase(it);
 }
 
+void Bm25Retriever::on_reset() {
+  std::unique_lock lock(mu_);
+  users_.clear();
+}
+
 }  // namespace inferscale

@@ -31,6 +31,7 @@ class Bm25Retriever final : public Retriever, private FactStoreListener {
   void on_facts_added(std::span<const Fact> facts) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
   void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
+  void on_reset() override;
 
   FactStore& store_;
   Bm25Params params_;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "memory/change_log.h"
 #include "memory/schema.h"
 #include "memory/sqlite.h"
 #include "memory/timestamp.h"
@@ -124,6 +125,8 @@ std::unique_ptr<FactStore> FactStore::open(const std::filesystem::path& data_dir
              file.string());
   mode->reset();
   migrate_schema(db);
+  store->seen_seq_ = change_log::last_seq(db);  // listeners get the contents at attach, not the history
+  store->data_version_ = store->data_version_locked();
   return store;
 }
 
@@ -310,20 +313,21 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
   std::lock_guard lock(mu_);
   std::vector<Fact> added;
   EmbeddingMatrix put;
+  std::vector<int64_t> ids;
   {
     sqlite::Transaction tx(*db_);
+    prune_locked();
     const int64_t user_key = ensure_user_key(tenant, user);
     insert_locked(user_key, tenant, user, facts, conversation, added);
     for (EmbeddingRow& r : client_rows) r.fact_id = added[static_cast<size_t>(r.fact_id)].id;
     write_embeddings_locked(user_key, tenant, user, kClientEmbedder, client_rows, put);
+    ids.reserve(added.size());
+    for (const Fact& f : added) ids.push_back(f.id);
+    change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids);
+    if (!put.ids.empty()) change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, kClientEmbedder);
     tx.commit();
   }
-  notify([&](FactStoreListener& l) { l.on_facts_added(added); });
-  if (!put.ids.empty())
-    notify([&](FactStoreListener& l) { l.on_embeddings_put(tenant, user, kClientEmbedder, put.ids, put.data, put.dim); });
-  std::vector<int64_t> ids;
-  ids.reserve(added.size());
-  for (const Fact& f : added) ids.push_back(f.id);
+  after_write_locked();
   return ids;
 }
 
@@ -415,17 +419,20 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
   if (up.text) check_text(*up.text, "");
   if (up.metadata) check_metadata(*up.metadata, "");
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  Fact f = require_fact(key, tenant, user, id);
-  const bool text_changed = up.text && *up.text != f.text;
-  const bool meta_changed = up.metadata && *up.metadata != f.metadata;
-  if (!text_changed && !meta_changed) return f;
-  if (text_changed) f.text = *up.text;
-  if (meta_changed) f.metadata = *up.metadata;
-  f.version += 1;
-  f.updated_at_ms = now_ms();
+  Fact f;
   {
+    // Read and write in one write transaction: another process may change the fact meanwhile.
     sqlite::Transaction tx(*db_);
+    const auto key = find_user_key(tenant, user);
+    f = require_fact(key, tenant, user, id);
+    const bool text_changed = up.text && *up.text != f.text;
+    const bool meta_changed = up.metadata && *up.metadata != f.metadata;
+    if (!text_changed && !meta_changed) return f;
+    if (text_changed) f.text = *up.text;
+    if (meta_changed) f.metadata = *up.metadata;
+    f.version += 1;
+    f.updated_at_ms = now_ms();
+    prune_locked();
     db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ? AND user_key = ?")
         ->bind(1, f.text)
         .bind(2, f.metadata)
@@ -436,42 +443,49 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
         .run();
     IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
     if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, id).run();
+    const int64_t ids[1] = {id};
+    change_log::append(*db_, text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
+                       ids);
     tx.commit();
   }
-  notify([&](FactStoreListener& l) { l.on_fact_updated(f, text_changed); });
+  after_write_locked();
   return f;
 }
 
 void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id) {
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  require_fact(key, tenant, user, id);
   {
     sqlite::Transaction tx(*db_);
+    const auto key = find_user_key(tenant, user);
+    require_fact(key, tenant, user, id);
+    prune_locked();
     db_->prepare("DELETE FROM facts WHERE id = ? AND user_key = ?")->bind(1, id).bind(2, *key).run();  // cascades
+    const int64_t ids[1] = {id};
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids);
     tx.commit();
   }
-  const int64_t ids[1] = {id};
-  notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
+  after_write_locked();
 }
 
 size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  if (!key) return 0;
   std::vector<int64_t> ids;
   {
-    auto s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
-    s->bind(1, *key);
-    while (s->step()) ids.push_back(s->int64(0));
-  }
-  {
     sqlite::Transaction tx(*db_);
+    const auto key = find_user_key(tenant, user);
+    if (!key) return 0;
+    {
+      auto s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
+      s->bind(1, *key);
+      while (s->step()) ids.push_back(s->int64(0));
+    }
+    prune_locked();
     db_->prepare("DELETE FROM facts WHERE user_key = ?")->bind(1, *key).run();  // cascades to embeddings
     db_->prepare("DELETE FROM users WHERE user_key = ?")->bind(1, *key).run();
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids);
     tx.commit();
   }
-  if (!ids.empty()) notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
+  after_write_locked();
   return ids.size();
 }
 
@@ -508,16 +522,18 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
   }
   if (rows.empty()) return 0;
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  if (!key) require_fact(key, tenant, user, rows.front().fact_id);  // throws kNotFound
   EmbeddingMatrix put;
   {
     sqlite::Transaction tx(*db_);
+    const auto key = find_user_key(tenant, user);
+    if (!key) require_fact(key, tenant, user, rows.front().fact_id);  // throws kNotFound
+    prune_locked();
     write_embeddings_locked(*key, tenant, user, embedder, rows, put);
+    if (put.ids.empty()) return 0;
+    change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, embedder);
     tx.commit();
   }
-  if (!put.ids.empty())
-    notify([&](FactStoreListener& l) { l.on_embeddings_put(tenant, user, embedder, put.ids, put.data, put.dim); });
+  after_write_locked();
   return put.ids.size();
 }
 
@@ -562,6 +578,49 @@ void FactStore::attach(FactStoreListener* listener) {
   IS_CHECK(listener != nullptr, "null listener");
   std::lock_guard lock(mu_);
   IS_CHECK(std::find(listeners_.begin(), listeners_.end(), listener) == listeners_.end(), "listener attached twice");
+  catch_up_locked(listener);  // the others catch up to the snapshot the new one is filled from
+  listeners_.push_back(listener);
+}
+
+void FactStore::detach(FactStoreListener* listener) {
+  std::lock_guard lock(mu_);
+  std::erase(listeners_, listener);
+}
+
+// ---- the change log ----------------------------------------------------------------------------
+
+int64_t FactStore::data_version_locked() const {
+  auto q = db_->prepare("PRAGMA data_version");
+  IS_CHECK(q->step(), "no row from PRAGMA data_version");
+  return q->int64(0);
+}
+
+bool FactStore::refresh() {
+  std::lock_guard lock(mu_);
+  const int64_t v = data_version_locked();
+  if (v == data_version_ && !catch_up_pending_) return false;
+  data_version_ = v;
+  return catch_up_locked() > 0;
+}
+
+void FactStore::after_write_locked() {
+  // The write is durable: a failure to replay it must not fail the call. refresh() retries.
+  try {
+    catch_up_locked();
+  } catch (const std::exception& e) {
+    catch_up_pending_ = true;
+    spdlog::error("fact store: listeners could not catch up after a write (retried at the next refresh): {}", e.what());
+  }
+}
+
+void FactStore::prune_locked() {
+  const int64_t now = now_ms();
+  if (now - pruned_at_ms_ < 60'000) return;
+  change_log::prune(*db_, now - change_log::kRetentionMs);
+  pruned_at_ms_ = now;
+}
+
+void FactStore::replay_contents_locked(FactStoreListener& listener) {
   struct UserRow {
     int64_t key;
     std::string tenant, user;
@@ -573,7 +632,7 @@ void FactStore::attach(FactStoreListener* listener) {
   }
   for (const UserRow& u : users) {
     const std::vector<Fact> facts = list_locked(u.key, u.tenant, u.user, ListOptions{0, SIZE_MAX});
-    if (!facts.empty()) listener->on_facts_added(facts);
+    if (!facts.empty()) listener.on_facts_added(facts);
     std::vector<std::string> embedders;
     {
       auto s = db_->prepare(
@@ -584,15 +643,81 @@ void FactStore::attach(FactStoreListener* listener) {
     }
     for (const std::string& e : embedders) {
       const EmbeddingMatrix m = embeddings_locked(u.key, e);
-      listener->on_embeddings_put(u.tenant, u.user, e, m.ids, m.data, m.dim);
+      listener.on_embeddings_put(u.tenant, u.user, e, m.ids, m.data, m.dim);
     }
   }
-  listeners_.push_back(listener);
 }
 
-void FactStore::detach(FactStoreListener* listener) {
-  std::lock_guard lock(mu_);
-  std::erase(listeners_, listener);
+void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
+  using change_log::Op;
+  const change_log::Change& c = run.front();
+  std::vector<int64_t> ids;
+  for (const change_log::Change& r : run) ids.push_back(r.fact_id);
+  if (c.op == Op::kDelete) {
+    notify([&](FactStoreListener& l) { l.on_facts_deleted(c.tenant, c.user, ids); });
+    return;
+  }
+  // The rows as they are now: a fact deleted since is skipped (its delete follows in the log).
+  const auto key = find_user_key(c.tenant, c.user);
+  if (!key) return;
+  if (c.op == Op::kEmbed) {
+    EmbeddingMatrix m;
+    auto s = db_->prepare(
+        "SELECT e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
+        "WHERE e.fact_id = ? AND e.embedder = ? AND f.user_key = ?");
+    for (int64_t id : ids) {
+      s->reset();
+      s->bind(1, id).bind(2, c.embedder).bind(3, *key);
+      if (!s->step()) continue;
+      m.dim = static_cast<int32_t>(s->int64(0));
+      m.ids.push_back(id);
+      append_blob(s->blob(1), m.dim, m.data, id);
+    }
+    if (!m.ids.empty())
+      notify([&](FactStoreListener& l) { l.on_embeddings_put(c.tenant, c.user, c.embedder, m.ids, m.data, m.dim); });
+    return;
+  }
+  std::vector<Fact> facts;
+  for (int64_t id : ids)
+    if (auto f = find_fact(*key, c.tenant, c.user, id)) facts.push_back(std::move(*f));
+  if (facts.empty()) return;
+  if (c.op == Op::kAdd) {
+    notify([&](FactStoreListener& l) { l.on_facts_added(facts); });
+  } else {
+    for (const Fact& f : facts) notify([&](FactStoreListener& l) { l.on_fact_updated(f, c.op == Op::kUpdateText); });
+  }
+}
+
+size_t FactStore::catch_up_locked(FactStoreListener* added) {
+  sqlite::Transaction tx(*db_, sqlite::Transaction::kRead);  // the log and the rows it names, from one snapshot
+  const int64_t last = change_log::last_seq(*db_);
+  size_t replayed = 0;
+  if (last != seen_seq_) {
+    const std::vector<change_log::Change> rows = change_log::since(*db_, seen_seq_);
+    if (static_cast<int64_t>(rows.size()) != last - seen_seq_) {
+      // Rows this store never saw were pruned: what they did is unknown, so start over.
+      spdlog::warn("fact store: {} changes by other processes were pruned before this process saw them; reloading every "
+                   "fact into the caches", last - seen_seq_ - static_cast<int64_t>(rows.size()));
+      notify([](FactStoreListener& l) { l.on_reset(); });
+      for (FactStoreListener* l : listeners_) replay_contents_locked(*l);
+    } else {
+      // Consecutive rows of one kind, user and embedder make one event.
+      for (size_t i = 0; i < rows.size();) {
+        size_t j = i + 1;
+        while (j < rows.size() && rows[j].op == rows[i].op && rows[j].tenant == rows[i].tenant &&
+               rows[j].user == rows[i].user && rows[j].embedder == rows[i].embedder)
+          ++j;
+        replay_run_locked(std::span(rows).subspan(i, j - i));
+        i = j;
+      }
+    }
+    replayed = rows.size();
+    seen_seq_ = last;
+  }
+  if (added) replay_contents_locked(*added);
+  tx.commit();
+  catch_up_pending_ = false;
+  return replayed;
 }
 
 }  // namespace inferscale

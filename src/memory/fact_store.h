@@ -9,6 +9,10 @@
 //
 // Threads: one connection behind one mutex; every method may be called from any thread.
 // Listeners (fact_store_listener.h) are told of every committed change.
+//
+// Processes: several may open one data directory (WAL, a busy timeout, no statement left open
+// past its call). Every write also appends to the change log (change_log.h) in its transaction;
+// refresh() replays other processes' changes to this store's listeners.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -29,6 +33,9 @@ namespace sqlite {
 class Db;
 class Statement;
 }  // namespace sqlite
+namespace change_log {
+struct Change;
+}  // namespace change_log
 
 struct FactStoreOptions {
   bool create_if_missing = true;  // false: kNotFound when the directory holds no store
@@ -101,6 +108,10 @@ class FactStore {
   // The listener must outlive its attachment.
   void attach(FactStoreListener* listener);
   void detach(FactStoreListener* listener);
+  // Catches up with the changes other processes committed: replays them to the listeners.
+  // Cheap when there are none (one PRAGMA data_version). Call it before serving from a cache of
+  // the store, such as before each retrieval. Returns whether anything was replayed.
+  bool refresh();
 
   // The database file.
   const std::filesystem::path& path() const { return path_; }
@@ -126,11 +137,26 @@ class FactStore {
                                std::string_view embedder, std::span<const EmbeddingRow> rows, EmbeddingMatrix& put);
   template <class F>
   void notify(F&& f);
+  // Replays the change log past seen_seq_ to the listeners, in one read transaction (mu_ held;
+  // after every write commits, and from refresh()). `added` (may be null) is a listener that
+  // receives the store's whole contents from the same snapshot instead (attach).
+  // Returns the number of log rows replayed.
+  size_t catch_up_locked(FactStoreListener* added = nullptr);
+  void replay_contents_locked(FactStoreListener& listener);
+  void replay_run_locked(std::span<const change_log::Change> run);  // rows of one op, user and embedder
+  void after_write_locked();   // catch_up_locked(), which must not fail a committed write
+  int64_t data_version_locked() const;
+  // Called inside every write transaction: prunes old change-log rows now and then.
+  void prune_locked();
 
   std::filesystem::path path_;
   mutable std::mutex mu_;
   std::unique_ptr<sqlite::Db> db_;
   std::vector<FactStoreListener*> listeners_;
+  int64_t seen_seq_ = 0;       // the last change-log row the listeners were told of
+  int64_t data_version_ = -1;  // PRAGMA data_version at the last refresh(): moves with others' commits
+  int64_t pruned_at_ms_ = 0;
+  bool catch_up_pending_ = false;  // a catch-up after a write failed: refresh() retries it
 };
 
 }  // namespace inferscale

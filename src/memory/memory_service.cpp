@@ -62,11 +62,22 @@ void MemoryService::on_fact_updated(const Fact& fact, bool) {
   stale_.push_back(fact.id);
 }
 
+void MemoryService::on_reset() {
+  std::lock_guard<std::mutex> lock(stale_mu_);
+  reset_ = true;
+}
+
 void MemoryService::sync() {
   std::vector<int64_t> ids;
+  bool reset = false;
   {
     std::lock_guard<std::mutex> lock(stale_mu_);
     ids.swap(stale_);
+    std::swap(reset, reset_);
+  }
+  if (reset) {
+    pool_.clear();  // pinned entries go when their requests end
+    token_cache_.clear();
   }
   for (int64_t id : ids) {
     pool_.erase_fact(id);
@@ -195,6 +206,7 @@ std::pair<std::string, std::string> MemoryService::render_around_facts(const std
 }
 
 MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages) {
+  store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
   sync();
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;

@@ -82,7 +82,8 @@ class MemoryService : private FactStoreListener {
   int64_t encode_facts(const std::string& tenant, const std::string& user, const std::vector<int64_t>& ids, int32_t w,
                        Progress* progress = nullptr);
 
-  // Drops the KV of facts deleted or updated since the last call (engine thread).
+  // Drops the KV of facts deleted or updated since the last call, by this process or (seen
+  // through FactStore::refresh) another one (engine thread).
   void sync();
 
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
@@ -96,6 +97,7 @@ class MemoryService : private FactStoreListener {
  private:
   void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
+  void on_reset() override;
 
   // Pins a resident pool entry for every fact (loading or encoding the missing ones).
   void make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats, std::vector<FactKvKey>& pinned);
@@ -116,6 +118,7 @@ class MemoryService : private FactStoreListener {
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
   std::mutex stale_mu_;
   std::vector<int64_t> stale_;  // fact ids whose KV must go (listener thread -> engine thread)
+  bool reset_ = false;          // every fact's KV must go (the store lost track of changes)
 };
 
 }  // namespace inferscale

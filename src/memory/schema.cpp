@@ -54,6 +54,19 @@ CREATE TABLE embeddings (
   PRIMARY KEY (fact_id, embedder)
 ) WITHOUT ROWID;
 )sql",
+    // v2: the change log (change_log.h), so a store follows the writes of other processes.
+    R"sql(
+CREATE TABLE changes (
+  seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+  op       INTEGER NOT NULL,
+  tenant   TEXT NOT NULL,
+  user     TEXT NOT NULL,
+  fact_id  INTEGER NOT NULL,
+  embedder TEXT NOT NULL DEFAULT '',
+  at_ms    INTEGER NOT NULL
+);
+CREATE INDEX changes_by_time ON changes (at_ms);
+)sql",
 };
 
 }  // namespace

@@ -105,11 +105,13 @@ class Query {
   Statement* s_;
 };
 
-// BEGIN IMMEDIATE on construction (takes the write lock up front, so no deadlock upgrades);
-// ROLLBACK in the destructor unless commit() was called.
+// kWrite: BEGIN IMMEDIATE on construction (takes the write lock up front, so no deadlock
+// upgrades); kRead: BEGIN (one consistent snapshot for several reads, never blocks a writer in
+// WAL mode). ROLLBACK in the destructor unless commit() was called.
 class Transaction {
  public:
-  explicit Transaction(Db& db);
+  enum Kind { kWrite, kRead };
+  explicit Transaction(Db& db, Kind kind = kWrite);
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;

@@ -73,6 +73,11 @@ void VectorRetriever::on_embeddings_put(std::string_view tenant, std::string_vie
   index->upsert(ids, data);
 }
 
+void VectorRetriever::on_reset() {
+  std::unique_lock lock(mu_);
+  users_.clear();
+}
+
 std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store, VectorIndexFactory make_index) {
   return std::make_unique<VectorRetriever>(store, kClientEmbedder, nullptr, std::move(make_index));
 }

@@ -215,6 +215,7 @@ void search(Call& c) {
   if (!vector && (!query || query->empty())) f.fail("query", "is required (a non-empty string), or give 'vector'");
   const auto k = static_cast<size_t>(f.integer("k", 1, MemorySpec::kMaxK).value_or(kDefaultSearchK));
   require_user(c);
+  c.store.refresh();  // another process's writes reach the retriever's indexes first
   const std::vector<ScoredFact> hits =
       vector ? c.retriever.search_vector(c.tenant, c.user, *vector, k) : c.retriever.search(c.tenant, c.user, *query, k);
   ojson data = ojson::array();

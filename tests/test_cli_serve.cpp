@@ -1,0 +1,90 @@
+// `inferscale serve` as a real process, next to other real processes: another CLI writing to the
+// same data directory, a second server on the same port, shutdown on SIGTERM. Loopback only,
+// ephemeral ports; every wait is bounded.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+#include "test_fact_store_util.h"
+
+using namespace inferscale;
+using namespace inferscale::test_support;
+using nlohmann::json;
+
+namespace {
+
+httplib::Client client(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(10, 0);
+  c.set_read_timeout(60, 0);
+  return c;
+}
+
+json ok(const httplib::Result& r) {
+  if (!r) throw std::runtime_error("no response");
+  EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body);
+}
+
+std::vector<std::string> search_texts(int port, const std::string& user, const std::string& query) {
+  std::vector<std::string> out;
+  const json hits = ok(client(port).Post(("/v1/memory/users/" + user + "/search").c_str(),
+                                         json{{"query", query}, {"k", 10}}.dump(), "application/json"));
+  for (const json& h : hits["data"]) out.push_back(h["text"]);
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+class CliServe : public ::testing::Test {
+ protected:
+  inferscale::testing::TempDir tmp;
+  std::string data = (tmp.path() / "data").string();
+};
+
+}  // namespace
+
+// Issue 11, defect 1: the README's flow, serve and then `memory add` from another process on the
+// same data directory. The server must see the other process's facts (count, search, a chat's
+// memory) and keep taking writes.
+TEST_F(CliServe, AnotherProcessWritingTheDataDirIsSeenAndDoesNotLockTheServer) {
+  ServeProcess server({"--data-dir", data, "--memory-k", "10", "--window", "0"}, tmp.path());
+  const int port = server.port();
+  auto post_fact = [&](const std::string& text) {
+    return client(port).Post("/v1/memory/users/u/facts", json{{"facts", {{{"text", text}}}}}.dump(), "application/json");
+  };
+  ok(post_fact("the server wrote about a red bicycle"));
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 1);
+
+  const CliResult add = run_cli({"memory", "add", "--data-dir", data, "--user", "u", "--text", "the cli wrote about a green kayak"},
+                                tmp.path(), 120);
+  ASSERT_EQ(add.code, 0) << add.err;
+  const int64_t cli_id = std::stoll(add.out);
+
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 2);
+  EXPECT_TRUE(has(search_texts(port, "u", "green kayak"), "the cli wrote about a green kayak"));
+  const json chat = ok(client(port).Post(
+      "/v1/chat/completions",
+      json{{"model", "demo"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "kayak?"}}}},
+           {"memory", {{"user", "u"}, {"query", "green kayak"}}}}
+          .dump(),
+      "application/json"));
+  bool placed = false;
+  for (const json& f : chat["memory"]["facts"]) placed = placed || f["id"] == cli_id;
+  EXPECT_TRUE(placed) << chat["memory"].dump();
+  // The server still writes (it used to answer 503 "database is locked" from here on).
+  ok(post_fact("the server wrote again"));
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 3);
+
+  // A delete by the other process reaches the server's index too.
+  const CliResult del = run_cli({"memory", "delete", "--data-dir", data, "--user", "u", "--id", std::to_string(cli_id)},
+                                tmp.path(), 120);
+  ASSERT_EQ(del.code, 0) << del.err;
+  EXPECT_FALSE(has(search_texts(port, "u", "green kayak"), "the cli wrote about a green kayak"));
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 2);
+
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(30), 0) << server.err();
+}
