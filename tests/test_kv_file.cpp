@@ -65,7 +65,7 @@ TEST(KvFile, Bf16HoldsPoolValuesExactlyInHalfTheBytes) {
   EXPECT_EQ(back->dtype, DType::kBF16);
   EXPECT_EQ(back->k, f32.k);
   EXPECT_EQ(back->v, f32.v);
-  const auto payload = [](uintmax_t bytes) { return bytes - 60; };  // header: 60 bytes
+  const auto payload = [](uintmax_t bytes) { return bytes - 68; };  // header: 68 bytes
   EXPECT_EQ(payload(std::filesystem::file_size(dir.path() / "b.kv")) * 2,
             payload(std::filesystem::file_size(dir.path() / "f.kv")));
 
@@ -86,7 +86,7 @@ TEST(KvFile, EveryMismatchOrDamageReadsAsNoFile) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     write_kv_file(p, key(), random_kv(5, dt, true));
     ASSERT_TRUE(read_kv_file(p, key()));
-    for (int field = 0; field < 6; ++field) {
+    for (int field = 0; field < 7; ++field) {
       KvFileKey k = key();
       if (field == 0) k.fingerprint ^= 1;
       if (field == 1) k.fact_id += 1;
@@ -94,6 +94,7 @@ TEST(KvFile, EveryMismatchOrDamageReadsAsNoFile) {
       if (field == 3) k.window += 1;
       if (field == 4) k.num_layers += 1;
       if (field == 5) k.kv_size -= 1;
+      if (field == 6) k.window_hash ^= 1;
       EXPECT_FALSE(read_kv_file(p, k)) << "field " << field;
     }
     EXPECT_FALSE(read_kv_file(dir.path() / "missing.kv", key()));
@@ -113,7 +114,7 @@ TEST(KvFile, EveryMismatchOrDamageReadsAsNoFile) {
     patch(p, 4, 1);  // format 1 (the f32-only format before dtypes)
     EXPECT_FALSE(read_kv_file(p, key()));
     rewrite(bytes);
-    patch(p, 48, 7);  // an unknown dtype (the header's u32 at byte 48)
+    patch(p, 56, 7);  // an unknown dtype (the header's u32 at byte 56)
     EXPECT_FALSE(read_kv_file(p, key()));
     rewrite(bytes);
     EXPECT_TRUE(read_kv_file(p, key()));

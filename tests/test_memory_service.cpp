@@ -342,6 +342,99 @@ TEST(MemoryService, UpdatedFactIsReencodedAndWindowsKeyTheKv) {
   s.service->release(u);
 }
 
+// Issue 11, defect 2: a turn's KV depends on the turns encoded before it (its window). When one of
+// them is deleted or edited, the turn's KV must be encoded again, in the pool and in its KV file,
+// also across a restart; the new KV equals a fresh encoding of the new window.
+namespace {
+
+const std::vector<NewFact> kTrip{{"I just got back from Lisbon", "", {"", "", "", "Alice"}, "", {}},
+                                 {"The weather there was great", "", {"", "", "", "Bob"}, "", {}},
+                                 {"My cat Miso missed me a lot", "", {"", "", "", "Alice"}, "", {}}};
+
+struct ServedKv {
+  int32_t encoded = 0, loaded = 0;
+  std::vector<float> k, v;
+};
+
+// The KV a request for the cat turn (w = 2) is served from.
+ServedKv cat_kv(Stack& s) {
+  MemoryRequest r = req(MemoryMode::kInject, 1, 2);
+  r.query = "cat Miso";
+  MemoryPrompt p = s.service->prepare(r, kAsk);
+  EXPECT_EQ(p.facts.size(), 1u);
+  EXPECT_NE(p.facts.at(0).text.find("cat Miso"), std::string::npos);
+  ServedKv out{p.encoded, p.loaded, {}, {}};
+  s.engine->backend().read_pool(p.injected->pool_slots, out.k, out.v);
+  s.service->release(p);
+  return out;
+}
+
+// The cat turn's KV encoded from scratch after `turns` (a fresh data dir).
+ServedKv fresh_cat_kv(const std::vector<NewFact>& turns) {
+  TempDir other;
+  Stack s(other.path());
+  s.store->add_turns(kDefaultTenant, "alice", "conv-1", turns);
+  return cat_kv(s);
+}
+
+void expect_same_kv(const ServedKv& a, const ServedKv& b) {
+  ASSERT_EQ(a.k.size(), b.k.size());
+  for (size_t i = 0; i < a.k.size(); ++i) {
+    ASSERT_NEAR(a.k[i], b.k[i], 1e-5f) << i;
+    ASSERT_NEAR(a.v[i], b.v[i], 1e-5f) << i;
+  }
+}
+
+}  // namespace
+
+TEST(MemoryService, DeletingATurnReencodesTheTurnsAfterIt) {
+  TempDir dir;
+  Stack s(dir.path());
+  const auto ids = s.store->add_turns(kDefaultTenant, "alice", "conv-1", kTrip);
+  const ServedKv before = cat_kv(s);
+  EXPECT_EQ(before.encoded, 1);
+  EXPECT_EQ(cat_kv(s).encoded, 0);  // a pool hit while nothing changed
+  s.store->remove(kDefaultTenant, "alice", ids[1]);
+  const ServedKv after = cat_kv(s);
+  EXPECT_EQ(after.encoded, 1);
+  EXPECT_EQ(after.loaded, 0);
+  expect_same_kv(after, fresh_cat_kv({kTrip[0], kTrip[2]}));
+}
+
+TEST(MemoryService, EditingATurnReencodesTheTurnsAfterIt) {
+  TempDir dir;
+  Stack s(dir.path());
+  const auto ids = s.store->add_turns(kDefaultTenant, "alice", "conv-1", kTrip);
+  EXPECT_EQ(cat_kv(s).encoded, 1);
+  s.store->update(kDefaultTenant, "alice", ids[0], FactUpdate{std::string("I just got back from Porto"), {}});
+  const ServedKv after = cat_kv(s);
+  EXPECT_EQ(after.encoded, 1);
+  std::vector<NewFact> edited = kTrip;
+  edited[0].text = "I just got back from Porto";
+  expect_same_kv(after, fresh_cat_kv(edited));
+}
+
+TEST(MemoryService, AChangedWindowIsReencodedAfterARestartDespiteItsKvFile) {
+  TempDir dir;
+  std::vector<int64_t> ids;
+  {
+    Stack s(dir.path());
+    ids = s.store->add_turns(kDefaultTenant, "alice", "conv-1", kTrip);
+    EXPECT_EQ(cat_kv(s).encoded, 1);  // written to its KV file
+  }
+  {
+    Stack s(dir.path());
+    EXPECT_EQ(cat_kv(s).loaded, 1);  // the file serves an unchanged window
+  }
+  // The middle turn goes while no server runs (another process, say).
+  FactStore::open(dir.path())->remove(kDefaultTenant, "alice", ids[1]);
+  Stack s(dir.path());
+  const ServedKv after = cat_kv(s);
+  EXPECT_EQ(after.loaded, 0);
+  EXPECT_EQ(after.encoded, 1);
+  expect_same_kv(after, fresh_cat_kv({kTrip[0], kTrip[2]}));
+}
+
 TEST(MemoryService, InjectedPrefixBlocksNeverServeATextRequest) {
   TempDir dir;
   Stack s(dir.path());
@@ -440,8 +533,7 @@ TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
   TempDir dir;
   const FirstRun first = first_run(dir.path(), [](Stack& s, const MemoryPrompt& p) {
     const Fact& f = p.facts[0];
-    const KvFileKey key{s.service->kv_fingerprint(), f.id, f.version, 0,
-                        static_cast<int32_t>(demo().config.num_layers), static_cast<int32_t>(demo().config.kv_size())};
+    const KvFileKey key = s.service->file_key(s.service->kv_key(f, 0));
     auto kv = read_kv_file(s.service->kv_path(f.id), key);
     ASSERT_TRUE(kv);
     kv->dtype = DType::kBF16;

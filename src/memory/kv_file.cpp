@@ -12,7 +12,7 @@ namespace inferscale {
 namespace {
 
 constexpr char kMagic[4] = {'I', 'S', 'K', 'V'};
-constexpr uint32_t kFormat = 2;
+constexpr uint32_t kFormat = 3;
 
 #pragma pack(push, 1)
 struct Header {
@@ -22,6 +22,7 @@ struct Header {
   int64_t fact_id;
   int64_t version;
   int32_t window;
+  uint64_t window_hash;
   int32_t num_tokens;
   int32_t num_layers;
   int32_t kv_size;
@@ -60,6 +61,7 @@ void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, cons
   h.fact_id = key.fact_id;
   h.version = key.version;
   h.window = key.window;
+  h.window_hash = key.window_hash;
   h.num_tokens = kv.num_tokens;
   h.num_layers = key.num_layers;
   h.kv_size = key.kv_size;
@@ -83,7 +85,7 @@ std::optional<FactKv> read_kv_file(const std::filesystem::path& path, const KvFi
   Header h{};
   if (!f.read(reinterpret_cast<char*>(&h), sizeof h)) return std::nullopt;
   if (std::memcmp(h.magic, kMagic, 4) != 0 || h.format != kFormat || h.fingerprint != key.fingerprint ||
-      h.fact_id != key.fact_id || h.version != key.version || h.window != key.window || h.num_layers != key.num_layers ||
+      h.fact_id != key.fact_id || h.version != key.version || h.window != key.window || h.window_hash != key.window_hash || h.num_layers != key.num_layers ||
       h.kv_size != key.kv_size || h.num_tokens <= 0 || h.num_tokens > (1 << 20) ||
       (h.dtype != static_cast<uint32_t>(DType::kF32) && h.dtype != static_cast<uint32_t>(DType::kBF16)))
     return std::nullopt;

@@ -1,10 +1,11 @@
 // One fact's KV on disk, so a restart need not re-encode every fact. A cache of the text, never
-// the source of truth: any mismatch (fingerprint, fact version, window, shape) or corruption
-// (checksum) makes read_kv_file return nullopt and the caller re-encodes from the text.
+// the source of truth: any mismatch (fingerprint, fact version, window and the hash of its
+// tokens, shape) or corruption (checksum) makes read_kv_file return nullopt and the caller
+// re-encodes from the text.
 //
-//   header (little-endian): magic "ISKV", format u32 (2), fingerprint u64, fact_id i64, version i64,
-//                           window i32, num_tokens i32, num_layers i32, kv_size i32, dtype u32,
-//                           checksum u64 (XXH3 of the payload bytes)
+//   header (little-endian): magic "ISKV", format u32 (3), fingerprint u64, fact_id i64, version i64,
+//                           window i32, window_hash u64, num_tokens i32, num_layers i32, kv_size i32,
+//                           dtype u32, checksum u64 (XXH3 of the payload bytes)
 //   payload: K then V, [num_layers, num_tokens, kv_size] in `dtype` (f32 or bf16); K is before RoPE
 //
 // The dtype is the memory pool's (Backend::pool_dtype(): f32 on the CPU, bf16 on the GPU), so a
@@ -29,6 +30,7 @@ struct KvFileKey {
   int32_t window = 0;
   int32_t num_layers = 0;
   int32_t kv_size = 0;
+  uint64_t window_hash = 0;  // FactKvKey::window_hash: the tokens the fact was encoded after
 };
 
 struct FactKv {

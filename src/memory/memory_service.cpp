@@ -34,7 +34,7 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
       encoder_(backend, cache_blocks, opts_.encode_batch_tokens) {
   render_fact(opts_.fact_template, "", "", "");  // validates the template now, not on the first request
   fingerprint_ = hash_text(model_.fingerprint + "\n" + opts_.fact_template + "\n" + (opts_.sink ? "sink" : "nosink") +
-                           "\nkv-format-1");
+                           "\nkv-format-2");  // 2: keys cover the window's tokens
   const std::string fp = fmt::format("{:016x}", fingerprint_);
   const auto stored = store_.get_setting(kFingerprintSetting);
   if (stored != fp) {
@@ -114,19 +114,29 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   return out;
 }
 
-KvFileKey MemoryService::file_key(const Fact& f, int32_t w) const {
-  const ModelConfig& c = backend_.config();
-  return KvFileKey{fingerprint_, f.id, f.version, w, static_cast<int32_t>(c.num_layers), static_cast<int32_t>(c.kv_size())};
+FactKvKey MemoryService::kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window) const {
+  const std::vector<int32_t> tokens = window_tokens(f, w);
+  const FactKvKey key{f.id, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
+  if (window) *window = tokens;
+  return key;
 }
 
-void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
-                                  std::vector<FactKvKey>& pinned) {
+KvFileKey MemoryService::file_key(const FactKvKey& k) const {
+  const ModelConfig& c = backend_.config();
+  return KvFileKey{fingerprint_, k.fact_id, k.version, k.window, static_cast<int32_t>(c.num_layers),
+                   static_cast<int32_t>(c.kv_size()), k.window_hash};
+}
+
+std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
+                                                    std::vector<FactKvKey>& pinned) {
+  std::vector<FactKvKey> keys;
   std::vector<EncodeJob> jobs;
-  std::vector<const Fact*> job_facts;
   std::vector<FactKvKey> fresh;  // allocated here: erased again if encoding fails
   try {
     for (const Fact& f : facts) {
-      const FactKvKey key{f.id, f.version, w};
+      std::vector<int32_t> window;
+      const FactKvKey key = kv_key(f, w, &window);
+      keys.push_back(key);
       if (std::find(pinned.begin(), pinned.end(), key) != pinned.end()) continue;
       if (pool_.find(key)) {
         pool_.pin(key);
@@ -135,7 +145,7 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
       }
       const auto tokens = fact_tokens(f);
       if (!opts_.kv_dir.empty()) {
-        auto kv = read_kv_file(kv_path(f.id), file_key(f, w));
+        auto kv = read_kv_file(kv_path(f.id), file_key(key));
         // A file from another backend (f32 vs bf16 pool) is re-encoded: the pool serves what this
         // backend computes.
         if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->dtype == backend_.pool_dtype()) {
@@ -151,10 +161,9 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
       pool_.pin(key);
       pinned.push_back(key);
       fresh.push_back(key);
-      jobs.push_back(EncodeJob{window_tokens(f, w), tokens, pool_.slots(e)});
-      job_facts.push_back(&f);
+      jobs.push_back(EncodeJob{std::move(window), tokens, pool_.slots(e)});
     }
-    if (jobs.empty()) return;
+    if (jobs.empty()) return keys;
     encoder_.encode(jobs);
     if (stats) stats->encoded += static_cast<int32_t>(jobs.size());
     if (!opts_.kv_dir.empty()) {
@@ -163,9 +172,10 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
         kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
         backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
         kv.dtype = backend_.pool_dtype();
-        write_kv_file(kv_path(job_facts[i]->id), file_key(*job_facts[i], w), kv);
+        write_kv_file(kv_path(fresh[i].fact_id), file_key(fresh[i]), kv);
       }
     }
+    return keys;
   } catch (...) {
     for (const FactKvKey& k : pinned) pool_.unpin(k);
     for (const FactKvKey& k : fresh) pool_.erase_fact(k.fact_id);  // never serve unwritten KV
@@ -269,8 +279,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   if (req.mode != MemoryMode::kInject) return out;
 
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<FactKvKey> keys;  // per placed fact
   try {
-    make_resident(out.facts, w, &out, out.pins);  // on failure it has unpinned and freed what it took
+    keys = make_resident(out.facts, w, &out, out.pins);  // on failure it has unpinned and freed what it took
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kResource) throw;
     out.fallback = e.what();
@@ -280,19 +291,20 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   InjectedSpan span;
   span.start = c.facts_start;
   span.end = c.facts_end;
-  // The cache key names exactly which KV the span holds: user, facts and versions, window, fingerprint.
+  // The cache key names exactly which KV the span holds: user, facts and versions, window and its
+  // tokens, fingerprint.
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   XXH3_64bits_update(st, &fingerprint_, sizeof fingerprint_);
   XXH3_64bits_update(st, &w, sizeof w);
   XXH3_64bits_update(st, req.tenant.data(), req.tenant.size() + 1);
   XXH3_64bits_update(st, req.user.data(), req.user.size() + 1);
-  for (const Fact& f : out.facts) {
-    const MemoryKvPool::Entry* e = pool_.find(FactKvKey{f.id, f.version, w});
-    IS_CHECK(e != nullptr, "fact {} not resident after make_resident", f.id);
+  for (const FactKvKey& key : keys) {
+    const MemoryKvPool::Entry* e = pool_.find(key);
+    IS_CHECK(e != nullptr, "fact {} not resident after make_resident", key.fact_id);
     const auto s = pool_.slots(*e);
     span.pool_slots.insert(span.pool_slots.end(), s.begin(), s.end());
-    const int64_t idv[2] = {f.id, f.version};
+    const uint64_t idv[3] = {static_cast<uint64_t>(key.fact_id), static_cast<uint64_t>(key.version), key.window_hash};
     XXH3_64bits_update(st, idv, sizeof idv);
   }
   span.cache_key = XXH3_64bits_digest(st) | 1;  // never 0: 0 means "no injected KV"
