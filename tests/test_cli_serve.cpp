@@ -88,3 +88,16 @@ TEST_F(CliServe, AnotherProcessWritingTheDataDirIsSeenAndDoesNotLockTheServer) {
   server.signal(SIGTERM);
   EXPECT_EQ(server.wait(30), 0) << server.err();
 }
+
+// Issue 11, defect 3: cpp-httplib's default SO_REUSEPORT let a second server share the port (the
+// kernel then splits connections between them). The second one must fail at start instead.
+TEST_F(CliServe, ASecondServerOnAPortInUseFailsAtStart) {
+  ServeProcess first({}, tmp.path(), "first");
+  const std::string port = std::to_string(first.port());
+  ChildProcess second({"serve", "--model", "demo", "--host", "127.0.0.1", "--port", port}, tmp.path(), "second");
+  const auto code = second.wait(60);
+  ASSERT_TRUE(code.has_value()) << "the second server is still running: " << second.err();
+  EXPECT_EQ(*code, 1) << second.err();
+  EXPECT_NE(second.err().find("error: port " + port + " is already in use"), std::string::npos) << second.err();
+  EXPECT_EQ(ok(client(first.port()).Get("/health"))["status"], "ok");  // the first one is untouched
+}

@@ -3,8 +3,14 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -55,6 +61,42 @@ ApiError error_for_status(const httplib::Request& req, int status, size_t max_bo
   }
 }
 
+// Options of the listening socket: SO_REUSEADDR (a restarted server can bind while old
+// connections sit in TIME_WAIT) but not cpp-httplib's default SO_REUSEPORT, which lets a second
+// server bind the same port and the kernel split the connections between the two.
+void listen_socket_options(socket_t sock) {
+  const int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+}
+
+// Why binding host:port failed, found by trying it once more with a socket of our own (httplib
+// reports only that it failed).
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    return fmt::format("cannot listen on {}:{}: {}", host, port, gai_strerror(rc));
+  int err = 0;
+  for (addrinfo* ai = res; ai != nullptr && err != EADDRINUSE; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    listen_socket_options(fd);
+    err = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (err == EADDRINUSE) return fmt::format("port {} is already in use (another process listens on {}:{})", port, host, port);
+  if (err != 0) return fmt::format("cannot listen on {}:{}: {}", host, port, std::strerror(err));
+  return fmt::format("cannot listen on {}:{}", host, port);
+}
+
 }  // namespace
 
 HttpServer::HttpServer(ServedModel model, AsyncEngine& engine, HttpServerOptions opts, MemoryProvider* memory)
@@ -74,6 +116,7 @@ void HttpServer::routes() {
   httplib::Server& s = *svr_;
   const size_t threads = static_cast<size_t>(opts_.http_threads);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_socket_options(listen_socket_options);
   s.set_payload_max_length(opts_.max_body_bytes);
 
   auto gen = std::make_shared<GenerateHandler>(model_, engine_, metrics_, memory_);
@@ -156,8 +199,7 @@ int HttpServer::start() {
     port_ = svr_->bind_to_any_port(opts_.host);
     IS_REQUIRE(port_ > 0, kResource, "cannot listen on {} (any port)", opts_.host);
   } else {
-    IS_REQUIRE(svr_->bind_to_port(opts_.host, opts_.port), kResource,
-               "cannot listen on {}:{} (address in use, or not an address of this machine)", opts_.host, opts_.port);
+    IS_REQUIRE(svr_->bind_to_port(opts_.host, opts_.port), kResource, "{}", bind_failure(opts_.host, opts_.port));
     port_ = opts_.port;
   }
   thread_ = std::thread([this] {

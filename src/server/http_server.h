@@ -48,7 +48,9 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds and starts serving on a background thread. Throws Error(kResource) when the address
-  // cannot be bound. Returns the bound port.
+  // cannot be bound ("port 8000 is already in use ..." when another process listens there: the
+  // socket has SO_REUSEADDR but not SO_REUSEPORT, so two servers never share a port). Returns
+  // the bound port.
   int start();
   // Stops accepting connections and waits for the handlers in flight. Shut the AsyncEngine down
   // first so that handlers waiting on generations return promptly. Idempotent.
