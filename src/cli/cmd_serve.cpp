@@ -2,6 +2,7 @@
 //
 //   serve [model options: --model PATH|demo, --kv-cache-mb, ...] [--host 127.0.0.1] [--port 8000]
 //         [--max-pending N] [--http-threads N] [--shutdown-timeout S]
+//         [--read-timeout S] [--keep-alive-timeout S] [--write-timeout S] [--listen-backlog N]
 //         [--data-dir D [--memory-k K] [--window W] ...]   per-user memory (requests' `memory` object)
 //
 // Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM with sigwait; the
@@ -36,7 +37,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   int64_t max_pending = 256;
-  int http_threads = 0;
+  server::HttpServerOptions http;  // host and port are set from the fields above
   double shutdown_timeout_s = 5.0;
 };
 
@@ -91,10 +92,9 @@ void run_serve(const ServeArgs& a) {
                mib(weight_bytes(model.weights)), mib(cache_tokens * kv_per_token), engine.num_blocks(), engine.block_size(),
                cache_tokens, static_cast<double>(kv_per_token) / 1024, engine.max_model_len());
 
-  server::HttpServerOptions ho;
+  server::HttpServerOptions ho = a.http;
   ho.host = a.host;
   ho.port = a.port;
-  ho.http_threads = a.http_threads;
   server::HttpServer http(server::ServedModel::from(model), engine, ho, bridge.get());
   http.start();
   spdlog::info("serving '{}' at {}/v1 (OpenAI API; GET /health, /metrics); Ctrl-C to stop", server::ServedModel::from(model).name, http.url());
@@ -119,7 +119,16 @@ void register_serve(CLI::App& app) {
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   s->add_option("--port", a->port, "Port to listen on (0: any free port, logged at start)")->capture_default_str();
   s->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503")->capture_default_str();
-  s->add_option("--http-threads", a->http_threads, "Connections served at once (0 = max-pending + 16)")->capture_default_str();
+  s->add_option("--http-threads", a->http.http_threads, "Connections served at once, a thread each (0 = max-pending + 1024)")
+      ->capture_default_str();
+  s->add_option("--read-timeout", a->http.read_timeout_s, "Seconds a request's headers and body may take to arrive in full")
+      ->capture_default_str();
+  s->add_option("--keep-alive-timeout", a->http.keep_alive_timeout_s, "Seconds an idle connection is kept open between requests")
+      ->capture_default_str();
+  s->add_option("--write-timeout", a->http.write_timeout_s, "Seconds one write of an answer may wait for a client that does not read")
+      ->capture_default_str();
+  s->add_option("--listen-backlog", a->http.listen_backlog, "Connections the kernel queues before they are accepted")
+      ->capture_default_str();
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds requests in flight get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
   s->callback([a] { run_serve(*a); });

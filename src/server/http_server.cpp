@@ -16,6 +16,8 @@
 
 #include "server/api_error.h"
 #include "server/api_response.h"
+#include "server/connection_pool.h"
+#include "server/connection_server.h"
 #include "server/generate_handler.h"
 #include "server/memory_handler.h"
 #include "util/check.h"
@@ -99,12 +101,31 @@ std::string bind_failure(const std::string& host, int port) {
 
 }  // namespace
 
+namespace {
+
+std::chrono::milliseconds ms_of(double seconds, const char* name) {
+  IS_REQUIRE(seconds > 0 && seconds <= 86400, kInvalidInput, "{} must be in (0, 86400] seconds, got {}", name, seconds);
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000)));
+}
+
+ConnectionLimits limits_of(const HttpServerOptions& o) {
+  ConnectionLimits l;
+  l.keep_alive_timeout = ms_of(o.keep_alive_timeout_s, "the keep-alive timeout");
+  l.read_timeout = ms_of(o.read_timeout_s, "the read timeout");
+  l.write_timeout = ms_of(o.write_timeout_s, "the write timeout");
+  IS_REQUIRE(o.listen_backlog >= 1, kInvalidInput, "the listen backlog must be >= 1, got {}", o.listen_backlog);
+  l.backlog = o.listen_backlog;
+  return l;
+}
+
+}  // namespace
+
 HttpServer::HttpServer(ServedModel model, AsyncEngine& engine, HttpServerOptions opts, MemoryProvider* memory)
     : model_(std::move(model)), engine_(engine), opts_(std::move(opts)), memory_(memory), created_(unix_now()),
-      svr_(std::make_unique<httplib::Server>()) {
+      svr_(std::make_unique<ConnectionServer>(limits_of(opts_))) {
   IS_REQUIRE(model_.tokenizer != nullptr, kInvalidInput, "the served model has no tokenizer");
   IS_REQUIRE(opts_.http_threads >= 0, kInvalidInput, "http_threads must be >= 0, got {}", opts_.http_threads);
-  if (opts_.http_threads == 0) opts_.http_threads = static_cast<int>(std::min<int64_t>(engine_.max_pending() + 16, 4096));
+  if (opts_.http_threads == 0) opts_.http_threads = static_cast<int>(std::min<int64_t>(engine_.max_pending() + 1024, 65536));
   routes();
 }
 
@@ -115,7 +136,7 @@ std::string HttpServer::url() const { return fmt::format("http://{}:{}", opts_.h
 void HttpServer::routes() {
   httplib::Server& s = *svr_;
   const size_t threads = static_cast<size_t>(opts_.http_threads);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.new_task_queue = [threads] { return new ConnectionPool(threads); };
   s.set_socket_options(listen_socket_options);
   s.set_payload_max_length(opts_.max_body_bytes);
 
@@ -202,6 +223,7 @@ int HttpServer::start() {
     IS_REQUIRE(svr_->bind_to_port(opts_.host, opts_.port), kResource, "{}", bind_failure(opts_.host, opts_.port));
     port_ = opts_.port;
   }
+  svr_->apply_backlog();
   thread_ = std::thread([this] {
     if (!svr_->listen_after_bind()) spdlog::error("the HTTP server stopped with an error");
   });
