@@ -29,6 +29,7 @@ using nlohmann::json;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
   res.set_content(e.body(), "application/json");
 }
 
