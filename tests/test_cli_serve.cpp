@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_process.h"
+#include "server_http_client.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
@@ -100,4 +101,42 @@ TEST_F(CliServe, ASecondServerOnAPortInUseFailsAtStart) {
   EXPECT_EQ(*code, 1) << second.err();
   EXPECT_NE(second.err().find("error: port " + port + " is already in use"), std::string::npos) << second.err();
   EXPECT_EQ(ok(client(first.port()).Get("/health"))["status"], "ok");  // the first one is untouched
+}
+
+// Issue 11, defect 6: SIGTERM with streams running past --shutdown-timeout and idle keep-alive
+// connections open. The process must exit within the timeout plus a second (it used to wait
+// another keep-alive timeout for the idle connections), and each cut stream ends with an error
+// event followed by [DONE].
+TEST_F(CliServe, ShutdownEndsWithinTheTimeoutAndCutStreamsEndWithDone) {
+  ServeProcess server({"--threads", "1", "--shutdown-timeout", "1", "--keep-alive-timeout", "30"}, tmp.path());
+  const int port = server.port();
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(port));
+    idle.back()->send_raw("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    EXPECT_NE(idle.back()->read_until("\"ok\"}").find("200 OK"), std::string::npos);  // then kept alive
+  }
+  std::vector<std::unique_ptr<RawConnection>> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.push_back(std::make_unique<RawConnection>(port));
+    streams.back()->send_post("/v1/completions", json{{"model", "demo"}, {"prompt", "a long story " + std::to_string(i)},
+                                                      {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}
+                                                     .dump());
+  }
+  std::vector<std::string> got;
+  for (auto& s : streams) got.push_back(s->read_until("data: "));  // both are streaming now
+  const auto t0 = std::chrono::steady_clock::now();
+  server.signal(SIGTERM);
+  const auto code = server.wait(10);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(code.has_value()) << server.err();
+  EXPECT_EQ(*code, 0) << server.err();
+  EXPECT_LT(took, 1.0 + 1.0) << server.err();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    got[i] += streams[i]->read_until("\r\n0\r\n\r\n");  // the chunked body's end (or the close)
+    EXPECT_NE(got[i].find("\"code\":\"shutting_down\""), std::string::npos) << got[i].substr(std::max<size_t>(got[i].size(), 400) - 400);
+    const size_t done = got[i].rfind("data: [DONE]");
+    ASSERT_NE(done, std::string::npos) << got[i].substr(std::max<size_t>(got[i].size(), 400) - 400);
+    EXPECT_GT(done, got[i].find("shutting_down"));
+  }
 }

@@ -8,8 +8,10 @@
 // Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM with sigwait; the
 // signals are blocked before any other thread exists, so every thread inherits the mask and only
 // that wait sees them. The AsyncEngine's thread builds and runs the engine; cpp-httplib's pool
-// serves HTTP. Shutdown: stop taking requests, let live ones finish for --shutdown-timeout
-// seconds, abort the rest, then close the listening socket.
+// serves HTTP. Shutdown: stop taking requests (503 with Retry-After), let live ones finish for
+// --shutdown-timeout seconds, abort the rest (a stream gets an error event, then [DONE]), then
+// close idle connections at once and the listening socket: the process exits within the timeout
+// plus about a second.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 

@@ -235,6 +235,9 @@ int HttpServer::start() {
 
 void HttpServer::stop() {
   if (!thread_.joinable()) return;
+  // Idle keep-alive connections close now (they would otherwise hold the stop for their
+  // keep-alive timeout); answers in progress get a second to finish.
+  svr_->begin_stop(std::chrono::milliseconds(1000));
   svr_->stop();
   thread_.join();
 }

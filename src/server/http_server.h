@@ -58,8 +58,9 @@ class HttpServer {
   // socket has SO_REUSEADDR but not SO_REUSEPORT, so two servers never share a port). Returns
   // the bound port.
   int start();
-  // Stops accepting connections and waits for the handlers in flight. Shut the AsyncEngine down
-  // first so that handlers waiting on generations return promptly. Idempotent.
+  // Stops accepting connections and waits for the handlers in flight: idle connections are closed
+  // at once, answers in progress get up to a second. Shut the AsyncEngine down first so that
+  // handlers waiting on generations return promptly. Idempotent.
   void stop();
   int port() const { return port_; }
   std::string url() const;
