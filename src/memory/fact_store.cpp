@@ -49,15 +49,6 @@ int64_t now_ms() {
       .count();
 }
 
-void check_name(std::string_view what, std::string_view name) {
-  IS_REQUIRE(!name.empty(), kInvalidInput, "{} name is empty", what);
-  IS_REQUIRE(name.size() <= FactStore::kMaxNameBytes, kInvalidInput, "{} name is longer than {} bytes", what,
-             FactStore::kMaxNameBytes);
-  for (char c : name)
-    IS_REQUIRE(static_cast<unsigned char>(c) >= 0x20, kInvalidInput, "{} name '{}' holds a control character", what,
-               name);
-}
-
 void check_user(std::string_view tenant, std::string_view user) {
   check_name("tenant", tenant);
   check_name("user", user);
@@ -95,6 +86,20 @@ void append_blob(std::span<const uint8_t> blob, int32_t dim, std::vector<float>&
 }
 
 }  // namespace
+
+std::optional<std::string> name_problem(std::string_view name) {
+  if (name.empty()) return std::string("is empty");
+  if (name.size() > FactStore::kMaxNameBytes)
+    return fmt::format("is {} bytes, longer than {} bytes", name.size(), FactStore::kMaxNameBytes);
+  for (size_t i = 0; i < name.size(); ++i)
+    if (static_cast<unsigned char>(name[i]) < 0x20)
+      return fmt::format("holds a control character (byte 0x{:02x} at {})", static_cast<unsigned char>(name[i]), i);
+  return std::nullopt;
+}
+
+void check_name(std::string_view what, std::string_view name) {
+  if (auto problem = name_problem(name)) IS_THROW(kInvalidInput, "{} name {}", what, *problem);
+}
 
 // ---- open ------------------------------------------------------------------------------------
 

@@ -37,6 +37,13 @@ namespace change_log {
 struct Change;
 }  // namespace change_log
 
+// The one rule for tenant, user, conversation, embedder and setting names, wherever they come
+// from (REST paths, a request's memory object, the CLI): 1 to FactStore::kMaxNameBytes bytes, no
+// control characters. What is wrong with `name` ("is empty", ...), or nullopt when it is valid.
+std::optional<std::string> name_problem(std::string_view name);
+// kInvalidInput "{what} name {problem}" unless `name` is valid.
+void check_name(std::string_view what, std::string_view name);
+
 struct FactStoreOptions {
   bool create_if_missing = true;  // false: kNotFound when the directory holds no store
 };
