@@ -80,9 +80,9 @@ TEST(FactStore, AddAndGetKeepEveryField) {
   EXPECT_EQ(f.created_at_ms, f.updated_at_ms);
   EXPECT_EQ(store->count("default", "alice"), 1u);
 
-  const Fact undated = store->get("default", "alice", store->add_fact("default", "alice", fact("no date", "", "someday")));
-  EXPECT_EQ(undated.timestamp, "someday");
-  EXPECT_FALSE(undated.timestamp_epoch.has_value());
+  const Fact undated = store->get("default", "alice", store->add_fact("default", "alice", fact("no date")));
+  EXPECT_EQ(undated.timestamp, "");
+  EXPECT_FALSE(undated.timestamp_epoch.has_value());  // a date it cannot read is refused (BadInputIsRejected...)
 }
 
 TEST(FactStore, BatchAddReturnsIncreasingIdsInInputOrder) {
@@ -366,6 +366,10 @@ TEST(FactStore, BadInputIsRejectedWithANamedError) {
   NewFact bad_meta = fact("x");
   bad_meta.metadata = "{not json";
   expect_error([&] { store->add_fact("default", "u", bad_meta); }, ErrorKind::kInvalidInput, "metadata is not valid JSON");
+  bad_meta.metadata = "[1, 2]";
+  expect_error([&] { store->add_fact("default", "u", bad_meta); }, ErrorKind::kInvalidInput, "metadata must be a JSON object");
+  expect_error([&] { store->add_fact("default", "u", fact("x", "", "not-a-date")); }, ErrorKind::kInvalidInput,
+               "date 'not-a-date' is not a date");
   // A bad fact in a batch names its index, and nothing of the batch is stored.
   std::vector<NewFact> batch = numbered("ok", 3);
   batch[2].text = "";
@@ -379,6 +383,8 @@ TEST(FactStore, BadInputIsRejectedWithANamedError) {
                "text is empty");
   expect_error([&] { store->update("default", "u", id, FactUpdate{{}, std::string("[1,")}); }, ErrorKind::kInvalidInput,
                "metadata");
+  expect_error([&] { store->update("default", "u", id, FactUpdate{{}, std::string("\"text\"")}); }, ErrorKind::kInvalidInput,
+               "metadata must be a JSON object");
   expect_error([&] { store->update("default", "u", id + 1000, FactUpdate{std::string("y"), {}}); }, ErrorKind::kNotFound,
                "not found");
   expect_error([&] { store->add_turns("default", "u", "", numbered("t", 1)); }, ErrorKind::kInvalidInput,

@@ -261,6 +261,19 @@ TEST_F(ServerMemory, EveryBadInputGetsItsStatus) {
   EXPECT_EQ(param(a.post(facts, json{{"turns", {{{"text", "ok"}}}}}), 400), "conversation");
   EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}}}}, {"conversation", "c"}}), 400), "conversation");
   EXPECT_EQ(Api::fails(a.post(facts, json{{"facts", {{{"text", "   "}}}}}), 400)["type"], "invalid_request_error");
+  // A date the server cannot read and metadata that is not an object are refused, naming the
+  // field, not stored as they are (issue 11, defect 7).
+  auto names = [](const httplib::Result& r, const std::string& param, const std::string& field) {
+    const json e = Api::fails(r, 400);
+    EXPECT_EQ(e["param"], param);
+    EXPECT_NE(e["message"].get<std::string>().find(field), std::string::npos) << e.dump();
+  };
+  names(a.post(facts, json{{"facts", {{{"text", "ok"}}, {{"text", "ok"}, {"date", "not-a-date"}}}}}), "facts[1]", "date");
+  names(a.post(facts, json{{"conversation", "c"}, {"turns", {{{"text", "ok"}, {"date", "31 February 2023"}}}}}), "turns[0]", "date");
+  for (const json& meta : {json("a string"), json(5), json::array({1, 2}), json(true)})
+    names(a.post(facts, json{{"facts", {{{"text", "ok"}, {"metadata", meta}}}}}), "facts[0]", "metadata");
+  names(a.patch(fact, json{{"metadata", "a string"}}), "metadata", "metadata");
+  names(a.patch(fact, json{{"metadata", json::array()}}), "metadata", "metadata");
   EXPECT_EQ(code(a.get(facts + "/abc"), 400), "invalid_id");
   EXPECT_EQ(code(a.get(facts + "/-3"), 400), "invalid_id");
   EXPECT_EQ(param(a.get(facts + "?limit=0"), 400), "limit");

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "memory/fact_store.h"
 #include "memory/json_text.h"
 #include "util/check.h"
 
@@ -67,10 +68,12 @@ NewFact fact_record_from_json(const json& r, std::string_view where) {
       speaker = string_at(value, key, where);
     } else if (key == "date") {
       f.timestamp = string_at(value, key, where);
+      check_fact_date(f.timestamp, fmt::format("{}: ", where));
     } else if (key == "source") {
       f.source = source_from_json(value, where);
     } else if (key == "metadata") {
       if (!value.is_null()) f.metadata = value.dump();
+      check_fact_metadata(f.metadata, fmt::format("{}: ", where));
     } else if (key == "vector") {
       f.vector = floats_from_json(value, fmt::format("{}: \"vector\"", where));
     } else {

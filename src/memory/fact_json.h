@@ -2,9 +2,9 @@
 //
 // A fact record (input) is an object:
 //   {"text": "...",                      required, non-empty
-//    "speaker": "...", "date": "...",    optional
+//    "speaker": "...", "date": "...",    optional; a date must be one parse_timestamp() reads
 //    "source": "..." | {"conversation", "session", "turn", "speaker"},   optional; a string is the conversation
-//    "metadata": <any JSON>,             optional, stored as JSON text
+//    "metadata": {...},                  optional, a JSON object (or null), stored as JSON text
 //    "vector": [floats]}                 optional client vector
 // Unknown keys are rejected (they are usually typos).
 #pragma once

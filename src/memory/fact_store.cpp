@@ -61,10 +61,6 @@ void check_text(std::string_view text, std::string_view where) {
              where, text.size(), FactStore::kMaxTextBytes);
 }
 
-void check_metadata(std::string_view metadata, std::string_view where) {
-  IS_REQUIRE(metadata.empty() || nlohmann::json::accept(metadata), kInvalidInput, "{}metadata is not valid JSON: {}",
-             where, metadata.substr(0, 80));
-}
 
 void check_vector(std::span<const float> v, std::string_view where) {
   IS_REQUIRE(!v.empty(), kInvalidInput, "{}vector is empty", where);
@@ -99,6 +95,21 @@ std::optional<std::string> name_problem(std::string_view name) {
 
 void check_name(std::string_view what, std::string_view name) {
   if (auto problem = name_problem(name)) IS_THROW(kInvalidInput, "{} name {}", what, *problem);
+}
+
+void check_fact_metadata(std::string_view metadata, std::string_view where) {
+  if (metadata.empty()) return;
+  const nlohmann::json j = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
+  IS_REQUIRE(!j.is_discarded(), kInvalidInput, "{}metadata is not valid JSON: {}", where, metadata.substr(0, 80));
+  IS_REQUIRE(j.is_object(), kInvalidInput, "{}metadata must be a JSON object (or null), not {}", where,
+             metadata.substr(0, 80));
+}
+
+void check_fact_date(std::string_view date, std::string_view where) {
+  IS_REQUIRE(date.empty() || parse_timestamp(date).has_value(), kInvalidInput,
+             "{}date '{}' is not a date this server reads: use ISO 8601 (2024-03-02, 2024-03-02T13:56:07Z), "
+             "'8 May 2023', 'May 8, 2023' or LoCoMo's '1:56 pm on 8 May, 2023'",
+             where, date.substr(0, 80));
 }
 
 // ---- open ------------------------------------------------------------------------------------
@@ -304,7 +315,8 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
   for (size_t i = 0; i < facts.size(); ++i) {
     const std::string where = where_prefix(i, facts.size());
     check_text(facts[i].text, where);
-    check_metadata(facts[i].metadata, where);
+    check_fact_date(facts[i].timestamp, where);
+    check_fact_metadata(facts[i].metadata, where);
     if (!facts[i].vector.empty()) {
       check_vector(facts[i].vector, where);
       IS_REQUIRE(client_rows.empty() || client_rows.front().vector.size() == facts[i].vector.size(), kInvalidInput,
@@ -422,7 +434,7 @@ std::vector<UserRef> FactStore::users() const {
 
 Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& up) {
   if (up.text) check_text(*up.text, "");
-  if (up.metadata) check_metadata(*up.metadata, "");
+  if (up.metadata) check_fact_metadata(*up.metadata, "");
   std::lock_guard lock(mu_);
   Fact f;
   {

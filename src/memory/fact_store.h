@@ -43,6 +43,11 @@ struct Change;
 std::optional<std::string> name_problem(std::string_view name);
 // kInvalidInput "{what} name {problem}" unless `name` is valid.
 void check_name(std::string_view what, std::string_view name);
+// The rules for a fact's fields, also applied where records are parsed (fact_json.h): a date is
+// empty or one parse_timestamp() reads (memory/timestamp.h); metadata is empty or the JSON text of
+// an object. kInvalidInput starting with `where` ("fact 2: ") and naming the field.
+void check_fact_date(std::string_view date, std::string_view where);
+void check_fact_metadata(std::string_view metadata, std::string_view where);
 
 struct FactStoreOptions {
   bool create_if_missing = true;  // false: kNotFound when the directory holds no store

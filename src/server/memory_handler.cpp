@@ -192,7 +192,14 @@ void update_fact(Call& c) {
   u.text = f.string("text");
   if (u.text && u.text->size() > FactStore::kMaxTextBytes)
     too_large(fmt::format("'text' is {} bytes; at most {}", u.text->size(), FactStore::kMaxTextBytes), "text", "fact_too_large");
-  if (auto it = body.find("metadata"); it != body.end()) u.metadata = it->is_null() ? std::string() : it->dump();  // null clears
+  if (auto it = body.find("metadata"); it != body.end()) {
+    u.metadata = it->is_null() ? std::string() : it->dump();  // null clears
+    try {
+      check_fact_metadata(*u.metadata, "");
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "metadata");
+    }
+  }
   if (!u.text && !u.metadata) throw bad_request("nothing to change: give \"text\" and/or \"metadata\"");
   const Fact fact = on_fact([&] { return c.store.update(c.tenant, c.user, id, u); });
   if (u.text) refresh(c);
