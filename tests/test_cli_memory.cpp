@@ -114,7 +114,7 @@ TEST_F(CliMemory, ImportJsonArrayAndJsonLines) {
   const json hits = search("sam", "sister in Lisbon", 2);
   ASSERT_GE(hits.size(), 1u);
   EXPECT_EQ(hits[0]["text"], "Sam's sister lives in Lisbon");
-  EXPECT_EQ(hits[0]["source"], json({{"conversation", "chat-7"}, {"turn", "t3"}}));
+  EXPECT_EQ(hits[0]["source"], json({{"conversation", "chat-7"}, {"session", nullptr}, {"turn", "t3"}, {"speaker", nullptr}}));
   EXPECT_EQ(search("sam", "marathon", 5)[0]["date"], "2023-09-24");
   const json top = search("sam", "Sam", 3);  // every fact matches: exactly k, descending
   ASSERT_EQ(top.size(), 3u);

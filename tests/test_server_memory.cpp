@@ -183,6 +183,14 @@ TEST_F(ServerMemory, FactCrudRoundTrip) {
   ASSERT_FALSE(hits["data"].empty());
   EXPECT_EQ(hits["data"][0]["id"], added["ids"][1]);
   for (const char* key : {"id", "score", "text", "speaker", "date", "source"}) EXPECT_TRUE(hits["data"][0].contains(key)) << key;
+  // Every key is always present, source's too (null when unknown; issue 11, defect 7).
+  const json lyon = Api::ok(a.get("/v1/memory/users/crud/facts/" + std::to_string(added["ids"][1].get<int64_t>())));
+  const json no_source = {{"conversation", nullptr}, {"session", nullptr}, {"turn", nullptr}, {"speaker", nullptr}};
+  EXPECT_EQ(lyon["source"], no_source);
+  EXPECT_EQ(hits["data"][0]["source"], no_source);
+  for (const char* key : {"id", "text", "speaker", "date", "date_epoch", "source", "turn_index", "metadata", "version",
+                          "created_at", "updated_at"})
+    EXPECT_TRUE(lyon.contains(key)) << key;
 
   EXPECT_EQ(Api::ok(a.get("/v1/memory/users/crud"))["facts"], 2);
   const json del = Api::ok(a.del("/v1/memory/users/crud/facts/" + std::to_string(id)));
