@@ -15,9 +15,11 @@
 #include "memory/fact_encoder.h"
 #include "memory/memory_service.h"
 #include "model/model.h"
+#include "server/prompt_builder.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
+using inferscale::testing::expect_error;
 using inferscale::testing::TempDir;
 
 namespace {
@@ -38,15 +40,15 @@ SamplingParams greedy(int n) {
 // One store + retriever + engine + memory service over a data directory.
 struct Stack {
   explicit Stack(const std::filesystem::path& dir, MemoryOptions opts = {}, int64_t cache_blocks = 512,
-                 int64_t pool_blocks = 256) {
+                 int64_t pool_blocks = 256, const Model& model = demo()) {
     store = FactStore::open(dir);
     retriever = std::make_unique<Bm25Retriever>(*store);
     BackendOptions bo;
     bo.num_cache_blocks = cache_blocks;
     bo.num_pool_blocks = pool_blocks;
-    engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, EngineOptions{});
+    engine = std::make_unique<Engine>(make_cpu_backend(model.config, model.weights, bo), model.tokenizer, EngineOptions{});
     if (opts.kv_dir.empty()) opts.kv_dir = dir / "kv";
-    service = std::make_unique<MemoryService>(*store, *retriever, demo(), engine->backend(), engine->blocks(), opts);
+    service = std::make_unique<MemoryService>(*store, *retriever, model, engine->backend(), engine->blocks(), opts);
   }
   std::vector<int32_t> run(const MemoryPrompt& p, int n = 8) {
     engine->add_request(p.tokens, greedy(n), p.injected);
@@ -79,8 +81,11 @@ MemoryRequest req(MemoryMode mode, int32_t k = 3, int32_t w = 0) {
   return r;
 }
 
-std::vector<int32_t> plain_tokens(const std::vector<ChatMessage>& msgs) {
-  return demo().tokenizer->encode(demo().chat_template.render(msgs, true), {.add_special = false, .parse_special = true});
+// The prompt of a plain chat request (no memory), as the server builds it.
+std::vector<int32_t> plain_tokens(const std::vector<ChatMessage>& msgs, const Model& m = demo()) {
+  server::GenerateRequest g;
+  g.messages = msgs;
+  return server::build_prompt(g, *m.tokenizer, m.chat_template, nullptr).ids;
 }
 
 // A first run over `dir`: Alice's facts and one inject request of 4 facts (encoded, their KV
@@ -118,6 +123,21 @@ TEST(MemoryService, KZeroAndModeOffArePlainServing) {
   s.engine->add_request(plain, greedy(8));
   const auto want = s.engine->run_to_completion().at(0).new_tokens;
   EXPECT_EQ(s.run(p), want);
+}
+
+// Issue 11, defect 7: a chat with memory is rendered by the same code as a plain chat, so the two
+// agree whatever the template does. Here a model without a chat template: the plain chat is
+// refused (kUnsupported), and so is the same chat with memory, which a fallback of the memory
+// path's own used to serve.
+TEST(MemoryService, WithoutAChatTemplateMemoryAgreesWithAPlainChat) {
+  Model bare = demo();
+  bare.chat_template = ChatTemplate();
+  TempDir dir;
+  Stack s(dir.path(), {}, 512, 256, bare);
+  add_alice(*s.store);
+  expect_error([&] { plain_tokens(kAsk, bare); }, ErrorKind::kUnsupported, "no chat template");
+  for (const MemoryRequest& r : {req(MemoryMode::kInject, 3), req(MemoryMode::kText, 3), req(MemoryMode::kInject, 0)})
+    expect_error([&] { s.service->release(s.service->prepare(r, kAsk)); }, ErrorKind::kUnsupported, "no chat template");
 }
 
 TEST(MemoryService, TextModeIsTheOrdinaryPromptWithTheRenderedFacts) {

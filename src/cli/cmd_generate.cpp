@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "model/chat_prompt.h"
 #include "util/check.h"
 
 namespace inferscale::cli {
@@ -33,7 +34,7 @@ void run_generate(const GenerateArgs& a) {
     std::vector<ChatMessage> msgs;
     if (!a.system.empty()) msgs.push_back({"system", a.system});
     msgs.push_back({"user", a.prompt});
-    ids = tok.encode(m.chat_template.render(msgs, true), {.add_special = false, .parse_special = true});
+    ids = chat_prompt_tokens(tok, m.chat_template, msgs);
   } else if (a.prompt.empty()) {
     IS_REQUIRE(tok.bos_id().has_value(), kInvalidInput, "the prompt is empty and this tokenizer has no BOS token to start from");
     ids = {*tok.bos_id()};

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "model/chat_prompt.h"
 #include "util/check.h"
 #include "util/progress.h"
 
@@ -184,37 +185,6 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   }
 }
 
-std::pair<std::string, std::string> MemoryService::render_around_facts(const std::vector<ChatMessage>& messages,
-                                                                       bool with_memory) const {
-  const std::string block = with_memory ? opts_.header + kMarker + opts_.footer : std::string();
-  std::string text;
-  if (model_.chat_template.family() == ChatFamily::kNone) {
-    // A base model: system text, memory, then the conversation's contents one per line.
-    for (const ChatMessage& m : messages)
-      if (m.role == "system") text += m.content + "\n\n";
-    text += block;
-    bool first = true;
-    for (const ChatMessage& m : messages) {
-      if (m.role == "system") continue;
-      text += (first ? "" : "\n") + m.content;
-      first = false;
-    }
-  } else {
-    std::vector<ChatMessage> msgs = messages;
-    if (with_memory) {
-      if (!msgs.empty() && msgs[0].role == "system")
-        msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + block;
-      else
-        msgs.insert(msgs.begin(), ChatMessage{"system", block});
-    }
-    text = model_.chat_template.render(msgs, true);
-  }
-  if (!with_memory) return {text, {}};
-  const size_t at = text.find(kMarker);
-  IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
-  return {text.substr(0, at), text.substr(at + std::string(kMarker).size())};
-}
-
 MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages) {
   store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
   sync();
@@ -224,9 +194,6 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   IS_REQUIRE(w <= 1000, kInvalidInput, "memory.window must be at most 1000, got {}", w);
   IS_REQUIRE(!messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   const Tokenizer& tok = *model_.tokenizer;
-  const bool plain_prefix = model_.chat_template.family() == ChatFamily::kNone;
-  const EncodeOptions first_opts{.add_special = plain_prefix && tok.adds_bos(), .parse_special = !plain_prefix};
-  const EncodeOptions rest_opts{.add_special = false, .parse_special = !plain_prefix};
 
   MemoryPrompt out;
   std::vector<ScoredFact> hits;
@@ -248,7 +215,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
     out.scores.push_back(h.score);
   }
   if (out.facts.empty()) {  // no memory at all: exactly the plain prompt
-    out.tokens = tok.encode(render_around_facts(messages, false).first, first_opts);
+    out.tokens = chat_prompt_tokens(tok, model_.chat_template, messages);
     return out;
   }
   // Placement order: rank puts the best-ranked fact last (closest to the question).
@@ -273,8 +240,10 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
 
   std::vector<std::vector<int32_t>> fact_toks;
   for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
-  const auto [before, after] = render_around_facts(messages, true);
-  ComposedPrompt c = compose_tokens(tok.encode(before, first_opts), fact_toks, tok.encode(after, rest_opts));
+  // The facts go where the marker is: at the end of the system message, between header and footer.
+  const SplitChatPrompt around =
+      chat_prompt_around(tok, model_.chat_template, messages, opts_.header + kMarker + opts_.footer, kMarker);
+  ComposedPrompt c = compose_tokens(around.before, fact_toks, around.after);
   out.tokens = std::move(c.tokens);
   if (req.mode != MemoryMode::kInject) return out;
 

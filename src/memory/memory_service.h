@@ -110,8 +110,6 @@ class MemoryService : private FactStoreListener {
                                        std::vector<FactKvKey>& pinned);
   // The tokens a fact is encoded after: [BOS with sink][the w preceding turns' tokens].
   std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
-  // Prefix text of the chat prompt up to the facts, and the text after them.
-  std::pair<std::string, std::string> render_around_facts(const std::vector<ChatMessage>& messages, bool with_memory) const;
 
   FactStore& store_;
   const Retriever& retriever_;

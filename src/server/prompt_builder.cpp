@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "model/chat_prompt.h"
 #include "server/api_error.h"
 
 namespace inferscale::server {
@@ -16,9 +17,7 @@ PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, co
   }
   PreparedPrompt p;
   if (req.kind == ApiKind::kChat) {
-    // The template writes special tokens (and BOS where the family wants it) as text.
-    const std::string text = tmpl.render(req.messages, /*add_generation_prompt=*/true);
-    p.ids = tok.encode(text, EncodeOptions{.add_special = false, .parse_special = true});
+    p.ids = chat_prompt_tokens(tok, tmpl, req.messages);  // as the memory path renders it too
   } else if (req.prompt_ids) {
     p.ids = *req.prompt_ids;
     const int32_t vocab = tok.vocab_size();
