@@ -588,3 +588,24 @@ TEST(FactStore, RefreshAfterPrunedChangesReloadsEverything) {
   EXPECT_TRUE(a->refresh());
   EXPECT_EQ(l.events, (std::vector<std::string>{"reset", "add u kept", "add u after the gap"}));
 }
+
+// A request composes the facts it retrieved; one deleted meanwhile still has its window (the
+// turns before it), so the request is served as retrieved instead of failing with "not found".
+TEST(FactStore, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_turns("default", "u", "c", numbered("turn", 3));
+  const Fact last = store->get("default", "u", ids[2]);
+  store->remove("default", "u", ids[2]);
+  EXPECT_EQ(texts(store->window(last, 2)), (std::vector<std::string>{"turn 0", "turn 1"}));
+  expect_error([&] { store->window("default", "u", ids[2], 2); }, ErrorKind::kNotFound, "not found");  // by id: gone
+  store->remove_user("default", "u");
+  EXPECT_TRUE(store->window(last, 2).empty());
+  // Vectors computed from a version of a fact that is gone are skipped, not an error.
+  const int64_t f = store->add_fact("default", "v", fact("x"));
+  store->remove("default", "v", f);
+  store->add_fact("default", "v", fact("y"));
+  EXPECT_EQ(store->put_embeddings("default", "v", "e", std::vector<EmbeddingRow>{{f, 1, {1.f}}}), 0u);
+  store->remove_user("default", "v");
+  EXPECT_EQ(store->put_embeddings("default", "v", "e", std::vector<EmbeddingRow>{{f, 1, {1.f}}}), 0u);
+}

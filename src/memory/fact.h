@@ -88,7 +88,7 @@ struct ListOptions {
 struct EmbeddingRow {
   int64_t fact_id = 0;
   // The fact version the vector was computed from; 0 = do not check. A row whose fact has moved on
-  // to another version is skipped (its text changed while the embedder was running).
+  // to another version, or was deleted, is skipped (it changed while the embedder was running).
   int64_t fact_version = 0;
   std::vector<float> vector;
 };

@@ -295,8 +295,13 @@ void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenan
   auto ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
   put.dim = dim;
   for (const EmbeddingRow& r : rows) {
-    const Fact f = require_fact(user_key, tenant, user, r.fact_id);
-    if (r.fact_version != 0 && r.fact_version != f.version) continue;  // computed from an older text
+    if (r.fact_version != 0) {
+      // Computed from that version's text: skipped when the fact changed or went meanwhile.
+      const std::optional<Fact> f = find_fact(user_key, tenant, user, r.fact_id);
+      if (!f || f->version != r.fact_version) continue;
+    } else {
+      require_fact(user_key, tenant, user, r.fact_id);
+    }
     ins->reset();
     ins->bind(1, r.fact_id).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
     put.ids.push_back(r.fact_id);
@@ -397,10 +402,15 @@ std::vector<Fact> FactStore::list(std::string_view tenant, std::string_view user
 
 std::vector<Fact> FactStore::window(std::string_view tenant, std::string_view user, int64_t fact_id,
                                     size_t w) const {
-  std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  const Fact f = require_fact(key, tenant, user, fact_id);
+  return window(get(tenant, user, fact_id), w);
+}
+
+std::vector<Fact> FactStore::window(const Fact& f, size_t w) const {
   if (!f.turn_index || w == 0) return {};
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(f.tenant, f.user);
+  if (!key) return {};  // the user is gone since `f` was read
+  const std::string_view tenant = f.tenant, user = f.user;
   // One range scan of facts_by_turn, newest first, then reversed to reading order.
   auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                          " FROM facts f WHERE f.user_key = ? AND f.conversation = ? AND f.turn_index IS NOT NULL "
@@ -543,7 +553,12 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
   {
     sqlite::Transaction tx(*db_);
     const auto key = find_user_key(tenant, user);
-    if (!key) require_fact(key, tenant, user, rows.front().fact_id);  // throws kNotFound
+    if (!key) {
+      // Versioned rows of a user deleted meanwhile are skipped like any other gone fact.
+      for (const EmbeddingRow& r : rows)
+        if (r.fact_version == 0) require_fact(key, tenant, user, r.fact_id);  // throws kNotFound
+      return 0;
+    }
     prune_locked();
     write_embeddings_locked(*key, tenant, user, embedder, rows, put);
     if (put.ids.empty()) return 0;

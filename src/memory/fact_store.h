@@ -86,6 +86,9 @@ class FactStore {
   // The encoding window of a turn: the (at most) w turns of the same conversation that precede
   // it, oldest first. Empty for a fact that is not a conversation turn, or for w = 0.
   std::vector<Fact> window(std::string_view tenant, std::string_view user, int64_t fact_id, size_t w) const;
+  // The same for a fact already read: no lookup of the fact itself, so it also answers after the
+  // fact was deleted meanwhile (a request composed from it is served as it was retrieved).
+  std::vector<Fact> window(const Fact& fact, size_t w) const;
   size_t count(std::string_view tenant, std::string_view user) const;
   // Every user that has a fact, ordered by (tenant, user).
   std::vector<UserRef> users() const;
@@ -104,7 +107,9 @@ class FactStore {
 
   // ---- embeddings (float32 vectors per (fact, embedder)) -------------------------------------
   // Stores (or replaces) vectors; all rows of one user and embedder share one dimension.
-  // Rows whose fact_version no longer matches are skipped. Returns the number written.
+  // Rows with a fact_version whose fact has another version now, or is gone, are skipped (it
+  // changed while the embedder ran); a row without one (0) for a fact that is not the user's is
+  // kNotFound. Returns the number written.
   size_t put_embeddings(std::string_view tenant, std::string_view user, std::string_view embedder,
                         std::span<const EmbeddingRow> rows);
   std::optional<std::vector<float>> get_embedding(std::string_view tenant, std::string_view user, int64_t id,

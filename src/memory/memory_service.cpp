@@ -108,7 +108,8 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   std::vector<int32_t> out;
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
   if (w <= 0) return out;
-  for (const Fact& prev : store_.window(f.tenant, f.user, f.id, static_cast<size_t>(w))) {
+  // By the fact read at retrieval: it may have been deleted since, and is then served as read.
+  for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
     const auto t = fact_tokens(prev);
     out.insert(out.end(), t.begin(), t.end());
   }
