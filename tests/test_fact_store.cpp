@@ -177,7 +177,11 @@ TEST(FactStore, UsersAndTenantsAreIsolated) {
 
   EXPECT_EQ(store->get("default", "alice", a).text, "alice secret");
   EXPECT_EQ(store->get("acme", "alice", t2).text, "acme alice secret");
-  for (int64_t foreign : {b, t2}) {
+  // Ids are per tenant: acme's first fact has id 1 like default's first; each tenant reaches its own.
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 2);
+  EXPECT_EQ(t2, 1);
+  for (int64_t foreign : {b}) {
     expect_error([&] { store->get("default", "alice", foreign); }, ErrorKind::kNotFound, std::to_string(foreign));
     expect_error([&] { store->update("default", "alice", foreign, FactUpdate{"x", {}}); }, ErrorKind::kNotFound, "not found");
     expect_error([&] { store->remove("default", "alice", foreign); }, ErrorKind::kNotFound, "not found");
@@ -186,6 +190,7 @@ TEST(FactStore, UsersAndTenantsAreIsolated) {
     expect_error([&] { store->put_embeddings("default", "alice", "e", std::vector<EmbeddingRow>{{foreign, 0, {1.f, 2.f}}}); },
                  ErrorKind::kNotFound, "not found");
   }
+  expect_error([&] { store->get("acme", "alice", b); }, ErrorKind::kNotFound, "not found");  // acme has no fact 2
   expect_error([&] { store->get_many("default", "alice", std::vector<int64_t>{a, b}); }, ErrorKind::kNotFound,
                std::to_string(b));
   EXPECT_EQ(texts(store->list("default", "alice")), (std::vector<std::string>{"alice secret"}));
@@ -431,7 +436,8 @@ struct RecordingListener : FactStoreListener {
   void on_fact_updated(const Fact& f, bool text_changed) override {
     events.push_back("update " + f.text + (text_changed ? " text" : " meta") + " v" + std::to_string(f.version));
   }
-  void on_facts_deleted(std::string_view, std::string_view user, std::span<const int64_t> ids) override {
+  void on_facts_deleted(std::string_view, std::string_view user, std::span<const int64_t> ids,
+                        std::span<const int64_t>) override {
     events.push_back("delete " + std::string(user) + " " + std::to_string(ids.size()));
   }
   void on_embeddings_put(std::string_view, std::string_view user, std::string_view embedder,
@@ -608,4 +614,50 @@ TEST(FactStore, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {
   EXPECT_EQ(store->put_embeddings("default", "v", "e", std::vector<EmbeddingRow>{{f, 1, {1.f}}}), 0u);
   store->remove_user("default", "v");
   EXPECT_EQ(store->put_embeddings("default", "v", "e", std::vector<EmbeddingRow>{{f, 1, {1.f}}}), 0u);
+}
+
+// Issue 11, defect 7: fact ids count per tenant (a tenant cannot read other tenants' write volume
+// off its ids), and a tenant never gets an id back after a delete.
+TEST(FactStore, IdsArePerTenantAndNeverReused) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  EXPECT_EQ(store->add_facts("a", "u", numbered("a", 3)), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(store->add_facts("b", "u", numbered("b", 2)), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(store->add_turns("a", "v", "c", numbered("turn", 2)), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(store->get("a", "u", 1).text, "a 0");
+  EXPECT_EQ(store->get("b", "u", 1).text, "b 0");
+  store->remove("a", "v", 5);
+  EXPECT_EQ(store->add_fact("a", "u", fact("after a delete")), 6);
+  store->remove_user("a", "u");
+  store->remove_user("a", "v");
+  EXPECT_EQ(store->add_fact("a", "u", fact("after deleting everything")), 7);
+  EXPECT_EQ(store->add_fact("b", "w", fact("b again")), 3);
+  // The same id in two tenants is two facts, each with a key of its own.
+  EXPECT_NE(store->get("a", "u", 7).key, store->get("b", "w", 3).key);
+  store.reset();
+  store = FactStore::open(dir.path());
+  EXPECT_EQ(store->add_fact("b", "w", fact("after a restart")), 4);
+}
+
+// A database of an older schema (one counter for every tenant) keeps every id a client has seen,
+// and each tenant's new ids start above the highest id ever given, deleted ones included.
+TEST(FactStore, MigratedIdsStayAndNewOnesStartAboveEveryOldOne) {
+  TempDir dir;
+  {
+    sqlite::Db raw((dir.path() / "memory.db").string(), true);
+    migrate_schema(raw, 2);
+    raw.exec(
+        "INSERT INTO users (user_key, tenant, user, created_at_ms) VALUES (1, 'a', 'u', 0), (2, 'b', 'u', 0);"
+        "INSERT INTO facts (id, user_key, text, created_at_ms, updated_at_ms) VALUES (1, 1, 'a one', 0, 0), "
+        "(2, 2, 'b two', 0, 0), (3, 1, 'a three', 0, 0), (4, 2, 'b four, deleted', 0, 0);"
+        "DELETE FROM facts WHERE id = 4;");
+  }
+  auto store = FactStore::open(dir.path());
+  EXPECT_EQ(texts(store->list("a", "u")), (std::vector<std::string>{"a one", "a three"}));
+  EXPECT_EQ(store->get("a", "u", 3).text, "a three");
+  EXPECT_EQ(store->get("b", "u", 2).text, "b two");
+  EXPECT_EQ(store->get("b", "u", 2).key, 2);
+  EXPECT_EQ(store->add_fact("a", "u", fact("new a")), 5);
+  EXPECT_EQ(store->add_fact("b", "u", fact("new b")), 5);
+  EXPECT_EQ(store->add_fact("c", "u", fact("a new tenant")), 5);
 }

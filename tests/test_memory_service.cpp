@@ -70,6 +70,12 @@ std::vector<int64_t> add_alice(FactStore& s) {
   return s.add_facts(kDefaultTenant, "alice", facts);
 }
 
+// What a request was served from: how its facts' KV was made resident, and the K/V.
+struct ServedKv {
+  int32_t encoded = 0, loaded = 0;
+  std::vector<float> k, v;
+};
+
 const std::vector<ChatMessage> kAsk{{"user", "What is the name of the cat Alice adopted?"}};
 
 MemoryRequest req(MemoryMode mode, int32_t k = 3, int32_t w = 0) {
@@ -238,7 +244,8 @@ TEST(MemoryService, UsersNeverSeeEachOthersFacts) {
       EXPECT_EQ(f.user, "alice");
       EXPECT_EQ(f.tenant, kDefaultTenant);
       EXPECT_NE(f.id, bob);
-      EXPECT_NE(f.id, other_tenant);
+      EXPECT_NE(f.text.find("Alice"), std::string::npos);
+      EXPECT_EQ(f.text.find("Zorro"), std::string::npos);  // acme's alice (whose fact has id 1 in acme)
     }
     s.service->release(p);
   }
@@ -250,6 +257,45 @@ TEST(MemoryService, UsersNeverSeeEachOthersFacts) {
   s.service->release(pb);
 }
 
+// Ids are per tenant, so two tenants' facts share ids: their KV (pool entries, KV files) must
+// never be mistaken for each other's, also across a restart.
+TEST(MemoryService, TenantsWithTheSameFactIdsGetTheirOwnKv) {
+  TempDir dir;
+  auto ask = [](Stack& s, const std::string& tenant) {
+    MemoryRequest r = req(MemoryMode::kInject, 1);
+    r.tenant = tenant;
+    r.query = "adopted";
+    MemoryPrompt p = s.service->prepare(r, kAsk);
+    EXPECT_EQ(p.facts.size(), 1u);
+    ServedKv kv{p.encoded, p.loaded, {}, {}};
+    s.engine->backend().read_pool(p.injected->pool_slots, kv.k, kv.v);
+    s.service->release(p);
+    return std::make_pair(p.facts.at(0), kv);
+  };
+  ServedKv a0, b0;
+  {
+    Stack s(dir.path());
+    EXPECT_EQ(s.store->add_fact(kDefaultTenant, "alice", NewFact{"Alice adopted a cat named Miso", "", {}, "", {}}), 1);
+    EXPECT_EQ(s.store->add_fact("acme", "alice", NewFact{"Alice adopted a parrot named Rio", "", {}, "", {}}), 1);
+    const auto [fa, kva] = ask(s, kDefaultTenant);
+    const auto [fb, kvb] = ask(s, "acme");
+    EXPECT_EQ(fa.text, "Alice adopted a cat named Miso");
+    EXPECT_EQ(fb.text, "Alice adopted a parrot named Rio");
+    EXPECT_EQ(kvb.encoded, 1);  // not default's fact 1 from the pool
+    EXPECT_NE(kva.k, kvb.k);
+    EXPECT_NE(s.service->kv_path(fa), s.service->kv_path(fb));
+    a0 = kva;
+    b0 = kvb;
+  }
+  Stack s(dir.path());
+  const auto [fb, kvb] = ask(s, "acme");
+  const auto [fa, kva] = ask(s, kDefaultTenant);
+  EXPECT_EQ(kvb.loaded, 1);
+  EXPECT_EQ(kva.loaded, 1);
+  EXPECT_EQ(kvb.k, b0.k);
+  EXPECT_EQ(kva.k, a0.k);
+}
+
 TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
   TempDir dir;
   Stack s(dir.path());
@@ -258,13 +304,14 @@ TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
   s.service->release(p);
   const int64_t resident = s.service->pool().num_entries();
   const int64_t free_before = s.service->pool().num_free_blocks();
-  EXPECT_TRUE(std::filesystem::exists(s.service->kv_path(ids[0])));
+  const std::filesystem::path file = s.service->kv_path(s.store->get(kDefaultTenant, "alice", ids[0]));
+  EXPECT_TRUE(std::filesystem::exists(file));
   s.store->remove(kDefaultTenant, "alice", ids[0]);
   MemoryPrompt q = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);  // sync() runs first
   for (const Fact& f : q.facts) EXPECT_NE(f.id, ids[0]);
   EXPECT_EQ(s.service->pool().num_entries(), resident - 1);
   EXPECT_GT(s.service->pool().num_free_blocks(), free_before);
-  EXPECT_FALSE(std::filesystem::exists(s.service->kv_path(ids[0])));
+  EXPECT_FALSE(std::filesystem::exists(file));
   s.service->release(q);
 }
 
@@ -290,7 +337,7 @@ TEST(MemoryService, CorruptKvFileIsDetectedAndRebuilt) {
   TempDir dir;
   const FirstRun first = first_run(dir.path(), [](Stack& s, const MemoryPrompt& p) {
     // Flip one payload byte of the first placed fact's file.
-    const auto path = s.service->kv_path(p.facts[0].id);
+    const auto path = s.service->kv_path(p.facts[0]);
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
     char c = 0;
@@ -370,11 +417,6 @@ namespace {
 const std::vector<NewFact> kTrip{{"I just got back from Lisbon", "", {"", "", "", "Alice"}, "", {}},
                                  {"The weather there was great", "", {"", "", "", "Bob"}, "", {}},
                                  {"My cat Miso missed me a lot", "", {"", "", "", "Alice"}, "", {}}};
-
-struct ServedKv {
-  int32_t encoded = 0, loaded = 0;
-  std::vector<float> k, v;
-};
 
 // The KV a request for the cat turn (w = 2) is served from.
 ServedKv cat_kv(Stack& s) {
@@ -554,10 +596,10 @@ TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
   const FirstRun first = first_run(dir.path(), [](Stack& s, const MemoryPrompt& p) {
     const Fact& f = p.facts[0];
     const KvFileKey key = s.service->file_key(s.service->kv_key(f, 0));
-    auto kv = read_kv_file(s.service->kv_path(f.id), key);
+    auto kv = read_kv_file(s.service->kv_path(f), key);
     ASSERT_TRUE(kv);
     kv->dtype = DType::kBF16;
-    write_kv_file(s.service->kv_path(f.id), key, *kv);
+    write_kv_file(s.service->kv_path(f), key, *kv);
   });
   const size_t placed = first.prompt.facts.size();
   Stack s(dir.path());

@@ -350,8 +350,10 @@ TEST_F(ServerMemory, TenantsAndUsersAreIsolated) {
   for (const json& u : Api::data(other.get("/v1/memory/users"))) EXPECT_NE(u["user"], "alice");
   for (const json& u : Api::data(acme.get("/v1/memory/users"))) EXPECT_NE(u["user"], "bob");
   // Another user of the same tenant cannot reach a fact by id.
-  EXPECT_EQ(Api::fails(plain.get("/v1/memory/users/bob/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
-  EXPECT_EQ(Api::fails(plain.del("/v1/memory/users/bob/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
+  const std::vector<int64_t> carol = plain.add("carol", {"Carol collects stamps"});
+  EXPECT_EQ(Api::fails(plain.get("/v1/memory/users/bob/facts/" + std::to_string(carol[0])), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::fails(plain.del("/v1/memory/users/bob/facts/" + std::to_string(carol[0])), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::ok(plain.get("/v1/memory/users/carol/facts/" + std::to_string(carol[0])))["text"], "Carol collects stamps");
   for (const json& hit : Api::data(plain.post("/v1/memory/users/bob/search", json{{"query", "cat Miso nurse Oslo"}, {"k", 10}})))
     EXPECT_TRUE(std::find(bob.begin(), bob.end(), hit["id"].get<int64_t>()) != bob.end()) << hit.dump();
 
@@ -528,4 +530,23 @@ TEST_F(ServerMemory, ClientVectorsRetrieveByQueryVector) {
                                    chat("hello", {{"user", "novecs"}, {"query_vector", {1.0, 0.0, 0.0, 0.0}}})));
   EXPECT_TRUE(none["memory"]["facts"].empty());
   Api::fails(a.post("/v1/chat/completions", chat("hello", {{"user", "vecs"}, {"query_vector", {1.0, 0.0}}})), 400);
+}
+
+// Issue 11, defect 7: ids count per tenant, so a tenant's ids tell nothing of other tenants'
+// writes; the same id in two tenants is two facts, in the REST API and in a chat's memory.
+TEST_F(ServerMemory, FactIdsArePerTenant) {
+  const Api a = api("ids-a"), b = api("ids-b");
+  EXPECT_EQ(a.add("u", {"ids-a has a red kite", "ids-a has a blue kite"}), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(b.add("u", {"ids-b has a green kite"}), (std::vector<int64_t>{1}));
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/u/facts/1"))["text"], "ids-a has a red kite");
+  EXPECT_EQ(Api::ok(b.get("/v1/memory/users/u/facts/1"))["text"], "ids-b has a green kite");
+  EXPECT_EQ(Api::fails(b.get("/v1/memory/users/u/facts/2"), 404)["code"], "fact_not_found");
+  for (const Api* t : {&a, &b}) {
+    const json r = Api::ok(t->post("/v1/chat/completions", chat("kite?", {{"user", "u"}, {"query", "kite"}, {"k", 1}})));
+    ASSERT_EQ(r["memory"]["facts"].size(), 1u);
+    EXPECT_EQ(r["memory"]["facts"][0]["id"], 1);
+    EXPECT_EQ(r["memory"]["facts"][0]["text"], t == &a ? "ids-a has a red kite" : "ids-b has a green kite");
+  }
+  Api::ok(a.del("/v1/memory/users/u/facts/2"));
+  EXPECT_EQ(a.add("u", {"ids-a has a new kite"}), (std::vector<int64_t>{3}));  // never reused
 }

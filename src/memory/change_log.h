@@ -7,7 +7,7 @@
 //   seq      AUTOINCREMENT: committed rows are numbered 1, 2, 3, ... without holes (a rolled-back
 //            transaction also rolls back the counter); sqlite_sequence keeps the highest ever
 //   op       what happened to the fact (Op)
-//   tenant, user, fact_id, embedder (kEmbed only)
+//   tenant, user, fact_id (Fact::id), fact_key (Fact::key), embedder (kEmbed only)
 //
 // Rows older than kRetentionMs are pruned. A reader that fell further behind than that sees fewer
 // rows than seq numbers past its position: it has missed changes and must reload everything.
@@ -35,12 +35,13 @@ struct Change {
   std::string tenant;
   std::string user;
   int64_t fact_id = 0;
+  int64_t fact_key = 0;
   std::string embedder;  // kEmbed only
 };
 
-// One row per id, inside the caller's write transaction.
+// One row per fact (ids and keys in the same order), inside the caller's write transaction.
 void append(sqlite::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
-            std::string_view embedder = {});
+            std::span<const int64_t> keys, std::string_view embedder = {});
 // The highest seq ever written (0 for an empty log).
 int64_t last_seq(sqlite::Db& db);
 // The rows after `seq`, ascending.

@@ -23,9 +23,10 @@ static_assert(std::endian::native == std::endian::little, "embedding blobs are s
 namespace {
 
 // Column list shared by every query that reads whole facts; read_fact() follows this order.
-#define IS_FACT_COLUMNS                                                                                 \
-  "f.id, f.text, f.ts_text, f.ts_epoch, f.conversation, f.session, f.turn, f.speaker, f.turn_index, " \
-  "f.metadata, f.created_at_ms, f.updated_at_ms, f.version"
+// f.public_id is Fact::id (per tenant), f.id is Fact::key (per store).
+#define IS_FACT_COLUMNS                                                                                        \
+  "f.public_id, f.text, f.ts_text, f.ts_epoch, f.conversation, f.session, f.turn, f.speaker, f.turn_index, " \
+  "f.metadata, f.created_at_ms, f.updated_at_ms, f.version, f.id"
 
 Fact read_fact(const sqlite::Statement& s, std::string_view tenant, std::string_view user) {
   Fact f;
@@ -41,6 +42,7 @@ Fact read_fact(const sqlite::Statement& s, std::string_view tenant, std::string_
   f.created_at_ms = s.int64(10);
   f.updated_at_ms = s.int64(11);
   f.version = s.int64(12);
+  f.key = s.int64(13);
   return f;
 }
 
@@ -175,7 +177,7 @@ int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view use
 
 std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tenant, std::string_view user,
                                          int64_t id) const {
-  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.id = ? AND f.user_key = ?");
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.public_id = ? AND f.user_key = ?");
   s->bind(1, id).bind(2, user_key);
   if (!s->step()) return std::nullopt;
   return read_fact(*s, tenant, user);
@@ -191,7 +193,8 @@ Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view t
 
 std::vector<Fact> FactStore::list_locked(int64_t user_key, std::string_view tenant, std::string_view user,
                                          const ListOptions& opts) const {
-  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.id > ? ORDER BY f.id LIMIT ?");
+  auto s = db_->prepare(
+      "SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.public_id > ? ORDER BY f.public_id LIMIT ?");
   s->bind(1, user_key).bind(2, opts.after_id).bind(3, static_cast<int64_t>(std::min<size_t>(opts.limit, INT64_MAX)));
   std::vector<Fact> out;
   while (s->step()) out.push_back(read_fact(*s, tenant, user));
@@ -200,8 +203,8 @@ std::vector<Fact> FactStore::list_locked(int64_t user_key, std::string_view tena
 
 EmbeddingMatrix FactStore::embeddings_locked(int64_t user_key, std::string_view embedder) const {
   auto s = db_->prepare(
-      "SELECT e.fact_id, e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
-      "WHERE f.user_key = ? AND e.embedder = ? ORDER BY e.fact_id");
+      "SELECT f.public_id, e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
+      "WHERE f.user_key = ? AND e.embedder = ? ORDER BY f.public_id");
   s->bind(1, user_key).bind(2, embedder);
   EmbeddingMatrix m;
   while (s->step()) {
@@ -240,10 +243,27 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
     IS_CHECK(s->step(), "no row from MAX(turn_index)");
     next_turn = s->int64(0);
   }
+  // The tenant's next ids: its counter only grows, so no id comes back after a delete.
+  db_->prepare(
+         "INSERT INTO tenants (tenant, last_fact_id) VALUES (?, COALESCE((SELECT CAST(value AS INTEGER) FROM settings "
+         "WHERE key = 'fact_ids.floor'), 0)) ON CONFLICT (tenant) DO NOTHING")
+      ->bind(1, tenant)
+      .run();
+  int64_t next_id = 0;
+  {
+    auto s = db_->prepare("SELECT last_fact_id FROM tenants WHERE tenant = ?");
+    s->bind(1, tenant);
+    IS_CHECK(s->step(), "no counter for tenant '{}'", tenant);
+    next_id = s->int64(0) + 1;
+  }
+  db_->prepare("UPDATE tenants SET last_fact_id = ? WHERE tenant = ?")
+      ->bind(1, next_id - 1 + static_cast<int64_t>(facts.size()))
+      .bind(2, tenant)
+      .run();
   const int64_t now = now_ms();
   auto ins = db_->prepare(
-      "INSERT INTO facts (user_key, text, ts_text, ts_epoch, conversation, session, turn, speaker, turn_index, "
-      "metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
+      "INSERT INTO facts (user_key, public_id, text, ts_text, ts_epoch, conversation, session, turn, speaker, "
+      "turn_index, metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
   for (const NewFact& nf : facts) {
     Fact f;
     f.tenant = tenant;
@@ -258,29 +278,32 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
     }
     f.metadata = nf.metadata;
     f.created_at_ms = f.updated_at_ms = now;
+    f.id = next_id++;
     ins->reset();
     ins->bind(1, user_key)
-        .bind(2, f.text)
-        .bind(3, f.timestamp)
-        .bind(4, f.timestamp_epoch)
-        .bind(5, f.source.conversation)
-        .bind(6, f.source.session)
-        .bind(7, f.source.turn)
-        .bind(8, f.source.speaker)
-        .bind(9, f.turn_index)
-        .bind(10, f.metadata)
-        .bind(11, now)
+        .bind(2, f.id)
+        .bind(3, f.text)
+        .bind(4, f.timestamp)
+        .bind(5, f.timestamp_epoch)
+        .bind(6, f.source.conversation)
+        .bind(7, f.source.session)
+        .bind(8, f.source.turn)
+        .bind(9, f.source.speaker)
+        .bind(10, f.turn_index)
+        .bind(11, f.metadata)
         .bind(12, now)
+        .bind(13, now)
         .run();
-    f.id = db_->last_insert_rowid();
+    f.key = db_->last_insert_rowid();
     added.push_back(std::move(f));
   }
 }
 
-// Writes vectors (mu_ held, inside the caller's transaction). Appends what was written to `put`.
+// Writes vectors (mu_ held, inside the caller's transaction). Appends what was written to `put`
+// and the facts' keys to `put_keys`.
 void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenant, std::string_view user,
                                         std::string_view embedder, std::span<const EmbeddingRow> rows,
-                                        EmbeddingMatrix& put) {
+                                        EmbeddingMatrix& put, std::vector<int64_t>& put_keys) {
   if (rows.empty()) return;
   const auto dim = static_cast<int32_t>(rows.front().vector.size());
   auto have = db_->prepare(
@@ -295,16 +318,14 @@ void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenan
   auto ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
   put.dim = dim;
   for (const EmbeddingRow& r : rows) {
-    if (r.fact_version != 0) {
-      // Computed from that version's text: skipped when the fact changed or went meanwhile.
-      const std::optional<Fact> f = find_fact(user_key, tenant, user, r.fact_id);
-      if (!f || f->version != r.fact_version) continue;
-    } else {
-      require_fact(user_key, tenant, user, r.fact_id);
-    }
+    std::optional<Fact> f = find_fact(user_key, tenant, user, r.fact_id);
+    // Computed from that version's text: skipped when the fact changed or went meanwhile.
+    if (r.fact_version != 0 && (!f || f->version != r.fact_version)) continue;
+    if (!f) require_fact(user_key, tenant, user, r.fact_id);  // throws kNotFound
     ins->reset();
-    ins->bind(1, r.fact_id).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
+    ins->bind(1, f->key).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
     put.ids.push_back(r.fact_id);
+    put_keys.push_back(f->key);
     put.data.insert(put.data.end(), r.vector.begin(), r.vector.end());
   }
 }
@@ -335,18 +356,21 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
   std::lock_guard lock(mu_);
   std::vector<Fact> added;
   EmbeddingMatrix put;
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids, keys, put_keys;
   {
     sqlite::Transaction tx(*db_);
     prune_locked();
     const int64_t user_key = ensure_user_key(tenant, user);
     insert_locked(user_key, tenant, user, facts, conversation, added);
     for (EmbeddingRow& r : client_rows) r.fact_id = added[static_cast<size_t>(r.fact_id)].id;
-    write_embeddings_locked(user_key, tenant, user, kClientEmbedder, client_rows, put);
-    ids.reserve(added.size());
-    for (const Fact& f : added) ids.push_back(f.id);
-    change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids);
-    if (!put.ids.empty()) change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, kClientEmbedder);
+    write_embeddings_locked(user_key, tenant, user, kClientEmbedder, client_rows, put, put_keys);
+    for (const Fact& f : added) {
+      ids.push_back(f.id);
+      keys.push_back(f.key);
+    }
+    change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids, keys);
+    if (!put.ids.empty())
+      change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, kClientEmbedder);
     tx.commit();
   }
   after_write_locked();
@@ -460,19 +484,18 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
     f.version += 1;
     f.updated_at_ms = now_ms();
     prune_locked();
-    db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ? AND user_key = ?")
+    db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ?")
         ->bind(1, f.text)
         .bind(2, f.metadata)
         .bind(3, f.version)
         .bind(4, f.updated_at_ms)
-        .bind(5, id)
-        .bind(6, *key)
+        .bind(5, f.key)
         .run();
     IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
-    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, id).run();
-    const int64_t ids[1] = {id};
+    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, f.key).run();
+    const int64_t ids[1] = {id}, keys[1] = {f.key};
     change_log::append(*db_, text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
-                       ids);
+                       ids, keys);
     tx.commit();
   }
   after_write_locked();
@@ -483,12 +506,11 @@ void FactStore::remove(std::string_view tenant, std::string_view user, int64_t i
   std::lock_guard lock(mu_);
   {
     sqlite::Transaction tx(*db_);
-    const auto key = find_user_key(tenant, user);
-    require_fact(key, tenant, user, id);
+    const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
     prune_locked();
-    db_->prepare("DELETE FROM facts WHERE id = ? AND user_key = ?")->bind(1, id).bind(2, *key).run();  // cascades
-    const int64_t ids[1] = {id};
-    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids);
+    db_->prepare("DELETE FROM facts WHERE id = ?")->bind(1, f.key).run();  // cascades to embeddings
+    const int64_t ids[1] = {id}, keys[1] = {f.key};
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
     tx.commit();
   }
   after_write_locked();
@@ -496,20 +518,23 @@ void FactStore::remove(std::string_view tenant, std::string_view user, int64_t i
 
 size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
   std::lock_guard lock(mu_);
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids, keys;
   {
     sqlite::Transaction tx(*db_);
     const auto key = find_user_key(tenant, user);
     if (!key) return 0;
     {
-      auto s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
+      auto s = db_->prepare("SELECT public_id, id FROM facts WHERE user_key = ? ORDER BY public_id");
       s->bind(1, *key);
-      while (s->step()) ids.push_back(s->int64(0));
+      while (s->step()) {
+        ids.push_back(s->int64(0));
+        keys.push_back(s->int64(1));
+      }
     }
     prune_locked();
     db_->prepare("DELETE FROM facts WHERE user_key = ?")->bind(1, *key).run();  // cascades to embeddings
     db_->prepare("DELETE FROM users WHERE user_key = ?")->bind(1, *key).run();
-    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids);
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
     tx.commit();
   }
   after_write_locked();
@@ -550,6 +575,7 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
   if (rows.empty()) return 0;
   std::lock_guard lock(mu_);
   EmbeddingMatrix put;
+  std::vector<int64_t> put_keys;
   {
     sqlite::Transaction tx(*db_);
     const auto key = find_user_key(tenant, user);
@@ -560,9 +586,9 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
       return 0;
     }
     prune_locked();
-    write_embeddings_locked(*key, tenant, user, embedder, rows, put);
+    write_embeddings_locked(*key, tenant, user, embedder, rows, put, put_keys);
     if (put.ids.empty()) return 0;
-    change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, embedder);
+    change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, embedder);
     tx.commit();
   }
   after_write_locked();
@@ -572,10 +598,9 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
 std::optional<std::vector<float>> FactStore::get_embedding(std::string_view tenant, std::string_view user,
                                                            int64_t id, std::string_view embedder) const {
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  require_fact(key, tenant, user, id);
+  const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
   auto s = db_->prepare("SELECT dim, vector FROM embeddings WHERE fact_id = ? AND embedder = ?");
-  s->bind(1, id).bind(2, embedder);
+  s->bind(1, f.key).bind(2, embedder);
   if (!s->step()) return std::nullopt;
   std::vector<float> v;
   append_blob(s->blob(1), static_cast<int32_t>(s->int64(0)), v, id);
@@ -597,7 +622,7 @@ std::vector<Fact> FactStore::facts_missing_embedding(std::string_view tenant, st
   if (!key) return {};
   auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                          " FROM facts f WHERE f.user_key = ? AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE "
-                         "e.fact_id = f.id AND e.embedder = ?) ORDER BY f.id LIMIT ?");
+                         "e.fact_id = f.id AND e.embedder = ?) ORDER BY f.public_id LIMIT ?");
   s->bind(1, *key).bind(2, embedder).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
   std::vector<Fact> out;
   while (s->step()) out.push_back(read_fact(*s, tenant, user));
@@ -683,10 +708,13 @@ void FactStore::replay_contents_locked(FactStoreListener& listener) {
 void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
   using change_log::Op;
   const change_log::Change& c = run.front();
-  std::vector<int64_t> ids;
-  for (const change_log::Change& r : run) ids.push_back(r.fact_id);
+  std::vector<int64_t> ids, keys;
+  for (const change_log::Change& r : run) {
+    ids.push_back(r.fact_id);
+    keys.push_back(r.fact_key);
+  }
   if (c.op == Op::kDelete) {
-    notify([&](FactStoreListener& l) { l.on_facts_deleted(c.tenant, c.user, ids); });
+    notify([&](FactStoreListener& l) { l.on_facts_deleted(c.tenant, c.user, ids, keys); });
     return;
   }
   // The rows as they are now: a fact deleted since is skipped (its delete follows in the log).
@@ -697,13 +725,13 @@ void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
     auto s = db_->prepare(
         "SELECT e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
         "WHERE e.fact_id = ? AND e.embedder = ? AND f.user_key = ?");
-    for (int64_t id : ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
       s->reset();
-      s->bind(1, id).bind(2, c.embedder).bind(3, *key);
+      s->bind(1, keys[i]).bind(2, c.embedder).bind(3, *key);
       if (!s->step()) continue;
       m.dim = static_cast<int32_t>(s->int64(0));
-      m.ids.push_back(id);
-      append_blob(s->blob(1), m.dim, m.data, id);
+      m.ids.push_back(ids[i]);
+      append_blob(s->blob(1), m.dim, m.data, ids[i]);
     }
     if (!m.ids.empty())
       notify([&](FactStoreListener& l) { l.on_embeddings_put(c.tenant, c.user, c.embedder, m.ids, m.data, m.dim); });

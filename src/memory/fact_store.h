@@ -151,7 +151,8 @@ class FactStore {
   void insert_locked(int64_t user_key, std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
                      std::optional<std::string_view> conversation, std::vector<Fact>& added);
   void write_embeddings_locked(int64_t user_key, std::string_view tenant, std::string_view user,
-                               std::string_view embedder, std::span<const EmbeddingRow> rows, EmbeddingMatrix& put);
+                               std::string_view embedder, std::span<const EmbeddingRow> rows, EmbeddingMatrix& put,
+                               std::vector<int64_t>& put_keys);
   template <class F>
   void notify(F&& f);
   // Replays the change log past seen_seq_ to the listeners, in one read transaction (mu_ held;

@@ -32,8 +32,9 @@ class FactStoreListener {
   virtual void on_facts_added(std::span<const Fact> facts) {}
   // A fact after an update. When the text changed, the store has dropped the fact's embeddings.
   virtual void on_fact_updated(const Fact& fact, bool text_changed) {}
-  // Facts removed (with their embeddings).
-  virtual void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) {}
+  // Facts removed (with their embeddings): their ids and, in the same order, their keys (fact.h).
+  virtual void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                                std::span<const int64_t> keys) {}
   // Vectors written for one user and embedder: ids and a row-major [ids.size(), dim] matrix.
   virtual void on_embeddings_put(std::string_view tenant, std::string_view user, std::string_view embedder,
                                  std::span<const int64_t> ids, std::span<const float> data, int32_t dim) {}

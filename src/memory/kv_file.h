@@ -25,7 +25,7 @@ namespace inferscale {
 
 struct KvFileKey {
   uint64_t fingerprint = 0;
-  int64_t fact_id = 0;
+  int64_t fact_id = 0;  // Fact::key
   int64_t version = 0;
   int32_t window = 0;
   int32_t num_layers = 0;

@@ -18,7 +18,7 @@ namespace inferscale {
 // the tokens of the (at most w) turns in it, which change when one of those turns is deleted or
 // edited. window_hash is XXH3 of those tokens (MemoryService::window_tokens).
 struct FactKvKey {
-  int64_t fact_id = 0;
+  int64_t fact_id = 0;  // Fact::key, unique in the store (not the id clients see, unique per tenant)
   int64_t version = 0;
   int32_t window = 0;
   uint64_t window_hash = 0;

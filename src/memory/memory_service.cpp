@@ -53,14 +53,15 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
 
 MemoryService::~MemoryService() { store_.detach(this); }
 
-void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t> ids) {
+void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
+                                     std::span<const int64_t> keys) {
   std::lock_guard<std::mutex> lock(stale_mu_);
-  stale_.insert(stale_.end(), ids.begin(), ids.end());
+  stale_.insert(stale_.end(), keys.begin(), keys.end());
 }
 
 void MemoryService::on_fact_updated(const Fact& fact, bool) {
   std::lock_guard<std::mutex> lock(stale_mu_);
-  stale_.push_back(fact.id);
+  stale_.push_back(fact.key);
 }
 
 void MemoryService::on_reset() {
@@ -80,27 +81,29 @@ void MemoryService::sync() {
     pool_.clear();  // pinned entries go when their requests end
     token_cache_.clear();
   }
-  for (int64_t id : ids) {
-    pool_.erase_fact(id);
-    token_cache_.erase(id);
+  for (int64_t key : ids) {
+    pool_.erase_fact(key);
+    token_cache_.erase(key);
     if (!opts_.kv_dir.empty()) {
       std::error_code ec;
-      std::filesystem::remove(kv_path(id), ec);
+      std::filesystem::remove(kv_file_path(key), ec);
     }
   }
 }
 
-std::filesystem::path MemoryService::kv_path(int64_t fact_id) const {
-  return opts_.kv_dir / fmt::format("{}.kv", fact_id);
+std::filesystem::path MemoryService::kv_file_path(int64_t fact_key) const {
+  return opts_.kv_dir / fmt::format("{}.kv", fact_key);
 }
 
+std::filesystem::path MemoryService::kv_path(const Fact& f) const { return kv_file_path(f.key); }
+
 std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
-  auto it = token_cache_.find(f.id);
+  auto it = token_cache_.find(f.key);
   if (it != token_cache_.end() && it->second.first == f.version) return it->second.second;
   const std::string text = render_fact(opts_.fact_template, f.text, f.source.speaker, f.timestamp) + "\n";
   // User text never turns into special tokens.
   auto tokens = model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
-  token_cache_[f.id] = {f.version, tokens};
+  token_cache_[f.key] = {f.version, tokens};
   return tokens;
 }
 
@@ -118,7 +121,7 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
 
 FactKvKey MemoryService::kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window) const {
   const std::vector<int32_t> tokens = window_tokens(f, w);
-  const FactKvKey key{f.id, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
+  const FactKvKey key{f.key, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
   if (window) *window = tokens;
   return key;
 }
@@ -147,7 +150,7 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
       }
       const auto tokens = fact_tokens(f);
       if (!opts_.kv_dir.empty()) {
-        auto kv = read_kv_file(kv_path(f.id), file_key(key));
+        auto kv = read_kv_file(kv_path(f), file_key(key));
         // A file from another backend (f32 vs bf16 pool) is re-encoded: the pool serves what this
         // backend computes.
         if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->dtype == backend_.pool_dtype()) {
@@ -174,7 +177,7 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
         kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
         backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
         kv.dtype = backend_.pool_dtype();
-        write_kv_file(kv_path(fresh[i].fact_id), file_key(fresh[i]), kv);
+        write_kv_file(kv_file_path(fresh[i].fact_id), file_key(fresh[i]), kv);
       }
     }
     return keys;

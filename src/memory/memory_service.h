@@ -93,14 +93,16 @@ class MemoryService : private FactStoreListener {
   int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
-  std::filesystem::path kv_path(int64_t fact_id) const;
+  // The KV file of a fact (named by its store-wide key: fact.h).
+  std::filesystem::path kv_path(const Fact& f) const;
   // The pool key of a fact's KV for window w (reads the window's turns); `window` (may be null)
   // gets the window's tokens.
   FactKvKey kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window = nullptr) const;
   KvFileKey file_key(const FactKvKey& key) const;
 
  private:
-  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
+  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                        std::span<const int64_t> keys) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
   void on_reset() override;
 
@@ -119,10 +121,11 @@ class MemoryService : private FactStoreListener {
   MemoryKvPool pool_;
   FactEncoder encoder_;
   uint64_t fingerprint_ = 0;
-  // Rendered tokens per fact id, valid for the cached version (engine thread only).
+  // Rendered tokens per fact key, valid for the cached version (engine thread only).
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
   std::mutex stale_mu_;
-  std::vector<int64_t> stale_;  // fact ids whose KV must go (listener thread -> engine thread)
+  std::filesystem::path kv_file_path(int64_t fact_key) const;
+  std::vector<int64_t> stale_;  // fact keys whose KV must go (listener thread -> engine thread)
   bool reset_ = false;          // every fact's KV must go (the store lost track of changes)
 };
 
