@@ -661,3 +661,47 @@ TEST(FactStore, MigratedIdsStayAndNewOnesStartAboveEveryOldOne) {
   EXPECT_EQ(store->add_fact("b", "u", fact("new b")), 5);
   EXPECT_EQ(store->add_fact("c", "u", fact("a new tenant")), 5);
 }
+
+// Idempotency keys: the first answer comes back for the same request within 24 hours, the same key
+// names another write in another tenant, another request under a live key is refused, and an
+// expired key is a new write.
+TEST(FactStore, IdempotencyKeysReplayTheFirstAnswerForADayPerTenant) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  auto idem = [](const std::string& key, const std::string& request) {
+    Idempotency i;
+    i.key = key;
+    i.request_hash = request;
+    i.render = [](const WriteResult& r) { return "ids " + std::to_string(r.ids.at(0)); };
+    return i;
+  };
+  Idempotency first = idem("k1", "add x");
+  EXPECT_EQ(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &first), (std::vector<int64_t>{1}));
+  EXPECT_FALSE(first.replayed);
+  EXPECT_EQ(first.answer, "ids 1");
+  Idempotency retry = idem("k1", "add x");
+  EXPECT_TRUE(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &retry).empty());
+  EXPECT_TRUE(retry.replayed);
+  EXPECT_EQ(retry.answer, "ids 1");
+  EXPECT_EQ(store->count("a", "u"), 1u);
+  Idempotency other_tenant = idem("k1", "add x");
+  store->add_facts("b", "u", std::vector<NewFact>{fact("x")}, &other_tenant);
+  EXPECT_FALSE(other_tenant.replayed);
+  Idempotency other_request = idem("k1", "add y");
+  EXPECT_THROW(store->add_facts("a", "u", std::vector<NewFact>{fact("y")}, &other_request), IdempotencyKeyReused);
+  EXPECT_EQ(store->count("a", "u"), 1u);
+  // A retry after a restart (another connection) is answered from the database.
+  store.reset();
+  store = FactStore::open(dir.path());
+  Idempotency later = idem("k1", "add x");
+  store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &later);
+  EXPECT_TRUE(later.replayed);
+  {
+    sqlite::Db raw((dir.path() / "memory.db").string(), false);
+    raw.exec("UPDATE idempotency SET created_at_ms = created_at_ms - 25 * 3600 * 1000");
+  }
+  Idempotency expired = idem("k1", "add x");
+  EXPECT_EQ(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &expired), (std::vector<int64_t>{2}));
+  EXPECT_FALSE(expired.replayed);
+  EXPECT_EQ(store->count("a", "u"), 2u);
+}

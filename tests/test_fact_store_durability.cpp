@@ -99,3 +99,85 @@ TEST(FactStoreDurability, AcknowledgedFactsSurviveSigkill) {
     EXPECT_GE(store->count("default", "u"), acked.size());
   }
 }
+
+namespace {
+
+std::vector<NewFact> keyed_batch(int round, int i) {
+  std::vector<NewFact> batch(static_cast<size_t>(1 + i % 3));
+  for (size_t j = 0; j < batch.size(); ++j)
+    batch[j].text = "keyed round " + std::to_string(round) + " write " + std::to_string(i) + "." + std::to_string(j);
+  return batch;
+}
+
+Idempotency key_of(int round, int i) {
+  Idempotency idem;
+  idem.key = "r" + std::to_string(round) + "-" + std::to_string(i);
+  idem.request_hash = keyed_batch(round, i)[0].text;  // one request per key
+  idem.render = [](const WriteResult& r) {
+    std::string s;
+    for (int64_t id : r.ids) s += std::to_string(id) + ",";
+    return s;
+  };
+  return idem;
+}
+
+// Child: writes batch 0, 1, 2, ... each under its own idempotency key, acking "<i>\n" once the
+// write returned. Never returns.
+[[noreturn]] void keyed_writer(const std::filesystem::path& dir, int ack_fd, int round) {
+  try {
+    auto store = FactStore::open(dir);
+    for (int i = 0;; ++i) {
+      Idempotency idem = key_of(round, i);
+      store->add_facts("default", "k", keyed_batch(round, i), &idem);
+      const std::string ack = std::to_string(i) + "\n";
+      if (::write(ack_fd, ack.data(), ack.size()) != static_cast<ssize_t>(ack.size())) ::_exit(3);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "child: %s\n", e.what());
+    ::_exit(2);
+  }
+}
+
+}  // namespace
+
+// Issue 11, defect 8: after a kill -9 one write may be committed but never acknowledged. A client
+// that retries every write it has no answer for, under the same idempotency keys, ends with each
+// write stored exactly once: the key was committed in the same transaction as the facts.
+TEST(FactStoreDurability, RetriesUnderIdempotencyKeysAfterSigkillWriteEachFactOnce) {
+  inferscale::testing::TempDir dir;
+  size_t expected = 0;
+  for (int round = 0; round < 3; ++round) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(fds[0]);
+      keyed_writer(dir.path(), fds[1], round);
+    }
+    ::close(fds[1]);
+    FILE* in = ::fdopen(fds[0], "r");
+    ASSERT_NE(in, nullptr);
+    int last = -1;
+    char line[64];
+    while (last < 15 + 11 * round && std::fgets(line, sizeof line, in) != nullptr) last = std::atoi(line);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    while (std::fgets(line, sizeof line, in) != nullptr)
+      if (std::strchr(line, '\n') != nullptr) last = std::atoi(line);
+    std::fclose(in);
+    // The client retries what it sent without an answer (the write after `last`) and, to be sure,
+    // everything it sent: acknowledged writes are answered from their keys.
+    auto store = FactStore::open(dir.path(), FactStoreOptions{false});
+    size_t replayed = 0;
+    for (int i = 0; i <= last + 1; ++i) {
+      Idempotency idem = key_of(round, i);
+      store->add_facts("default", "k", keyed_batch(round, i), &idem);
+      replayed += idem.replayed ? 1 : 0;
+      expected += keyed_batch(round, i).size();
+    }
+    EXPECT_GE(replayed, static_cast<size_t>(last + 1));
+    EXPECT_EQ(store->count("default", "k"), expected) << "round " << round;
+  }
+}

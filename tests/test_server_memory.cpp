@@ -550,3 +550,60 @@ TEST_F(ServerMemory, FactIdsArePerTenant) {
   Api::ok(a.del("/v1/memory/users/u/facts/2"));
   EXPECT_EQ(a.add("u", {"ids-a has a new kite"}), (std::vector<int64_t>{3}));  // never reused
 }
+
+// Issue 11, defect 8: a write retried with the same Idempotency-Key (say after a lost answer)
+// returns the first answer and writes nothing; the key is the tenant's; another request under a
+// used key is a 422.
+TEST_F(ServerMemory, IdempotencyKeyMakesRetriesSafe) {
+  const Api a = api("idem-a"), b = api("idem-b");
+  auto with_key = [](const Api& t, const std::string& key) {
+    httplib::Headers h = t.headers();
+    h.emplace("Idempotency-Key", key);
+    return h;
+  };
+  const std::string facts = "/v1/memory/users/u/facts";
+  const std::string body = json{{"facts", {{{"text", "idem fact one"}}, {{"text", "idem fact two"}}}}}.dump();
+  auto first = a.client().Post(facts.c_str(), with_key(a, "add-1"), body, "application/json");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 200) << first->body;
+  auto again = a.client().Post(facts.c_str(), with_key(a, "add-1"), body, "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(again->body, first->body);
+  EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/u"))["facts"], 2);  // nothing written twice
+  // The same key with another body: refused, nothing written.
+  const json reused = Api::fails(a.client().Post(facts.c_str(), with_key(a, "add-1"),
+                                                json{{"facts", {{{"text", "something else"}}}}}.dump(), "application/json"),
+                                 422);
+  EXPECT_EQ(reused["code"], "idempotency_key_reused");
+  EXPECT_EQ(reused["param"], "Idempotency-Key");
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/u"))["facts"], 2);
+  // Keys are per tenant: the same key in another tenant is another write.
+  auto other = b.client().Post(facts.c_str(), with_key(b, "add-1"), body, "application/json");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(other->get_header_value("Idempotent-Replayed"), "");
+  EXPECT_EQ(Api::ok(b.get("/v1/memory/users/u"))["facts"], 2);
+
+  // PATCH and DELETE replay their first answer too.
+  const int64_t id = json::parse(first->body)["ids"][0];
+  const std::string fact = facts + "/" + std::to_string(id);
+  const std::string patch = json{{"text", "idem fact one, edited"}}.dump();
+  auto p1 = a.client().Patch(fact.c_str(), with_key(a, "edit-1"), patch, "application/json");
+  auto p2 = a.client().Patch(fact.c_str(), with_key(a, "edit-1"), patch, "application/json");
+  ASSERT_TRUE(p1 && p2);
+  EXPECT_EQ(p2->body, p1->body);
+  EXPECT_EQ(Api::ok(a.get(fact))["version"], 2);  // one edit, not two
+  auto d1 = a.client().Delete(fact.c_str(), with_key(a, "del-1"));
+  auto d2 = a.client().Delete(fact.c_str(), with_key(a, "del-1"));
+  ASSERT_TRUE(d1 && d2);
+  EXPECT_EQ(d1->status, 200);
+  EXPECT_EQ(d2->status, 200);  // the first answer, not a 404
+  EXPECT_EQ(d2->body, d1->body);
+  // A key that is not one.
+  EXPECT_EQ(Api::fails(a.client().Post(facts.c_str(), with_key(a, std::string(300, 'k')), body, "application/json"), 400)["param"],
+            "Idempotency-Key");
+  EXPECT_EQ(Api::fails(a.client().Post(facts.c_str(), with_key(a, "tab\tkey"), body, "application/json"), 400)["param"],
+            "Idempotency-Key");
+}

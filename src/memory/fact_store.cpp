@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/change_log.h"
+#include "memory/idempotency.h"
 #include "memory/schema.h"
 #include "memory/sqlite.h"
 #include "memory/timestamp.h"
@@ -334,7 +335,7 @@ void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenan
 
 std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::string_view user,
                                                std::span<const NewFact> facts,
-                                               std::optional<std::string_view> conversation) {
+                                               std::optional<std::string_view> conversation, Idempotency* idem) {
   check_user(tenant, user);
   if (conversation) check_name("conversation", *conversation);
   std::vector<EmbeddingRow> client_rows;
@@ -359,6 +360,7 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
   std::vector<int64_t> ids, keys, put_keys;
   {
     sqlite::Transaction tx(*db_);
+    if (replayed_locked(tenant, idem)) return {};
     prune_locked();
     const int64_t user_key = ensure_user_key(tenant, user);
     insert_locked(user_key, tenant, user, facts, conversation, added);
@@ -371,6 +373,7 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
     change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids, keys);
     if (!put.ids.empty())
       change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, kClientEmbedder);
+    remember_locked(tenant, idem, WriteResult{ids, {}, 0});
     tx.commit();
   }
   after_write_locked();
@@ -378,8 +381,8 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
 }
 
 std::vector<int64_t> FactStore::add_facts(std::string_view tenant, std::string_view user,
-                                          std::span<const NewFact> facts) {
-  return add_facts_impl(tenant, user, facts, std::nullopt);
+                                          std::span<const NewFact> facts, Idempotency* idem) {
+  return add_facts_impl(tenant, user, facts, std::nullopt, idem);
 }
 
 int64_t FactStore::add_fact(std::string_view tenant, std::string_view user, const NewFact& fact) {
@@ -387,8 +390,9 @@ int64_t FactStore::add_fact(std::string_view tenant, std::string_view user, cons
 }
 
 std::vector<int64_t> FactStore::add_turns(std::string_view tenant, std::string_view user,
-                                          std::string_view conversation, std::span<const NewFact> turns) {
-  return add_facts_impl(tenant, user, turns, conversation);
+                                          std::string_view conversation, std::span<const NewFact> turns,
+                                          Idempotency* idem) {
+  return add_facts_impl(tenant, user, turns, conversation, idem);
 }
 
 Fact FactStore::get(std::string_view tenant, std::string_view user, int64_t id) const {
@@ -466,7 +470,8 @@ std::vector<UserRef> FactStore::users() const {
   return out;
 }
 
-Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& up) {
+Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& up,
+                       Idempotency* idem) {
   if (up.text) check_text(*up.text, "");
   if (up.metadata) check_fact_metadata(*up.metadata, "");
   std::lock_guard lock(mu_);
@@ -474,11 +479,18 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
   {
     // Read and write in one write transaction: another process may change the fact meanwhile.
     sqlite::Transaction tx(*db_);
+    if (replayed_locked(tenant, idem)) return {};
     const auto key = find_user_key(tenant, user);
     f = require_fact(key, tenant, user, id);
     const bool text_changed = up.text && *up.text != f.text;
     const bool meta_changed = up.metadata && *up.metadata != f.metadata;
-    if (!text_changed && !meta_changed) return f;
+    if (!text_changed && !meta_changed) {
+      if (idem) {  // nothing to change, but a retry must still get this answer
+        remember_locked(tenant, idem, WriteResult{{}, f, 0});
+        tx.commit();
+      }
+      return f;
+    }
     if (text_changed) f.text = *up.text;
     if (meta_changed) f.metadata = *up.metadata;
     f.version += 1;
@@ -496,33 +508,37 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
     const int64_t ids[1] = {id}, keys[1] = {f.key};
     change_log::append(*db_, text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
                        ids, keys);
+    remember_locked(tenant, idem, WriteResult{{}, f, 0});
     tx.commit();
   }
   after_write_locked();
   return f;
 }
 
-void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id) {
+void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id, Idempotency* idem) {
   std::lock_guard lock(mu_);
   {
     sqlite::Transaction tx(*db_);
+    if (replayed_locked(tenant, idem)) return;
     const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
     prune_locked();
     db_->prepare("DELETE FROM facts WHERE id = ?")->bind(1, f.key).run();  // cascades to embeddings
     const int64_t ids[1] = {id}, keys[1] = {f.key};
     change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
+    remember_locked(tenant, idem, WriteResult{{}, {}, 1});
     tx.commit();
   }
   after_write_locked();
 }
 
-size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
+size_t FactStore::remove_user(std::string_view tenant, std::string_view user, Idempotency* idem) {
   std::lock_guard lock(mu_);
   std::vector<int64_t> ids, keys;
   {
     sqlite::Transaction tx(*db_);
+    if (replayed_locked(tenant, idem)) return 0;
     const auto key = find_user_key(tenant, user);
-    if (!key) return 0;
+    if (!key) return 0;  // nothing deleted: no answer to remember (a retry finds nothing either)
     {
       auto s = db_->prepare("SELECT public_id, id FROM facts WHERE user_key = ? ORDER BY public_id");
       s->bind(1, *key);
@@ -535,6 +551,7 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
     db_->prepare("DELETE FROM facts WHERE user_key = ?")->bind(1, *key).run();  // cascades to embeddings
     db_->prepare("DELETE FROM users WHERE user_key = ?")->bind(1, *key).run();
     change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
+    remember_locked(tenant, idem, WriteResult{{}, {}, ids.size()});
     tx.commit();
   }
   after_write_locked();
@@ -674,7 +691,31 @@ void FactStore::prune_locked() {
   const int64_t now = now_ms();
   if (now - pruned_at_ms_ < 60'000) return;
   change_log::prune(*db_, now - change_log::kRetentionMs);
+  idempotency::prune(*db_, now);
   pruned_at_ms_ = now;
+}
+
+// ---- idempotency ------------------------------------------------------------------------------
+
+bool FactStore::replayed_locked(std::string_view tenant, Idempotency* idem) {
+  if (!idem) return false;
+  const auto rec = idempotency::find(*db_, tenant, idem->key, now_ms());
+  if (!rec) return false;
+  if (rec->request_hash != idem->request_hash)
+    throw IdempotencyKeyReused(fmt::format("the Idempotency-Key '{}' was used within the last 24 hours for another "
+                                           "request; use a new key for a new request",
+                                           idem->key));
+  idem->answer = rec->answer;
+  idem->replayed = true;
+  return true;
+}
+
+void FactStore::remember_locked(std::string_view tenant, Idempotency* idem, const WriteResult& result) {
+  if (!idem) return;
+  IS_CHECK(static_cast<bool>(idem->render), "an idempotent write without a render function");
+  idem->answer = idem->render(result);
+  idem->replayed = false;
+  idempotency::put(*db_, tenant, idem->key, idempotency::Record{idem->request_hash, idem->answer}, now_ms());
 }
 
 void FactStore::replay_contents_locked(FactStoreListener& listener) {

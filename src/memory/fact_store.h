@@ -26,6 +26,7 @@
 
 #include "memory/fact.h"
 #include "memory/fact_store_listener.h"
+#include "memory/idempotency.h"
 
 namespace inferscale {
 
@@ -66,14 +67,21 @@ class FactStore {
   FactStore& operator=(const FactStore&) = delete;
 
   // ---- facts -------------------------------------------------------------------------------
+  // Writes (add_facts, add_turns, update, remove, remove_user) may carry an Idempotency
+  // (idempotency.h): the key's first answer is stored in the write's transaction; when the key
+  // names an earlier write of the same request, nothing is written, idem->replayed is set, the
+  // return value is empty and idem->answer is the first answer. The same key with another request
+  // throws IdempotencyKeyReused.
+  //
   // Adds facts in one transaction; returns their ids in input order. Client vectors
   // (NewFact::vector) are stored under kClientEmbedder in the same transaction.
-  std::vector<int64_t> add_facts(std::string_view tenant, std::string_view user, std::span<const NewFact> facts);
+  std::vector<int64_t> add_facts(std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
+                                 Idempotency* idem = nullptr);
   int64_t add_fact(std::string_view tenant, std::string_view user, const NewFact& fact);
   // Appends conversation turns (in order) to `conversation`: each becomes a fact with
   // source.conversation = conversation and the next turn_index of that conversation.
   std::vector<int64_t> add_turns(std::string_view tenant, std::string_view user, std::string_view conversation,
-                                 std::span<const NewFact> turns);
+                                 std::span<const NewFact> turns, Idempotency* idem = nullptr);
 
   // kNotFound when the id is unknown or belongs to another user.
   Fact get(std::string_view tenant, std::string_view user, int64_t id) const;
@@ -95,11 +103,12 @@ class FactStore {
 
   // Replaces the fields given; bumps the version when anything changed and returns the fact.
   // A text change drops the fact's embeddings (they were computed from the old text).
-  Fact update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& update);
+  Fact update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& update,
+              Idempotency* idem = nullptr);
   // kNotFound when the id is not the user's.
-  void remove(std::string_view tenant, std::string_view user, int64_t id);
+  void remove(std::string_view tenant, std::string_view user, int64_t id, Idempotency* idem = nullptr);
   // Deletes every fact of the user; returns how many.
-  size_t remove_user(std::string_view tenant, std::string_view user);
+  size_t remove_user(std::string_view tenant, std::string_view user, Idempotency* idem = nullptr);
 
   // ---- settings (global key/value: KV fingerprint, encoding window, ...) -----------------------
   std::optional<std::string> get_setting(std::string_view key) const;
@@ -138,7 +147,12 @@ class FactStore {
  private:
   explicit FactStore(std::filesystem::path path);
   std::vector<int64_t> add_facts_impl(std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
-                                      std::optional<std::string_view> conversation);
+                                      std::optional<std::string_view> conversation, Idempotency* idem);
+  // Inside a write transaction: whether `idem` (may be null) names an earlier write of this
+  // request (its answer is then in idem->answer); throws IdempotencyKeyReused for another request.
+  bool replayed_locked(std::string_view tenant, Idempotency* idem);
+  // Inside the write's transaction, after it: renders and stores its answer under the key.
+  void remember_locked(std::string_view tenant, Idempotency* idem, const WriteResult& result);
   // Helpers below run with mu_ held.
   std::optional<int64_t> find_user_key(std::string_view tenant, std::string_view user) const;
   int64_t ensure_user_key(std::string_view tenant, std::string_view user);

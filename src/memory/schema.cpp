@@ -85,6 +85,18 @@ CREATE TABLE tenants (
 ) WITHOUT ROWID;
 INSERT INTO settings (key, value) SELECT 'fact_ids.floor', CAST(seq AS TEXT) FROM sqlite_sequence WHERE name = 'facts';
 )sql",
+    // v4: idempotency keys of writes (idempotency.h): the first answer, kept for 24 hours.
+    R"sql(
+CREATE TABLE idempotency (
+  tenant        TEXT NOT NULL,
+  key           TEXT NOT NULL,
+  request_hash  TEXT NOT NULL,
+  answer        TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_by_time ON idempotency (created_at_ms);
+)sql",
 };
 
 }  // namespace
