@@ -4,6 +4,7 @@
 // deletes free KV; KV files survive restarts and are rebuilt when corrupt or stale.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "memory/memory_service.h"
 #include "model/model.h"
 #include "server/prompt_builder.h"
+#include "tensor/dtype.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
@@ -68,6 +70,12 @@ std::vector<int64_t> add_alice(FactStore& s) {
       {"Alice is learning to play the cello", "2023-06-12", {"", "", "", "Alice"}, "", {}},
   };
   return s.add_facts(kDefaultTenant, "alice", facts);
+}
+
+// What the CPU pool's KV files hold of f32 values: their f16 rounding (kv_file.h).
+std::vector<float> as_stored(std::vector<float> x) {
+  for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+  return x;
 }
 
 // What a request was served from: how its facts' KV was made resident, and the K/V.
@@ -292,8 +300,8 @@ TEST(MemoryService, TenantsWithTheSameFactIdsGetTheirOwnKv) {
   const auto [fa, kva] = ask(s, kDefaultTenant);
   EXPECT_EQ(kvb.loaded, 1);
   EXPECT_EQ(kva.loaded, 1);
-  EXPECT_EQ(kvb.k, b0.k);
-  EXPECT_EQ(kva.k, a0.k);
+  EXPECT_EQ(kvb.k, as_stored(b0.k));
+  EXPECT_EQ(kva.k, as_stored(a0.k));
 }
 
 TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
@@ -328,8 +336,14 @@ TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
   EXPECT_EQ(p.loaded, static_cast<int32_t>(p.facts.size()));
   std::vector<float> k1, v1;
   s.engine->backend().read_pool(p.injected->pool_slots, k1, v1);
-  EXPECT_EQ(k0, k1);
-  EXPECT_EQ(v0, v1);
+  EXPECT_EQ(k1, as_stored(k0));  // the files are f16: exactly f16's rounding of what was encoded
+  EXPECT_EQ(v1, as_stored(v0));
+  for (const Fact& f : p.facts) {
+    const auto kv = read_kv_file(s.service->kv_path(f), s.service->file_key(s.service->kv_key(f, 0)));
+    ASSERT_TRUE(kv);
+    EXPECT_EQ(kv->dtype, DType::kF16);  // half the bytes of the f32 pool's values
+    EXPECT_EQ(kv->pool, DType::kF32);
+  }
   s.service->release(p);
 }
 
@@ -354,11 +368,12 @@ TEST(MemoryService, CorruptKvFileIsDetectedAndRebuilt) {
   EXPECT_EQ(p.loaded, static_cast<int32_t>(p.facts.size()) - 1);
   std::vector<float> k1, v1;
   s.engine->backend().read_pool(p.injected->pool_slots, k1, v1);
-  // Rebuilt from the text: the same numbers (up to GEMM blocking: it was encoded in another batch).
+  // Rebuilt from the text: the same numbers (up to GEMM blocking: it was encoded in another
+  // batch); the others loaded, rounded to f16.
   ASSERT_EQ(k0.size(), k1.size());
   for (size_t i = 0; i < k0.size(); ++i) {
-    EXPECT_NEAR(k0[i], k1[i], 1e-5f);
-    EXPECT_NEAR(v0[i], v1[i], 1e-5f);
+    EXPECT_NEAR(k0[i], k1[i], 1e-5f + std::fabs(k0[i]) / 2048);
+    EXPECT_NEAR(v0[i], v1[i], 1e-5f + std::fabs(v0[i]) / 2048);
   }
   s.service->release(p);
 }
@@ -598,6 +613,7 @@ TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
     const KvFileKey key = s.service->file_key(s.service->kv_key(f, 0));
     auto kv = read_kv_file(s.service->kv_path(f), key);
     ASSERT_TRUE(kv);
+    kv->pool = DType::kBF16;  // as a GPU would have written it
     kv->dtype = DType::kBF16;
     write_kv_file(s.service->kv_path(f), key, *kv);
   });

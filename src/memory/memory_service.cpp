@@ -153,7 +153,7 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
         auto kv = read_kv_file(kv_path(f), file_key(key));
         // A file from another backend (f32 vs bf16 pool) is re-encoded: the pool serves what this
         // backend computes.
-        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->dtype == backend_.pool_dtype()) {
+        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->pool == backend_.pool_dtype()) {
           const auto& e = pool_.allocate(key, kv->num_tokens);
           backend_.write_pool(pool_.slots(e), kv->k, kv->v);
           pool_.pin(key);
@@ -176,7 +176,8 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
         FactKv kv;
         kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
         backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
-        kv.dtype = backend_.pool_dtype();
+        kv.pool = backend_.pool_dtype();
+        kv.dtype = kv_file_dtype(kv.pool, kv);
         write_kv_file(kv_file_path(fresh[i].fact_id), file_key(fresh[i]), kv);
       }
     }
