@@ -253,3 +253,16 @@ TEST_F(CliMemory, ErrorsAreOneLineAndNonZero) {
   auto store = FactStore::open(data, FactStoreOptions{false});
   EXPECT_EQ(store->count("default", "u"), 1u);
 }
+
+// --conversation imports only the named conversations (the README's quick example: one of ten).
+TEST_F(CliMemory, ImportLocomoOfOneConversation) {
+  const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";
+  const std::string out = ok({"memory", "import-locomo", fixture, "--data-dir", data, "--conversation", "mini-2"});
+  EXPECT_NE(out.find("imported 1 turns of 1 conversations"), std::string::npos) << out;
+  {
+    auto store = FactStore::open(data, FactStoreOptions{false});
+    EXPECT_EQ(store->users(), (std::vector<UserRef>{{"default", "mini-2"}}));
+  }
+  fails({"memory", "import-locomo", fixture, "--data-dir", data, "--conversation", "conv-99"},
+        "--conversation conv-99: " + fixture + " has no conversation with that sample_id");
+}

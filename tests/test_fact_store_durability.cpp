@@ -19,26 +19,36 @@ using namespace inferscale;
 
 namespace {
 
-// Child: writes forever, one ack line "<id> <text>\n" per fact whose add returned. Never returns.
-[[noreturn]] void child_writer(const std::filesystem::path& dir, int ack_fd, int round) {
+// Child: calls write(store, i) for i = 0, 1, 2, ... and writes what it returns (ack lines) to
+// `ack_fd` once the write returned. Never returns.
+template <class Write>
+[[noreturn]] void write_forever(const std::filesystem::path& dir, int ack_fd, Write write) {
   try {
     auto store = FactStore::open(dir);
     for (int i = 0;; ++i) {
-      std::vector<NewFact> batch(static_cast<size_t>(1 + i % 3));  // singles and small batches
-      for (size_t j = 0; j < batch.size(); ++j) {
-        batch[j].text = "round " + std::to_string(round) + " fact " + std::to_string(i) + "." + std::to_string(j);
-        if (j == 1) batch[j].vector = {static_cast<float>(i), 1.0f};
-      }
-      const std::vector<int64_t> ids = i % 5 == 4 ? store->add_turns("default", "u", "c", batch)
-                                                  : store->add_facts("default", "u", batch);
-      std::string ack;
-      for (size_t j = 0; j < ids.size(); ++j) ack += std::to_string(ids[j]) + " " + batch[j].text + "\n";
+      const std::string ack = write(*store, i);
       if (::write(ack_fd, ack.data(), ack.size()) != static_cast<ssize_t>(ack.size())) ::_exit(3);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "child: %s\n", e.what());
     ::_exit(2);
   }
+}
+
+// One ack line "<id> <text>\n" per fact whose add returned.
+[[noreturn]] void child_writer(const std::filesystem::path& dir, int ack_fd, int round) {
+  write_forever(dir, ack_fd, [round](FactStore& store, int i) {
+    std::vector<NewFact> batch(static_cast<size_t>(1 + i % 3));  // singles and small batches
+    for (size_t j = 0; j < batch.size(); ++j) {
+      batch[j].text = "round " + std::to_string(round) + " fact " + std::to_string(i) + "." + std::to_string(j);
+      if (j == 1) batch[j].vector = {static_cast<float>(i), 1.0f};
+    }
+    const std::vector<int64_t> ids =
+        i % 5 == 4 ? store.add_turns("default", "u", "c", batch) : store.add_facts("default", "u", batch);
+    std::string ack;
+    for (size_t j = 0; j < ids.size(); ++j) ack += std::to_string(ids[j]) + " " + batch[j].text + "\n";
+    return ack;
+  });
 }
 
 }  // namespace
@@ -124,18 +134,11 @@ Idempotency key_of(int round, int i) {
 // Child: writes batch 0, 1, 2, ... each under its own idempotency key, acking "<i>\n" once the
 // write returned. Never returns.
 [[noreturn]] void keyed_writer(const std::filesystem::path& dir, int ack_fd, int round) {
-  try {
-    auto store = FactStore::open(dir);
-    for (int i = 0;; ++i) {
-      Idempotency idem = key_of(round, i);
-      store->add_facts("default", "k", keyed_batch(round, i), &idem);
-      const std::string ack = std::to_string(i) + "\n";
-      if (::write(ack_fd, ack.data(), ack.size()) != static_cast<ssize_t>(ack.size())) ::_exit(3);
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "child: %s\n", e.what());
-    ::_exit(2);
-  }
+  write_forever(dir, ack_fd, [round](FactStore& store, int i) {
+    Idempotency idem = key_of(round, i);
+    store.add_facts("default", "k", keyed_batch(round, i), &idem);
+    return std::to_string(i) + "\n";
+  });
 }
 
 }  // namespace

@@ -261,16 +261,21 @@ TEST(ServerAsyncEngine, RefusalsAre429WhenOverloadedAnd503WhenShuttingDown) {
   AsyncEngineOptions o;
   o.max_pending = 1;
   AsyncEngine ae(slow_engine_factory(5), o);
+  // The answer a refused submit becomes.
+  auto refusal = [&ae](int seed) {
+    try {
+      ae.submit(Submission{prompt(seed, 8), greedy(2), {}, {}});
+    } catch (const Error&) {
+      return api_error_from(std::current_exception());
+    }
+    ADD_FAILURE() << "must be refused";
+    return ApiError(0, "", "");
+  };
   auto busy = ae.submit(Submission{prompt(30, 8), greedy(300), {}, {}});
-  try {
-    ae.submit(Submission{prompt(31, 8), greedy(2), {}, {}});
-    FAIL() << "must be refused";
-  } catch (const Error&) {
-    const ApiError e = api_error_from(std::current_exception());
-    EXPECT_EQ(e.status, 429);
-    EXPECT_EQ(e.code, "overloaded");
-    EXPECT_GE(e.retry_after_s, 1);
-  }
+  const ApiError overloaded = refusal(31);
+  EXPECT_EQ(overloaded.status, 429);
+  EXPECT_EQ(overloaded.code, "overloaded");
+  EXPECT_GE(overloaded.retry_after_s, 1);
   ae.shutdown();
   Result r = collect(*busy, 5s);
   ASSERT_TRUE(r.error);
@@ -278,13 +283,8 @@ TEST(ServerAsyncEngine, RefusalsAre429WhenOverloadedAnd503WhenShuttingDown) {
   EXPECT_EQ(aborted.status, 503);
   EXPECT_EQ(aborted.code, "shutting_down");
   EXPECT_GE(aborted.retry_after_s, 1);
-  try {
-    ae.submit(Submission{prompt(32, 8), greedy(2), {}, {}});
-    FAIL() << "must be refused";
-  } catch (const Error&) {
-    const ApiError e = api_error_from(std::current_exception());
-    EXPECT_EQ(e.status, 503);
-    EXPECT_EQ(e.code, "shutting_down");
-    EXPECT_GE(e.retry_after_s, 1);
-  }
+  const ApiError stopping = refusal(32);
+  EXPECT_EQ(stopping.status, 503);
+  EXPECT_EQ(stopping.code, "shutting_down");
+  EXPECT_GE(stopping.retry_after_s, 1);
 }
