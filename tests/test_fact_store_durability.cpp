@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "memory/fact_store.h"
@@ -35,6 +36,25 @@ template <class Write>
   }
 }
 
+// Forks a child that runs child(ack_fd), which never returns: its pid and the read end of its acks.
+struct Child {
+  pid_t pid = -1;
+  FILE* acks = nullptr;
+};
+template <class F>
+Child spawn(F child) {
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    child(fds[1]);
+  }
+  ::close(fds[1]);
+  return Child{pid, ::fdopen(fds[0], "r")};
+}
+
 // One ack line "<id> <text>\n" per fact whose add returned.
 [[noreturn]] void child_writer(const std::filesystem::path& dir, int ack_fd, int round) {
   write_forever(dir, ack_fd, [round](FactStore& store, int i) {
@@ -57,16 +77,7 @@ TEST(FactStoreDurability, AcknowledgedFactsSurviveSigkill) {
   inferscale::testing::TempDir dir;
   std::map<int64_t, std::string> acked;
   for (int round = 0; round < 4; ++round) {
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      child_writer(dir.path(), fds[1], round);
-    }
-    ::close(fds[1]);
-    FILE* in = ::fdopen(fds[0], "r");
+    const auto [pid, in] = spawn([&](int fd) { child_writer(dir.path(), fd, round); });
     ASSERT_NE(in, nullptr);
     // Let the child get some way in (a different distance each round), then kill it.
     const size_t target = acked.size() + 20 + 37 * static_cast<size_t>(round);
@@ -150,16 +161,7 @@ TEST(FactStoreDurability, RetriesUnderIdempotencyKeysAfterSigkillWriteEachFactOn
   inferscale::testing::TempDir dir;
   size_t expected = 0;
   for (int round = 0; round < 3; ++round) {
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(fds[0]);
-      keyed_writer(dir.path(), fds[1], round);
-    }
-    ::close(fds[1]);
-    FILE* in = ::fdopen(fds[0], "r");
+    const auto [pid, in] = spawn([&](int fd) { keyed_writer(dir.path(), fd, round); });
     ASSERT_NE(in, nullptr);
     int last = -1;
     char line[64];
