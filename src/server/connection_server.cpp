@@ -132,7 +132,12 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
   }
   bool ok = true;
   for (int served = 0; served < limits_.keep_alive_max; ++served) {
-    if (!wait_for_request(sock)) break;
+    {
+      // A connection that waited in the pool's queue through a stop must not wait for a request.
+      std::lock_guard lk(mu_);
+      if (stopping_) break;
+    }
+    if (!wait_for_request(sock)) break;  // begin_stop shuts an idle socket down: this returns at once
     bool last = served + 1 == limits_.keep_alive_max;
     {
       std::lock_guard lk(mu_);
