@@ -184,6 +184,10 @@ class Worker(threading.Thread):
                     self.chat_shared()
                 elif r < 0.40:
                     self.chat(user)
+                elif r < 0.55 and len(ids) >= MAX_FACTS:  # users stay bounded: the run's data does not grow
+                    fid = ids.pop(self.rng.randrange(len(ids)))
+                    st, b, _ = self.call("DELETE", f"/v1/memory/users/{user}/facts/{fid}")
+                    expect(self.stats, "delete", st, b)
                 elif r < 0.55:
                     if self.rng.random() < 0.5:
                         self.add_facts(user, self.rng.randint(1, 3), key=f"w{self.i}-{self.rng.randrange(10**9)}")
@@ -246,7 +250,7 @@ class Churn(threading.Thread):
                 got = expect(self.stats, "churn", st, b)
                 if got:
                     self.ids.extend(got["ids"])
-                for _ in range(min(2, len(self.ids))):
+                for _ in range(min(3, len(self.ids))):  # as many as it added: the user stays small
                     fid = self.ids.pop(self.rng.randrange(len(self.ids)))
                     st, b, _ = request(self.port, "DELETE", f"/v1/memory/users/{SHARED}/facts/{fid}", None, h)
                     expect(self.stats, "churn", st, b)
@@ -256,6 +260,7 @@ class Churn(threading.Thread):
 
 
 SHARED = "shared-user"
+MAX_FACTS = 40  # per worker user
 
 WORDS = ["cat", "dog", "kite", "bicycle", "garden", "Lisbon", "Oslo", "cello", "marathon", "bread", "rain",
          "train", "museum", "coffee", "chess", "river", "snow", "piano", "book", "lamp"]
@@ -326,7 +331,7 @@ def main():
     stop_s = time.time() - t0
 
     warm = [s for s in samples if s[0] >= a.warmup] or samples
-    first, last = warm[0], warm[-1]
+    first, mid, last = warm[0], warm[len(warm) // 2], warm[-1]
     total = sum(v for k, v in stats.counts.items() if "(error)" not in k)
     print(f"\n## Soak: {a.minutes:g} min, {a.workers} workers, port {port}, data {data}\n")
     print("| requests | count |\n|---|---|")
@@ -336,10 +341,11 @@ def main():
     print(f"\nerrors: {len(stats.errors)}")
     for e in stats.errors[:10]:
         print(f"  - {e}")
-    print("\n| | at {:.0f} s | at {:.0f} s (end) | growth | max |\n|---|---|---|---|---|".format(first[0], last[0]))
-    print(f"| RSS (MiB) | {first[1] / 1024:.1f} | {last[1] / 1024:.1f} | {(last[1] - first[1]) / 1024:+.1f} | "
-          f"{max(s[1] for s in samples) / 1024:.1f} |")
-    print(f"| open fds | {first[2]} | {last[2]} | {last[2] - first[2]:+d} | {max(s[2] for s in samples)} |")
+    print("\n| | at {:.0f} s | at {:.0f} s | at {:.0f} s (end) | growth | max |\n|---|---|---|---|---|---|".format(
+        first[0], mid[0], last[0]))
+    print(f"| RSS (MiB) | {first[1] / 1024:.1f} | {mid[1] / 1024:.1f} | {last[1] / 1024:.1f} | "
+          f"{(last[1] - first[1]) / 1024:+.1f} | {max(s[1] for s in samples) / 1024:.1f} |")
+    print(f"| open fds | {first[2]} | {mid[2]} | {last[2]} | {last[2] - first[2]:+d} | {max(s[2] for s in samples)} |")
     print(f"\nSIGTERM -> exit {code} in {stop_s:.2f} s")
     if a.keep:
         print(f"data and log kept in {data}")
