@@ -9,6 +9,10 @@
 //                                             sentences, injected at its serving positions
 //   no facts  [BOS][q]                         what the facts are worth at all
 // and prints mean KL(full || x) and top-1 agreement as a markdown table.
+//
+// --kv-dtypes f32,bf16,f16 also serves each window's facts from KV rounded to a 16-bit dtype, as
+// a KV file in that dtype would hold it, and compares it with the f32 KV it was rounded from:
+// what storing KV files in 16 bits costs.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include "engine/engine.h"
 #include "memory/fact_encoder.h"
 #include "model/model.h"
+#include "tensor/dtype.h"
 
 using namespace inferscale;
 
@@ -82,6 +87,21 @@ Rows forward_rows(Backend& be, const std::vector<int32_t>& tokens, const std::ve
   return rows;
 }
 
+// Rounds every value to `dt` (kF32: unchanged) and back, as a KV file of that dtype stores it.
+void round_through(DType dt, std::vector<float>& x) {
+  if (dt == DType::kBF16)
+    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+  else if (dt == DType::kF16)
+    for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+}
+
+DType dtype_of(const std::string& s) {
+  if (s == "f32") return DType::kF32;
+  if (s == "bf16") return DType::kBF16;
+  if (s == "f16") return DType::kF16;
+  throw std::runtime_error("--kv-dtypes: f32, bf16 or f16, not " + s);
+}
+
 struct Score {
   double kl = 0;
   double agree = 0;
@@ -108,11 +128,13 @@ int main(int argc, char** argv) {
   std::vector<int> windows{0, 1, 2, 4};
   bool sink = false;
   uint64_t seed = 1234;
+  std::vector<std::string> kv_dtypes{"f32"};
   app.add_option("--model", model_path, "model (GGUF or HF dir)");
   app.add_option("--stories", num_stories, "number of sampled stories");
   app.add_option("--windows", windows, "CWE windows to compare")->delimiter(',');
   app.add_flag("--sink", sink, "encode each fact after a BOS token too (its KV discarded)");
   app.add_option("--seed", seed, "sampling seed");
+  app.add_option("--kv-dtypes", kv_dtypes, "serve the injected KV rounded to these dtypes too (f32, bf16, f16)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   Model m = load_model(model_path);
@@ -148,7 +170,11 @@ int main(int argc, char** argv) {
   auto be = make_cpu_backend(m.config, m.weights, bo);
   const int32_t bs = be->block_size();
   Score none;
-  std::vector<Score> inj(windows.size());
+  std::vector<DType> dts;
+  for (const std::string& d : kv_dtypes) dts.push_back(dtype_of(d));
+  // [window][dtype]: against the full prefill, and against the same window's f32 KV.
+  std::vector<std::vector<Score>> inj(windows.size(), std::vector<Score>(dts.size()));
+  std::vector<std::vector<Score>> vs_f32(windows.size(), std::vector<Score>(dts.size()));
   int64_t facts_total = 0, tokens_total = 0;
   for (const Sample& s : samples) {
     std::vector<int32_t> seq{bos};
@@ -202,10 +228,22 @@ int main(int argc, char** argv) {
           ib.dst_slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / bs)]) * bs + p % bs);
           ib.positions.push_back(p);
         }
-      be->inject(ib);
+      std::vector<float> k32, v32;  // the encoded KV, as the f32 pool holds it
+      be->read_pool(ib.src_slots, k32, v32);
       std::vector<int32_t> rest{0};
       for (int32_t p = q0; p < n; ++p) rest.push_back(p);
-      inj[wi].add(ref, forward_rows(*be, seq, rest, table, q0));
+      Rows f32_rows;
+      for (size_t di = 0; di < dts.size(); ++di) {
+        std::vector<float> k = k32, v = v32;
+        round_through(dts[di], k);
+        round_through(dts[di], v);
+        be->write_pool(ib.src_slots, k, v);
+        be->inject(ib);
+        const Rows rows = forward_rows(*be, seq, rest, table, q0);
+        inj[wi][di].add(ref, rows);
+        if (dts[di] == DType::kF32) f32_rows = rows;
+        if (!f32_rows.empty()) vs_f32[wi][di].add(f32_rows, rows);
+      }
     }
   }
 
@@ -216,7 +254,19 @@ int main(int argc, char** argv) {
   std::printf("| variant | mean KL(full || variant) | top-1 agreement |\n|---|---|---|\n");
   std::printf("| full joint prefill (= text mode) | 0 | 100.0%% |\n");
   for (size_t wi = 0; wi < windows.size(); ++wi)
-    std::printf("| inject, w = %d | %.4f | %.1f%% |\n", windows[wi], inj[wi].kl / inj[wi].n, 100.0 * inj[wi].agree / inj[wi].n);
+    for (size_t di = 0; di < dts.size(); ++di) {
+      const Score& sc = inj[wi][di];
+      const std::string tag = dts.size() > 1 ? ", KV in " + std::string(dtype_name(dts[di])) : "";
+      std::printf("| inject, w = %d%s | %.4f | %.1f%% |\n", windows[wi], tag.c_str(), sc.kl / sc.n, 100.0 * sc.agree / sc.n);
+    }
   std::printf("| no facts | %.4f | %.1f%% |\n", none.kl / none.n, 100.0 * none.agree / none.n);
+  if (dts.size() > 1 && dts[0] == DType::kF32) {
+    std::printf("\n| KV stored in | window | mean KL(f32 KV || rounded KV) | top-1 agreement with f32 KV |\n|---|---|---|---|\n");
+    for (size_t wi = 0; wi < windows.size(); ++wi)
+      for (size_t di = 1; di < dts.size(); ++di)
+        std::printf("| %s | %d | %.2e | %.2f%% |\n", std::string(dtype_name(dts[di])).c_str(), windows[wi],
+                    vs_f32[wi][di].kl / vs_f32[wi][di].n,
+                    100.0 * vs_f32[wi][di].agree / vs_f32[wi][di].n);
+  }
   return 0;
 }

@@ -1,9 +1,6 @@
 // `inferscale memory ...` end to end: the built binary is run as a child process and its exit
 // code, stdout and stderr are checked, including `search --json` and the error exits.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,24 +10,15 @@
 #include "memory/fact_store.h"
 #include "memory/model_embedder.h"
 #include "model/model.h"
+#include "cli_process.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
 using nlohmann::json;
+using inferscale::test_support::CliResult;
+using inferscale::test_support::run_cli;
 
 namespace {
-
-struct Result {
-  int code = -1;  // exit code; 128 + signal when killed
-  std::string out, err;
-};
-
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 class CliMemory : public ::testing::Test {
  protected:
@@ -38,32 +26,11 @@ class CliMemory : public ::testing::Test {
   std::string data = (tmp.path() / "data").string();
 
   // Runs `inferscale <args...>` with stdout and stderr captured in files.
-  Result run(std::vector<std::string> args) {
-    args.insert(args.begin(), INFERSCALE_CLI);
-    const auto out_path = tmp.path() / "stdout", err_path = tmp.path() / "stderr";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    Result r;
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-  }
+  CliResult run(const std::vector<std::string>& args) { return run_cli(args, tmp.path()); }
 
   // A run that must succeed.
   std::string ok(std::vector<std::string> args) {
-    const Result r = run(args);
+    const CliResult r = run(args);
     EXPECT_EQ(r.code, 0) << "stderr: " << r.err;
     return r.out;
   }
@@ -71,7 +38,7 @@ class CliMemory : public ::testing::Test {
   // A run that must fail cleanly: a non-zero exit that is neither a crash (signal) nor an
   // internal error (70), and an error naming the problem (one line for our own errors).
   void fails(std::vector<std::string> args, const std::string& needle) {
-    const Result r = run(args);
+    const CliResult r = run(args);
     EXPECT_NE(r.code, 0) << "stdout: " << r.out;
     EXPECT_NE(r.code, 70) << "internal error: " << r.err;
     EXPECT_LT(r.code, 128) << "crash: " << r.err;
@@ -119,7 +86,7 @@ TEST_F(CliMemory, AddListSearchJsonDelete) {
   EXPECT_EQ(listed[0]["date_epoch"], 1709337600);
   EXPECT_EQ(listed[1]["metadata"]["topic"], "job");
   EXPECT_EQ(listed[1]["version"], 1);
-  const Result page = run({"memory", "list", "--data-dir", data, "--user", "alice", "--limit", "1"});
+  const CliResult page = run({"memory", "list", "--data-dir", data, "--user", "alice", "--limit", "1"});
   EXPECT_EQ(page.code, 0);
   EXPECT_NE(page.out.find("Miso"), std::string::npos);
   EXPECT_EQ(page.out.find("nurse"), std::string::npos);
@@ -147,7 +114,7 @@ TEST_F(CliMemory, ImportJsonArrayAndJsonLines) {
   const json hits = search("sam", "sister in Lisbon", 2);
   ASSERT_GE(hits.size(), 1u);
   EXPECT_EQ(hits[0]["text"], "Sam's sister lives in Lisbon");
-  EXPECT_EQ(hits[0]["source"], json({{"conversation", "chat-7"}, {"turn", "t3"}}));
+  EXPECT_EQ(hits[0]["source"], json({{"conversation", "chat-7"}, {"session", nullptr}, {"turn", "t3"}, {"speaker", nullptr}}));
   EXPECT_EQ(search("sam", "marathon", 5)[0]["date"], "2023-09-24");
   const json top = search("sam", "Sam", 3);  // every fact matches: exactly k, descending
   ASSERT_EQ(top.size(), 3u);
@@ -172,7 +139,7 @@ TEST_F(CliMemory, ImportJsonArrayAndJsonLines) {
 
 TEST_F(CliMemory, ImportLocomoWithProgressWindowAndReplace) {
   const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";
-  const Result r = run({"memory", "import-locomo", fixture, "--data-dir", data, "--window", "5"});
+  const CliResult r = run({"memory", "import-locomo", fixture, "--data-dir", data, "--window", "5"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("imported 7 turns of 2 conversations"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("7/7"), std::string::npos) << r.err;  // the final progress line (not a TTY: plain lines)
@@ -250,7 +217,7 @@ TEST_F(CliMemory, SearchWithDemoEmbedderIsDenseAndStoresVectors) {
   }
   EXPECT_EQ(dense(texts[2])[0]["text"], texts[2]);
   EXPECT_EQ(dense(texts[0], {"--embedder-pooling", "mean"})[0]["text"], texts[0]);
-  const Result bad = run({"memory", "search", "--data-dir", data, "--user", "alice", "--query", "q", "--embedder", "demo",
+  const CliResult bad = run({"memory", "search", "--data-dir", data, "--user", "alice", "--query", "q", "--embedder", "demo",
                           "--embedder-eos", "<|no-such-token|>"});
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("not a token"), std::string::npos) << bad.err;
@@ -285,4 +252,17 @@ TEST_F(CliMemory, ErrorsAreOneLineAndNonZero) {
   // Failed imports are all or nothing.
   auto store = FactStore::open(data, FactStoreOptions{false});
   EXPECT_EQ(store->count("default", "u"), 1u);
+}
+
+// --conversation imports only the named conversations (the README's quick example: one of ten).
+TEST_F(CliMemory, ImportLocomoOfOneConversation) {
+  const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";
+  const std::string out = ok({"memory", "import-locomo", fixture, "--data-dir", data, "--conversation", "mini-2"});
+  EXPECT_NE(out.find("imported 1 turns of 1 conversations"), std::string::npos) << out;
+  {
+    auto store = FactStore::open(data, FactStoreOptions{false});
+    EXPECT_EQ(store->users(), (std::vector<UserRef>{{"default", "mini-2"}}));
+  }
+  fails({"memory", "import-locomo", fixture, "--data-dir", data, "--conversation", "conv-99"},
+        "--conversation conv-99: " + fixture + " has no conversation with that sample_id");
 }

@@ -80,9 +80,9 @@ TEST(FactStore, AddAndGetKeepEveryField) {
   EXPECT_EQ(f.created_at_ms, f.updated_at_ms);
   EXPECT_EQ(store->count("default", "alice"), 1u);
 
-  const Fact undated = store->get("default", "alice", store->add_fact("default", "alice", fact("no date", "", "someday")));
-  EXPECT_EQ(undated.timestamp, "someday");
-  EXPECT_FALSE(undated.timestamp_epoch.has_value());
+  const Fact undated = store->get("default", "alice", store->add_fact("default", "alice", fact("no date")));
+  EXPECT_EQ(undated.timestamp, "");
+  EXPECT_FALSE(undated.timestamp_epoch.has_value());  // a date it cannot read is refused (BadInputIsRejected...)
 }
 
 TEST(FactStore, BatchAddReturnsIncreasingIdsInInputOrder) {
@@ -177,7 +177,11 @@ TEST(FactStore, UsersAndTenantsAreIsolated) {
 
   EXPECT_EQ(store->get("default", "alice", a).text, "alice secret");
   EXPECT_EQ(store->get("acme", "alice", t2).text, "acme alice secret");
-  for (int64_t foreign : {b, t2}) {
+  // Ids are per tenant: acme's first fact has id 1 like default's first; each tenant reaches its own.
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 2);
+  EXPECT_EQ(t2, 1);
+  for (int64_t foreign : {b}) {
     expect_error([&] { store->get("default", "alice", foreign); }, ErrorKind::kNotFound, std::to_string(foreign));
     expect_error([&] { store->update("default", "alice", foreign, FactUpdate{"x", {}}); }, ErrorKind::kNotFound, "not found");
     expect_error([&] { store->remove("default", "alice", foreign); }, ErrorKind::kNotFound, "not found");
@@ -186,6 +190,7 @@ TEST(FactStore, UsersAndTenantsAreIsolated) {
     expect_error([&] { store->put_embeddings("default", "alice", "e", std::vector<EmbeddingRow>{{foreign, 0, {1.f, 2.f}}}); },
                  ErrorKind::kNotFound, "not found");
   }
+  expect_error([&] { store->get("acme", "alice", b); }, ErrorKind::kNotFound, "not found");  // acme has no fact 2
   expect_error([&] { store->get_many("default", "alice", std::vector<int64_t>{a, b}); }, ErrorKind::kNotFound,
                std::to_string(b));
   EXPECT_EQ(texts(store->list("default", "alice")), (std::vector<std::string>{"alice secret"}));
@@ -366,6 +371,10 @@ TEST(FactStore, BadInputIsRejectedWithANamedError) {
   NewFact bad_meta = fact("x");
   bad_meta.metadata = "{not json";
   expect_error([&] { store->add_fact("default", "u", bad_meta); }, ErrorKind::kInvalidInput, "metadata is not valid JSON");
+  bad_meta.metadata = "[1, 2]";
+  expect_error([&] { store->add_fact("default", "u", bad_meta); }, ErrorKind::kInvalidInput, "metadata must be a JSON object");
+  expect_error([&] { store->add_fact("default", "u", fact("x", "", "not-a-date")); }, ErrorKind::kInvalidInput,
+               "date 'not-a-date' is not a date");
   // A bad fact in a batch names its index, and nothing of the batch is stored.
   std::vector<NewFact> batch = numbered("ok", 3);
   batch[2].text = "";
@@ -379,6 +388,8 @@ TEST(FactStore, BadInputIsRejectedWithANamedError) {
                "text is empty");
   expect_error([&] { store->update("default", "u", id, FactUpdate{{}, std::string("[1,")}); }, ErrorKind::kInvalidInput,
                "metadata");
+  expect_error([&] { store->update("default", "u", id, FactUpdate{{}, std::string("\"text\"")}); }, ErrorKind::kInvalidInput,
+               "metadata must be a JSON object");
   expect_error([&] { store->update("default", "u", id + 1000, FactUpdate{std::string("y"), {}}); }, ErrorKind::kNotFound,
                "not found");
   expect_error([&] { store->add_turns("default", "u", "", numbered("t", 1)); }, ErrorKind::kInvalidInput,
@@ -425,7 +436,8 @@ struct RecordingListener : FactStoreListener {
   void on_fact_updated(const Fact& f, bool text_changed) override {
     events.push_back("update " + f.text + (text_changed ? " text" : " meta") + " v" + std::to_string(f.version));
   }
-  void on_facts_deleted(std::string_view, std::string_view user, std::span<const int64_t> ids) override {
+  void on_facts_deleted(std::string_view, std::string_view user, std::span<const int64_t> ids,
+                        std::span<const int64_t>) override {
     events.push_back("delete " + std::string(user) + " " + std::to_string(ids.size()));
   }
   void on_embeddings_put(std::string_view, std::string_view user, std::string_view embedder,
@@ -433,6 +445,7 @@ struct RecordingListener : FactStoreListener {
     events.push_back("vec " + std::string(user) + " " + std::string(embedder) + " " + std::to_string(ids.size()) + "x" +
                      std::to_string(dim));
   }
+  void on_reset() override { events.push_back("reset"); }
 };
 }  // namespace
 
@@ -502,4 +515,193 @@ TEST(FactStore, ConcurrentWritersAndReaders) {
     EXPECT_EQ(store->count("default", user), static_cast<size_t>(kPerWriter - 4));
     EXPECT_EQ(bm25.indexed("default", user), store->count("default", user));
   }
+}
+
+// Two stores on one directory are two SQLite connections, as two processes have. A read must not
+// leave a statement open that pins its connection to an old snapshot: the other writer's facts
+// must be visible at the next read, and this connection's next write must not fail with
+// "database is locked".
+TEST(FactStore, TwoConnectionsOnOneDirectorySeeEachOthersWrites) {
+  TempDir dir;
+  auto a = FactStore::open(dir.path());
+  auto b = FactStore::open(dir.path());
+  a->add_fact("default", "u", fact("from a"));
+  EXPECT_EQ(a->count("default", "u"), 1u);
+  EXPECT_EQ(a->get_setting("missing"), std::nullopt);
+  EXPECT_EQ(a->list("default", "u").size(), 1u);
+  b->add_fact("default", "u", fact("from b"));
+  EXPECT_EQ(a->count("default", "u"), 2u);
+  EXPECT_EQ(texts(a->list("default", "u")), (std::vector<std::string>{"from a", "from b"}));
+  a->add_fact("default", "u", fact("from a again"));
+  b->add_fact("default", "u", fact("from b again"));
+  EXPECT_EQ(b->count("default", "u"), 4u);
+  EXPECT_EQ(a->count("default", "u"), 4u);
+}
+
+// A store follows another process's writes (here another connection) through the change log:
+// refresh() replays them to its listeners, so its BM25 index finds the other writer's facts and
+// forgets the ones it deleted.
+TEST(FactStore, RefreshReplaysAnotherWritersChangesToTheListeners) {
+  TempDir dir;
+  auto a = FactStore::open(dir.path());
+  auto b = FactStore::open(dir.path());
+  a->add_fact("default", "u", fact("the red bicycle"));
+  Bm25Retriever bm25(*a);
+  RecordingListener l;
+  a->attach(&l);
+  l.events.clear();
+  EXPECT_FALSE(a->refresh());  // nothing new: one PRAGMA
+  NewFact v = fact("a green kayak");
+  v.vector = {0.5f, 0.25f};
+  const int64_t kayak = b->add_fact("default", "u", v);
+  const int64_t boat = b->add_fact("default", "w", fact("an old boat"));
+  b->update("default", "w", boat, FactUpdate{std::string("an old sailing boat"), {}});
+  const int64_t gone = b->add_fact("default", "u", fact("a bicycle bell"));
+  b->remove("default", "u", gone);
+  EXPECT_TRUE(bm25.search("default", "u", "kayak", 5).empty());  // not seen yet
+  EXPECT_TRUE(a->refresh());
+  // The added-then-deleted fact is skipped at its add (gone) and reported at its delete.
+  EXPECT_EQ(l.events, (std::vector<std::string>{"add u a green kayak", "vec u client 1x2", "add w an old sailing boat",
+                                                "update an old sailing boat text v2", "delete u 1"}));
+  const auto hits = bm25.search("default", "u", "kayak", 5);
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(hits[0].id, kayak);
+  EXPECT_EQ(bm25.indexed("default", "u"), 2u);
+  EXPECT_FALSE(a->refresh());
+  // This store's own writes reach its listeners at once, and the other's only at refresh.
+  l.events.clear();
+  a->remove_user("default", "w");
+  EXPECT_EQ(l.events, (std::vector<std::string>{"delete w 1"}));
+  EXPECT_EQ(b->count("default", "w"), 0u);
+}
+
+// A store that fell behind the change log's retention reloads everything instead of missing the
+// pruned changes.
+TEST(FactStore, RefreshAfterPrunedChangesReloadsEverything) {
+  TempDir dir;
+  auto a = FactStore::open(dir.path());
+  auto b = FactStore::open(dir.path());
+  RecordingListener l;
+  a->attach(&l);
+  const int64_t gone = b->add_fact("default", "u", fact("soon deleted"));
+  b->remove("default", "u", gone);
+  b->add_fact("default", "u", fact("kept"));
+  {
+    sqlite::Db raw((dir.path() / "memory.db").string(), false);
+    raw.exec("DELETE FROM changes");  // what pruning does to rows older than the retention
+  }
+  b->add_fact("default", "u", fact("after the gap"));
+  EXPECT_TRUE(a->refresh());
+  EXPECT_EQ(l.events, (std::vector<std::string>{"reset", "add u kept", "add u after the gap"}));
+}
+
+// A request composes the facts it retrieved; one deleted meanwhile still has its window (the
+// turns before it), so the request is served as retrieved instead of failing with "not found".
+TEST(FactStore, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_turns("default", "u", "c", numbered("turn", 3));
+  const Fact last = store->get("default", "u", ids[2]);
+  store->remove("default", "u", ids[2]);
+  EXPECT_EQ(texts(store->window(last, 2)), (std::vector<std::string>{"turn 0", "turn 1"}));
+  expect_error([&] { store->window("default", "u", ids[2], 2); }, ErrorKind::kNotFound, "not found");  // by id: gone
+  store->remove_user("default", "u");
+  EXPECT_TRUE(store->window(last, 2).empty());
+  // Vectors computed from a version of a fact that is gone are skipped, not an error.
+  const int64_t f = store->add_fact("default", "v", fact("x"));
+  store->remove("default", "v", f);
+  store->add_fact("default", "v", fact("y"));
+  EXPECT_EQ(store->put_embeddings("default", "v", "e", std::vector<EmbeddingRow>{{f, 1, {1.f}}}), 0u);
+  store->remove_user("default", "v");
+  EXPECT_EQ(store->put_embeddings("default", "v", "e", std::vector<EmbeddingRow>{{f, 1, {1.f}}}), 0u);
+}
+
+// Issue 11, defect 7: fact ids count per tenant (a tenant cannot read other tenants' write volume
+// off its ids), and a tenant never gets an id back after a delete.
+TEST(FactStore, IdsArePerTenantAndNeverReused) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  EXPECT_EQ(store->add_facts("a", "u", numbered("a", 3)), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(store->add_facts("b", "u", numbered("b", 2)), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(store->add_turns("a", "v", "c", numbered("turn", 2)), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(store->get("a", "u", 1).text, "a 0");
+  EXPECT_EQ(store->get("b", "u", 1).text, "b 0");
+  store->remove("a", "v", 5);
+  EXPECT_EQ(store->add_fact("a", "u", fact("after a delete")), 6);
+  store->remove_user("a", "u");
+  store->remove_user("a", "v");
+  EXPECT_EQ(store->add_fact("a", "u", fact("after deleting everything")), 7);
+  EXPECT_EQ(store->add_fact("b", "w", fact("b again")), 3);
+  // The same id in two tenants is two facts, each with a key of its own.
+  EXPECT_NE(store->get("a", "u", 7).key, store->get("b", "w", 3).key);
+  store.reset();
+  store = FactStore::open(dir.path());
+  EXPECT_EQ(store->add_fact("b", "w", fact("after a restart")), 4);
+}
+
+// A database of an older schema (one counter for every tenant) keeps every id a client has seen,
+// and each tenant's new ids start above the highest id ever given, deleted ones included.
+TEST(FactStore, MigratedIdsStayAndNewOnesStartAboveEveryOldOne) {
+  TempDir dir;
+  {
+    sqlite::Db raw((dir.path() / "memory.db").string(), true);
+    migrate_schema(raw, 2);
+    raw.exec(
+        "INSERT INTO users (user_key, tenant, user, created_at_ms) VALUES (1, 'a', 'u', 0), (2, 'b', 'u', 0);"
+        "INSERT INTO facts (id, user_key, text, created_at_ms, updated_at_ms) VALUES (1, 1, 'a one', 0, 0), "
+        "(2, 2, 'b two', 0, 0), (3, 1, 'a three', 0, 0), (4, 2, 'b four, deleted', 0, 0);"
+        "DELETE FROM facts WHERE id = 4;");
+  }
+  auto store = FactStore::open(dir.path());
+  EXPECT_EQ(texts(store->list("a", "u")), (std::vector<std::string>{"a one", "a three"}));
+  EXPECT_EQ(store->get("a", "u", 3).text, "a three");
+  EXPECT_EQ(store->get("b", "u", 2).text, "b two");
+  EXPECT_EQ(store->get("b", "u", 2).key, 2);
+  EXPECT_EQ(store->add_fact("a", "u", fact("new a")), 5);
+  EXPECT_EQ(store->add_fact("b", "u", fact("new b")), 5);
+  EXPECT_EQ(store->add_fact("c", "u", fact("a new tenant")), 5);
+}
+
+// Idempotency keys: the first answer comes back for the same request within 24 hours, the same key
+// names another write in another tenant, another request under a live key is refused, and an
+// expired key is a new write.
+TEST(FactStore, IdempotencyKeysReplayTheFirstAnswerForADayPerTenant) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  auto idem = [](const std::string& key, const std::string& request) {
+    Idempotency i;
+    i.key = key;
+    i.request_hash = request;
+    i.render = [](const WriteResult& r) { return "ids " + std::to_string(r.ids.at(0)); };
+    return i;
+  };
+  Idempotency first = idem("k1", "add x");
+  EXPECT_EQ(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &first), (std::vector<int64_t>{1}));
+  EXPECT_FALSE(first.replayed);
+  EXPECT_EQ(first.answer, "ids 1");
+  Idempotency retry = idem("k1", "add x");
+  EXPECT_TRUE(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &retry).empty());
+  EXPECT_TRUE(retry.replayed);
+  EXPECT_EQ(retry.answer, "ids 1");
+  EXPECT_EQ(store->count("a", "u"), 1u);
+  Idempotency other_tenant = idem("k1", "add x");
+  store->add_facts("b", "u", std::vector<NewFact>{fact("x")}, &other_tenant);
+  EXPECT_FALSE(other_tenant.replayed);
+  Idempotency other_request = idem("k1", "add y");
+  EXPECT_THROW(store->add_facts("a", "u", std::vector<NewFact>{fact("y")}, &other_request), IdempotencyKeyReused);
+  EXPECT_EQ(store->count("a", "u"), 1u);
+  // A retry after a restart (another connection) is answered from the database.
+  store.reset();
+  store = FactStore::open(dir.path());
+  Idempotency later = idem("k1", "add x");
+  store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &later);
+  EXPECT_TRUE(later.replayed);
+  {
+    sqlite::Db raw((dir.path() / "memory.db").string(), false);
+    raw.exec("UPDATE idempotency SET created_at_ms = created_at_ms - 25 * 3600 * 1000");
+  }
+  Idempotency expired = idem("k1", "add x");
+  EXPECT_EQ(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &expired), (std::vector<int64_t>{2}));
+  EXPECT_FALSE(expired.replayed);
+  EXPECT_EQ(store->count("a", "u"), 2u);
 }

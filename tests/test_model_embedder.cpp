@@ -220,7 +220,7 @@ TEST(DenseRetriever, ModelEmbedderTopKIsBruteForceCosineAndUsersAreIsolated) {
     if (!t.empty()) facts.push_back(NewFact{t, {}, {}, {}, {}});
   const auto alice = store->add_facts("default", "alice", facts);
   const auto bob = store->add_facts("default", "bob", std::span<const NewFact>(facts.data(), 3));
-  store->add_facts("acme", "alice", std::span<const NewFact>(facts.data() + 2, 2));  // same name, other tenant
+  const auto acme = store->add_facts("acme", "alice", std::span<const NewFact>(facts.data() + 2, 2));  // same name, other tenant
 
   ModelEmbedderOptions o;
   o.max_batch_tokens = 96;
@@ -252,8 +252,10 @@ TEST(DenseRetriever, ModelEmbedderTopKIsBruteForceCosineAndUsersAreIsolated) {
       const auto b = dense->search("default", "bob", query, k);
       EXPECT_EQ(b.size(), std::min<size_t>(k, bob.size()));
       for (const auto& h : b) EXPECT_NE(std::find(bob.begin(), bob.end(), h.id), bob.end()) << "bob got id " << h.id;
+      // Ids are per tenant: acme's alice has ids 1 and 2 of her own, and only those.
       for (const auto& h : dense->search("acme", "alice", query, k))
-        EXPECT_EQ(std::find(alice.begin(), alice.end(), h.id), alice.end()) << "acme/alice got default/alice's id " << h.id;
+        EXPECT_NE(std::find(acme.begin(), acme.end(), h.id), acme.end()) << "acme/alice got id " << h.id;
+      EXPECT_EQ(dense->search("acme", "alice", query, 10).size(), std::min<size_t>(10, acme.size()));
     }
   }
   EXPECT_TRUE(dense->search("default", "nobody", "cat", 5).empty());

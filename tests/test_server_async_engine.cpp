@@ -169,7 +169,7 @@ TEST(ServerAsyncEngine, BoundedQueueRefusesWithResourceError) {
     FAIL() << "a third request must be refused";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kResource);
-    EXPECT_EQ(api_error_from(std::current_exception()).status, 503);
+    EXPECT_EQ(api_error_from(std::current_exception()).status, 429);
   }
   a->cancel();
   b->cancel();
@@ -227,4 +227,64 @@ TEST(ServerAsyncEngine, IdleEngineThreadSleeps) {
 TEST(ServerAsyncEngine, FactoryErrorsReachTheConstructor) {
   EXPECT_THROW(AsyncEngine([]() -> std::unique_ptr<Engine> { IS_THROW(kInvalidInput, "no model"); }), Error);
   EXPECT_THROW(AsyncEngine([] { return std::unique_ptr<Engine>(); }), Error);
+}
+
+// Issue 11, defect 5: a request's slot must be free by the time its end is visible, so a client
+// that sends its next request as soon as it has the answer is never refused. The engine thread
+// used to free the slot after handing over the last output and releasing the request's `hold`
+// (memory pins): a hold that takes a while makes that window wide open.
+TEST(ServerAsyncEngine, ASlotIsFreeOnceTheRequestsEndIsVisible) {
+  AsyncEngineOptions o;
+  o.max_pending = 1;
+  AsyncEngine ae(engine_factory(), o);
+  auto slow_release = [] {
+    return std::shared_ptr<void>(new int(0), [](void* p) {
+      std::this_thread::sleep_for(100ms);
+      delete static_cast<int*>(p);
+    });
+  };
+  for (int i = 0; i < 3; ++i) {
+    Result r = collect(*ae.submit(Submission{prompt(11 + i, 6), greedy(2), {}, slow_release()}));
+    ASSERT_FALSE(r.error);
+  }
+  // The same for a request the engine rejects (its prompt is longer than the model takes).
+  for (int i = 0; i < 2; ++i) {
+    Result bad = collect(*ae.submit(Submission{prompt(20, ae.max_model_len() + 1), greedy(2), {}, slow_release()}));
+    ASSERT_TRUE(bad.error);
+  }
+  EXPECT_FALSE(collect(*ae.submit(Submission{prompt(21, 6), greedy(2), {}, {}})).error);
+}
+
+// Refusals say when to come back: overload is a 429 (OpenAI clients retry it), shutdown a 503,
+// both with a retry delay that becomes the Retry-After header.
+TEST(ServerAsyncEngine, RefusalsAre429WhenOverloadedAnd503WhenShuttingDown) {
+  AsyncEngineOptions o;
+  o.max_pending = 1;
+  AsyncEngine ae(slow_engine_factory(5), o);
+  // The answer a refused submit becomes.
+  auto refusal = [&ae](int seed) {
+    try {
+      ae.submit(Submission{prompt(seed, 8), greedy(2), {}, {}});
+    } catch (const Error&) {
+      return api_error_from(std::current_exception());
+    }
+    ADD_FAILURE() << "must be refused";
+    return ApiError(0, "", "");
+  };
+  auto busy = ae.submit(Submission{prompt(30, 8), greedy(300), {}, {}});
+  const ApiError overloaded = refusal(31);
+  EXPECT_EQ(overloaded.status, 429);
+  EXPECT_EQ(overloaded.code, "overloaded");
+  EXPECT_GE(overloaded.retry_after_s, 1);
+  ae.shutdown();
+  Result r = collect(*busy, 5s);
+  ASSERT_TRUE(r.error);
+  const ApiError aborted = api_error_from(r.error);
+  EXPECT_EQ(aborted.status, 503);
+  EXPECT_EQ(aborted.code, "shutting_down");
+  EXPECT_GE(aborted.retry_after_s, 1);
+  const ApiError stopping = refusal(32);
+  EXPECT_EQ(stopping.status, 503);
+  EXPECT_EQ(stopping.code, "shutting_down");
+  EXPECT_GE(stopping.retry_after_s, 1);
 }

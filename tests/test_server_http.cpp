@@ -2,6 +2,7 @@
 // on a loopback ephemeral port, driven by cpp-httplib's client (and a raw socket for disconnects).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "server_http_client.h"
@@ -335,8 +336,9 @@ TEST_F(ServerHttp, EngineFailureBecomesA500AndTheServerRecovers) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   const std::vector<json> events = parse_sse(r->body);
-  ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back()["error"]["type"], "server_error");
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[events.size() - 2]["error"]["type"], "server_error");
+  EXPECT_EQ(events.back(), "[DONE]");  // the stream still ends the way clients wait for
   ok_json(h->post("/v1/completions", completion_body("fine again", 4)));
   EXPECT_TRUE(h->wait_stats([](const server::AsyncEngineStats& s) { return s.kv_blocks_free == s.kv_blocks_total; }));
 }
@@ -389,7 +391,7 @@ TEST_F(ServerHttp, MetricsParse) {
   EXPECT_GE(m.at("inferscale_http_responses_total{code=\"200\"}"), 1);
 }
 
-TEST(ServerHttpOverload, FullQueueAnswers503) {
+TEST(ServerHttpOverload, FullQueueAnswers429WithRetryAfter) {
   server::AsyncEngineOptions eo;
   eo.max_pending = 1;
   Harness h(eo);
@@ -399,10 +401,44 @@ TEST(ServerHttpOverload, FullQueueAnswers503) {
   ASSERT_TRUE(h.wait_stats([](const server::AsyncEngineStats& s) { return s.num_pending == 1; }));
   auto r = h.post("/v1/completions", completion_body("one more", 4));
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "overloaded");
   busy.close();
   ASSERT_TRUE(h.wait_stats([](const server::AsyncEngineStats& s) { return s.num_pending == 0; }));
   h.backend->delay_ms = 0;
   EXPECT_EQ(h.post("/v1/completions", completion_body("one more", 4))->status, 200);
+}
+
+// Issue 11, defect 5: the shutdown answer says when to come back too.
+TEST(ServerHttpOverload, ShuttingDownAnswers503WithRetryAfter) {
+  Harness h;
+  h.engine->shutdown();  // the HTTP server still answers while the process stops
+  auto r = h.post("/v1/completions", completion_body("after the end", 4));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "5");
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "shutting_down");
+  EXPECT_EQ(h.client().Get("/health")->status, 200);
+}
+
+// Four clients that each send their next request once they have the last answer never exceed
+// --max-pending 4, so none of them may be refused.
+TEST(ServerHttpOverload, SequentialClientsWithinTheLimitAreNeverRefused) {
+  server::AsyncEngineOptions eo;
+  eo.max_pending = 4;
+  Harness h(eo);
+  std::atomic<int> refused{0}, served{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 15; ++i) {
+        auto r = h.post("/v1/completions", completion_body("client " + std::to_string(c), 1));
+        if (r && r->status == 200) ++served;
+        else ++refused;
+      }
+    });
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(refused.load(), 0);
+  EXPECT_EQ(served.load(), 60);
 }

@@ -183,6 +183,14 @@ TEST_F(ServerMemory, FactCrudRoundTrip) {
   ASSERT_FALSE(hits["data"].empty());
   EXPECT_EQ(hits["data"][0]["id"], added["ids"][1]);
   for (const char* key : {"id", "score", "text", "speaker", "date", "source"}) EXPECT_TRUE(hits["data"][0].contains(key)) << key;
+  // Every key is always present, source's too (null when unknown; issue 11, defect 7).
+  const json lyon = Api::ok(a.get("/v1/memory/users/crud/facts/" + std::to_string(added["ids"][1].get<int64_t>())));
+  const json no_source = {{"conversation", nullptr}, {"session", nullptr}, {"turn", nullptr}, {"speaker", nullptr}};
+  EXPECT_EQ(lyon["source"], no_source);
+  EXPECT_EQ(hits["data"][0]["source"], no_source);
+  for (const char* key : {"id", "text", "speaker", "date", "date_epoch", "source", "turn_index", "metadata", "version",
+                          "created_at", "updated_at"})
+    EXPECT_TRUE(lyon.contains(key)) << key;
 
   EXPECT_EQ(Api::ok(a.get("/v1/memory/users/crud"))["facts"], 2);
   const json del = Api::ok(a.del("/v1/memory/users/crud/facts/" + std::to_string(id)));
@@ -261,6 +269,19 @@ TEST_F(ServerMemory, EveryBadInputGetsItsStatus) {
   EXPECT_EQ(param(a.post(facts, json{{"turns", {{{"text", "ok"}}}}}), 400), "conversation");
   EXPECT_EQ(param(a.post(facts, json{{"facts", {{{"text", "ok"}}}}, {"conversation", "c"}}), 400), "conversation");
   EXPECT_EQ(Api::fails(a.post(facts, json{{"facts", {{{"text", "   "}}}}}), 400)["type"], "invalid_request_error");
+  // A date the server cannot read and metadata that is not an object are refused, naming the
+  // field, not stored as they are (issue 11, defect 7).
+  auto names = [](const httplib::Result& r, const std::string& param, const std::string& field) {
+    const json e = Api::fails(r, 400);
+    EXPECT_EQ(e["param"], param);
+    EXPECT_NE(e["message"].get<std::string>().find(field), std::string::npos) << e.dump();
+  };
+  names(a.post(facts, json{{"facts", {{{"text", "ok"}}, {{"text", "ok"}, {"date", "not-a-date"}}}}}), "facts[1]", "date");
+  names(a.post(facts, json{{"conversation", "c"}, {"turns", {{{"text", "ok"}, {"date", "31 February 2023"}}}}}), "turns[0]", "date");
+  for (const json& meta : {json("a string"), json(5), json::array({1, 2}), json(true)})
+    names(a.post(facts, json{{"facts", {{{"text", "ok"}, {"metadata", meta}}}}}), "facts[0]", "metadata");
+  names(a.patch(fact, json{{"metadata", "a string"}}), "metadata", "metadata");
+  names(a.patch(fact, json{{"metadata", json::array()}}), "metadata", "metadata");
   EXPECT_EQ(code(a.get(facts + "/abc"), 400), "invalid_id");
   EXPECT_EQ(code(a.get(facts + "/-3"), 400), "invalid_id");
   EXPECT_EQ(param(a.get(facts + "?limit=0"), 400), "limit");
@@ -329,8 +350,10 @@ TEST_F(ServerMemory, TenantsAndUsersAreIsolated) {
   for (const json& u : Api::data(other.get("/v1/memory/users"))) EXPECT_NE(u["user"], "alice");
   for (const json& u : Api::data(acme.get("/v1/memory/users"))) EXPECT_NE(u["user"], "bob");
   // Another user of the same tenant cannot reach a fact by id.
-  EXPECT_EQ(Api::fails(plain.get("/v1/memory/users/bob/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
-  EXPECT_EQ(Api::fails(plain.del("/v1/memory/users/bob/facts/" + std::to_string(alice[0])), 404)["code"], "fact_not_found");
+  const std::vector<int64_t> carol = plain.add("carol", {"Carol collects stamps"});
+  EXPECT_EQ(Api::fails(plain.get("/v1/memory/users/bob/facts/" + std::to_string(carol[0])), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::fails(plain.del("/v1/memory/users/bob/facts/" + std::to_string(carol[0])), 404)["code"], "fact_not_found");
+  EXPECT_EQ(Api::ok(plain.get("/v1/memory/users/carol/facts/" + std::to_string(carol[0])))["text"], "Carol collects stamps");
   for (const json& hit : Api::data(plain.post("/v1/memory/users/bob/search", json{{"query", "cat Miso nurse Oslo"}, {"k", 10}})))
     EXPECT_TRUE(std::find(bob.begin(), bob.end(), hit["id"].get<int64_t>()) != bob.end()) << hit.dump();
 
@@ -572,4 +595,78 @@ TEST_F(ServerMemory, LogprobsOfTextModeEqualAPlainRequestAndInjectIsClose) {
   }
   EXPECT_LT(worst, 0.5) << "inject and text logprobs differ by " << worst << " nats";
   std::printf("inject vs text: max |logprob difference| %.3g nats over %zu prompt and 4 generated tokens\n", worst, ids.size());
+// Issue 11, defect 7: ids count per tenant, so a tenant's ids tell nothing of other tenants'
+// writes; the same id in two tenants is two facts, in the REST API and in a chat's memory.
+TEST_F(ServerMemory, FactIdsArePerTenant) {
+  const Api a = api("ids-a"), b = api("ids-b");
+  EXPECT_EQ(a.add("u", {"ids-a has a red kite", "ids-a has a blue kite"}), (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(b.add("u", {"ids-b has a green kite"}), (std::vector<int64_t>{1}));
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/u/facts/1"))["text"], "ids-a has a red kite");
+  EXPECT_EQ(Api::ok(b.get("/v1/memory/users/u/facts/1"))["text"], "ids-b has a green kite");
+  EXPECT_EQ(Api::fails(b.get("/v1/memory/users/u/facts/2"), 404)["code"], "fact_not_found");
+  for (const Api* t : {&a, &b}) {
+    const json r = Api::ok(t->post("/v1/chat/completions", chat("kite?", {{"user", "u"}, {"query", "kite"}, {"k", 1}})));
+    ASSERT_EQ(r["memory"]["facts"].size(), 1u);
+    EXPECT_EQ(r["memory"]["facts"][0]["id"], 1);
+    EXPECT_EQ(r["memory"]["facts"][0]["text"], t == &a ? "ids-a has a red kite" : "ids-b has a green kite");
+  }
+  Api::ok(a.del("/v1/memory/users/u/facts/2"));
+  EXPECT_EQ(a.add("u", {"ids-a has a new kite"}), (std::vector<int64_t>{3}));  // never reused
+}
+
+// Issue 11, defect 8: a write retried with the same Idempotency-Key (say after a lost answer)
+// returns the first answer and writes nothing; the key is the tenant's; another request under a
+// used key is a 422.
+TEST_F(ServerMemory, IdempotencyKeyMakesRetriesSafe) {
+  const Api a = api("idem-a"), b = api("idem-b");
+  auto with_key = [](const Api& t, const std::string& key) {
+    httplib::Headers h = t.headers();
+    h.emplace("Idempotency-Key", key);
+    return h;
+  };
+  const std::string facts = "/v1/memory/users/u/facts";
+  const std::string body = json{{"facts", {{{"text", "idem fact one"}}, {{"text", "idem fact two"}}}}}.dump();
+  auto first = a.client().Post(facts.c_str(), with_key(a, "add-1"), body, "application/json");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 200) << first->body;
+  auto again = a.client().Post(facts.c_str(), with_key(a, "add-1"), body, "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(again->body, first->body);
+  EXPECT_EQ(again->get_header_value("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/u"))["facts"], 2);  // nothing written twice
+  // The same key with another body: refused, nothing written.
+  const json reused = Api::fails(a.client().Post(facts.c_str(), with_key(a, "add-1"),
+                                                json{{"facts", {{{"text", "something else"}}}}}.dump(), "application/json"),
+                                 422);
+  EXPECT_EQ(reused["code"], "idempotency_key_reused");
+  EXPECT_EQ(reused["param"], "Idempotency-Key");
+  EXPECT_EQ(Api::ok(a.get("/v1/memory/users/u"))["facts"], 2);
+  // Keys are per tenant: the same key in another tenant is another write.
+  auto other = b.client().Post(facts.c_str(), with_key(b, "add-1"), body, "application/json");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(other->get_header_value("Idempotent-Replayed"), "");
+  EXPECT_EQ(Api::ok(b.get("/v1/memory/users/u"))["facts"], 2);
+
+  // PATCH and DELETE replay their first answer too.
+  const int64_t id = json::parse(first->body)["ids"][0];
+  const std::string fact = facts + "/" + std::to_string(id);
+  const std::string patch = json{{"text", "idem fact one, edited"}}.dump();
+  auto p1 = a.client().Patch(fact.c_str(), with_key(a, "edit-1"), patch, "application/json");
+  auto p2 = a.client().Patch(fact.c_str(), with_key(a, "edit-1"), patch, "application/json");
+  ASSERT_TRUE(p1 && p2);
+  EXPECT_EQ(p2->body, p1->body);
+  EXPECT_EQ(Api::ok(a.get(fact))["version"], 2);  // one edit, not two
+  auto d1 = a.client().Delete(fact.c_str(), with_key(a, "del-1"));
+  auto d2 = a.client().Delete(fact.c_str(), with_key(a, "del-1"));
+  ASSERT_TRUE(d1 && d2);
+  EXPECT_EQ(d1->status, 200);
+  EXPECT_EQ(d2->status, 200);  // the first answer, not a 404
+  EXPECT_EQ(d2->body, d1->body);
+  // A key that is not one.
+  EXPECT_EQ(Api::fails(a.client().Post(facts.c_str(), with_key(a, std::string(300, 'k')), body, "application/json"), 400)["param"],
+            "Idempotency-Key");
+  EXPECT_EQ(Api::fails(a.client().Post(facts.c_str(), with_key(a, "tab\tkey"), body, "application/json"), 400)["param"],
+            "Idempotency-Key");
 }

@@ -119,6 +119,22 @@ TEST(ServerParse, MemorySpec) {
             "memory.query_vector");
 }
 
+// Issue 11, defect 7: the memory object's names follow the same rule as the REST routes' (one
+// check): 1 to 256 bytes, no control characters.
+TEST(ServerParse, MemoryNamesFollowTheRestRoutesRule) {
+  for (const std::string bad : {std::string("al\x01ice"), std::string("tab\there"), std::string("new\nline"), std::string(257, 'u')}) {
+    const ApiError user = error_of([&] { parse_chat_request(chat({{"memory", {{"user", bad}}}})); });
+    EXPECT_EQ(user.status, 400);
+    EXPECT_EQ(user.param, "memory.user");
+    EXPECT_EQ(user.code, "invalid_name");
+    const ApiError tenant = error_of([&] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"tenant", bad}}}})); });
+    EXPECT_EQ(tenant.param, "memory.tenant");
+    EXPECT_EQ(tenant.code, "invalid_name");
+  }
+  EXPECT_EQ(parse_chat_request(chat({{"memory", {{"user", std::string(256, 'u')}}}})).memory->user.size(), 256u);
+  EXPECT_EQ(parse_chat_request(chat({{"memory", {{"user", "Zoë O'Brien/42"}}}})).memory->user, "Zoë O'Brien/42");
+}
+
 TEST(ServerParse, CompletionPrompts) {
   const GenerateRequest t = parse_completion_request({{"model", "m"}, {"prompt", "hello"}});
   EXPECT_EQ(t.prompt_text, "hello");

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
+#include <utility>
 
 #include "memory/bm25_index.h"
 #include "memory/cpu_vector_index.h"
+#include "memory/dense_retriever.h"
 #include "memory/hidden_state_embedder.h"
 #include "memory/vector_retriever.h"
 #include "test_fact_store_util.h"
@@ -52,6 +55,7 @@ class HashingEmbedder final : public Embedder {
   int32_t dim() const override { return dim_; }
   std::vector<float> embed(std::span<const std::string> texts) override {
     ++calls;
+    if (during_embed) std::exchange(during_embed, nullptr)();  // a writer racing this embedding, once
     std::vector<float> out(texts.size() * static_cast<size_t>(dim_));
     for (size_t i = 0; i < texts.size(); ++i)
       for (const std::string& t : bm25_tokenize(texts[i]))
@@ -60,6 +64,7 @@ class HashingEmbedder final : public Embedder {
     return out;
   }
   int calls = 0;
+  std::function<void()> during_embed;
 
  private:
   int32_t dim_;
@@ -336,4 +341,26 @@ TEST(VectorRetriever, DenseEmbedderEmbedsMissingFactsAndRanksByCosine) {
   store->put_embeddings("default", "u", "other-embedder", std::vector<EmbeddingRow>{{ids[0], 0, {1.f}}});
   EXPECT_EQ(dense->indexed("default", "u"), texts.size());
   expect_error([&] { VectorRetriever r(*store, "mismatch", emb); }, ErrorKind::kInvalidInput, "differs");
+}
+
+// Issue 11, defect 7: a fact deleted while its vector was being computed (between the store read
+// and the write of the vectors) is skipped; the search that triggered the embedding still
+// answers, where it used to fail with "not found" (a 404 for a chat with memory).
+TEST(DenseRetriever, AFactDeletedWhileItIsEmbeddedIsSkipped) {
+  inferscale::testing::TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const auto ids = store->add_facts("default", "u", std::vector<NewFact>{{"red bicycle", "", {}, "", {}},
+                                                                         {"green kayak", "", {}, "", {}},
+                                                                         {"blue bicycle", "", {}, "", {}}});
+  auto emb = std::make_shared<HashingEmbedder>(16);
+  DenseRetriever dense(*store, emb);
+  emb->during_embed = [&] { store->remove("default", "u", ids[2]); };
+  const auto hits = dense.search("default", "u", "bicycle", 5);
+  ASSERT_FALSE(hits.empty());
+  for (const ScoredFact& h : hits) EXPECT_NE(h.id, ids[2]);
+  EXPECT_EQ(dense.missing("default", "u"), 0u);
+  // The whole user goes while its new fact is embedded.
+  store->add_fact("default", "u", NewFact{"yellow bicycle", "", {}, "", {}});
+  emb->during_embed = [&] { store->remove_user("default", "u"); };
+  EXPECT_TRUE(dense.search("default", "u", "bicycle", 5).empty());
 }

@@ -47,6 +47,7 @@ struct MemoryCmdArgs {
   int64_t window = 0;
   bool window_given = false;
   bool replace = false;
+  std::vector<std::string> conversations;  // import-locomo: only these sample_ids (default: all)
   // import-locomo --model: encode every imported fact's KV (files under DATA_DIR/kv)
   ModelArgs model;
   bool encode = false;
@@ -147,7 +148,15 @@ void encode_locomo_kv(const MemoryCmdArgs& a, FactStore& store, const std::vecto
 void run_import_locomo(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.window >= 0, kInvalidInput, "--window must be 0 or more, got {}", a.window);
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<LocomoConversation> convs = load_locomo(a.file);
+  std::vector<LocomoConversation> convs = load_locomo(a.file);
+  if (!a.conversations.empty()) {
+    for (const std::string& id : a.conversations)
+      IS_REQUIRE(std::any_of(convs.begin(), convs.end(), [&](const LocomoConversation& c) { return c.sample_id == id; }),
+                 kInvalidInput, "--conversation {}: {} has no conversation with that sample_id", id, a.file);
+    std::erase_if(convs, [&](const LocomoConversation& c) {
+      return std::find(a.conversations.begin(), a.conversations.end(), c.sample_id) == a.conversations.end();
+    });
+  }
   auto store = open_store(a, true);
   if (!a.replace) {
     for (const auto& c : convs) {
@@ -288,6 +297,7 @@ void register_memory(CLI::App& app) {
   add_model_options(*loc, a->model);
   loc->add_option("--fact-template", a->fact_template, "how a fact is rendered for encoding")->capture_default_str();
   loc->add_flag("--replace", a->replace, "Delete the conversations' users first when they already have facts");
+  loc->add_option("--conversation", a->conversations, "Import only this conversation (a sample_id such as conv-26); repeatable");
   add_embedder_options(*loc, a->embedder);
   loc->callback([a, window, loc] {
     a->window_given = window->count() > 0;

@@ -2,13 +2,16 @@
 //
 //   serve [model options: --model PATH|demo, --kv-cache-mb, ...] [--host 127.0.0.1] [--port 8000]
 //         [--max-pending N] [--http-threads N] [--shutdown-timeout S]
+//         [--read-timeout S] [--keep-alive-timeout S] [--write-timeout S] [--listen-backlog N]
 //         [--data-dir D [--memory-k K] [--window W] ...]   per-user memory (requests' `memory` object)
 //
 // Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM with sigwait; the
 // signals are blocked before any other thread exists, so every thread inherits the mask and only
 // that wait sees them. The AsyncEngine's thread builds and runs the engine; cpp-httplib's pool
-// serves HTTP. Shutdown: stop taking requests, let live ones finish for --shutdown-timeout
-// seconds, abort the rest, then close the listening socket.
+// serves HTTP. Shutdown: stop taking requests (503 with Retry-After), let live ones finish for
+// --shutdown-timeout seconds, abort the rest (a stream gets an error event, then [DONE]), then
+// close idle connections at once and the listening socket: the process exits within the timeout
+// plus about a second.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
@@ -36,14 +39,14 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 8000;
   int64_t max_pending = 256;
-  int http_threads = 0;
+  server::HttpServerOptions http;  // host and port are set from the fields above
   double shutdown_timeout_s = 5.0;
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_serve(const ServeArgs& a) {
-  IS_REQUIRE(a.port >= 1 && a.port <= 65535, kInvalidInput, "--port must be in 1..65535, got {}", a.port);
+  IS_REQUIRE(a.port >= 0 && a.port <= 65535, kInvalidInput, "--port must be in 0..65535, got {}", a.port);
   IS_REQUIRE(a.shutdown_timeout_s >= 0, kInvalidInput, "--shutdown-timeout must be >= 0");
 
   // Before any thread starts (model loading may start OpenMP workers): see the header comment.
@@ -82,10 +85,9 @@ void run_serve(const ServeArgs& a) {
                mib(ws.bytes), ws.dtypes_summary(), mib(cache_tokens * kv_per_token), engine.num_blocks(), engine.block_size(),
                cache_tokens, static_cast<double>(kv_per_token) / 1024, engine.max_model_len());
 
-  server::HttpServerOptions ho;
+  server::HttpServerOptions ho = a.http;
   ho.host = a.host;
   ho.port = a.port;
-  ho.http_threads = a.http_threads;
   server::HttpServer http(server::ServedModel::from(model), engine, ho, bridge.get());
   http.start();
   spdlog::info("serving '{}' at {}/v1 (OpenAI API; GET /health, /metrics); Ctrl-C to stop", server::ServedModel::from(model).name, http.url());
@@ -108,9 +110,18 @@ void register_serve(CLI::App& app) {
   add_model_options(*s, a->model);
   add_memory_options(*s, a->memory, false);
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
-  s->add_option("--port", a->port, "Port to listen on")->capture_default_str();
+  s->add_option("--port", a->port, "Port to listen on (0: any free port, logged at start)")->capture_default_str();
   s->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503")->capture_default_str();
-  s->add_option("--http-threads", a->http_threads, "Connections served at once (0 = max-pending + 16)")->capture_default_str();
+  s->add_option("--http-threads", a->http.http_threads, "Connections served at once, a thread each (0 = max-pending + 1024)")
+      ->capture_default_str();
+  s->add_option("--read-timeout", a->http.read_timeout_s, "Seconds a request's headers and body may take to arrive in full")
+      ->capture_default_str();
+  s->add_option("--keep-alive-timeout", a->http.keep_alive_timeout_s, "Seconds an idle connection is kept open between requests")
+      ->capture_default_str();
+  s->add_option("--write-timeout", a->http.write_timeout_s, "Seconds one write of an answer may wait for a client that does not read")
+      ->capture_default_str();
+  s->add_option("--listen-backlog", a->http.listen_backlog, "Connections the kernel queues before they are accepted")
+      ->capture_default_str();
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds requests in flight get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
   s->callback([a] { run_serve(*a); });

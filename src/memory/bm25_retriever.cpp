@@ -44,12 +44,18 @@ void Bm25Retriever::on_fact_updated(const Fact& fact, bool text_changed) {
   users_.try_emplace(user_map_key(fact.tenant, fact.user), params_).first->second.put(fact.id, fact.text);
 }
 
-void Bm25Retriever::on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) {
+void Bm25Retriever::on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                                     std::span<const int64_t>) {
   std::unique_lock lock(mu_);
   auto it = users_.find(user_map_key(tenant, user));
   if (it == users_.end()) return;
   for (int64_t id : ids) it->second.remove(id);
   if (it->second.size() == 0) users_.erase(it);
+}
+
+void Bm25Retriever::on_reset() {
+  std::unique_lock lock(mu_);
+  users_.clear();
 }
 
 }  // namespace inferscale

@@ -30,7 +30,9 @@ class Bm25Retriever final : public Retriever, private FactStoreListener {
  private:
   void on_facts_added(std::span<const Fact> facts) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
-  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
+  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                        std::span<const int64_t> keys) override;
+  void on_reset() override;
 
   FactStore& store_;
   Bm25Params params_;

@@ -2,10 +2,13 @@
 // change them. No behaviour here; FactStore (memory/fact_store.h) owns the rules.
 //
 // Identity and versioning (what the KV write path keys on):
-//   - `id` is unique across the whole store and never reused, even after a delete
-//     (SQLite AUTOINCREMENT), so KV cached under an id can never be mistaken for another fact's.
+//   - `id` is what clients see: 1, 2, 3, ... per tenant in the order the tenant's facts were
+//     added, never reused within the tenant, so a tenant's ids say nothing of other tenants.
+//   - `key` is unique across the whole store and never reused, even after a delete (SQLite
+//     AUTOINCREMENT), so KV cached under a key can never be mistaken for another fact's. Caches
+//     of the KV (pool entries, KV files) use it; it never leaves the server.
 //   - `version` starts at 1 and grows by one on every update that changes the text or metadata.
-//     Fact KV is keyed by (id, version, model fingerprint): a new version means stale KV.
+//     Fact KV is keyed by (key, version, window, model fingerprint): a new version means stale KV.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -46,7 +49,8 @@ struct FactSource {
 };
 
 struct Fact {
-  int64_t id = 0;
+  int64_t id = 0;   // within the tenant
+  int64_t key = 0;  // within the store
   std::string tenant;
   std::string user;
   std::string text;
@@ -86,14 +90,14 @@ struct ListOptions {
 
 // One vector for FactStore::put_embeddings.
 struct EmbeddingRow {
-  int64_t fact_id = 0;
+  int64_t fact_id = 0;  // Fact::id
   // The fact version the vector was computed from; 0 = do not check. A row whose fact has moved on
-  // to another version is skipped (its text changed while the embedder was running).
+  // to another version, or was deleted, is skipped (it changed while the embedder was running).
   int64_t fact_version = 0;
   std::vector<float> vector;
 };
 
-// All vectors of one user for one embedder: ids and a row-major [ids.size(), dim] matrix.
+// All vectors of one user for one embedder: fact ids (Fact::id) and a row-major [ids.size(), dim] matrix.
 struct EmbeddingMatrix {
   int32_t dim = 0;
   std::vector<int64_t> ids;

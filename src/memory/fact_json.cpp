@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "memory/fact_store.h"
 #include "memory/json_text.h"
 #include "util/check.h"
 
@@ -67,10 +68,12 @@ NewFact fact_record_from_json(const json& r, std::string_view where) {
       speaker = string_at(value, key, where);
     } else if (key == "date") {
       f.timestamp = string_at(value, key, where);
+      check_fact_date(f.timestamp, fmt::format("{}: ", where));
     } else if (key == "source") {
       f.source = source_from_json(value, where);
     } else if (key == "metadata") {
       if (!value.is_null()) f.metadata = value.dump();
+      check_fact_metadata(f.metadata, fmt::format("{}: ", where));
     } else if (key == "vector") {
       f.vector = floats_from_json(value, fmt::format("{}: \"vector\"", where));
     } else {
@@ -109,12 +112,12 @@ std::vector<NewFact> parse_fact_records(std::string_view text, std::string_view 
 }
 
 nlohmann::ordered_json source_to_json(const FactSource& s) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  if (!s.conversation.empty()) j["conversation"] = s.conversation;
-  if (!s.session.empty()) j["session"] = s.session;
-  if (!s.turn.empty()) j["turn"] = s.turn;
-  if (!s.speaker.empty()) j["speaker"] = s.speaker;
-  return j;
+  using oj = nlohmann::ordered_json;
+  auto or_null = [](const std::string& v) { return v.empty() ? oj(nullptr) : oj(v); };
+  return oj{{"conversation", or_null(s.conversation)},
+            {"session", or_null(s.session)},
+            {"turn", or_null(s.turn)},
+            {"speaker", or_null(s.speaker)}};
 }
 
 nlohmann::ordered_json fact_to_json(const Fact& f) {

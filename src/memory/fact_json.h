@@ -2,9 +2,9 @@
 //
 // A fact record (input) is an object:
 //   {"text": "...",                      required, non-empty
-//    "speaker": "...", "date": "...",    optional
+//    "speaker": "...", "date": "...",    optional; a date must be one parse_timestamp() reads
 //    "source": "..." | {"conversation", "session", "turn", "speaker"},   optional; a string is the conversation
-//    "metadata": <any JSON>,             optional, stored as JSON text
+//    "metadata": {...},                  optional, a JSON object (or null), stored as JSON text
 //    "vector": [floats]}                 optional client vector
 // Unknown keys are rejected (they are usually typos).
 #pragma once
@@ -25,7 +25,7 @@ std::vector<float> floats_from_json(const nlohmann::json& value, std::string_vie
 // `origin` and the entry on any problem.
 std::vector<NewFact> parse_fact_records(std::string_view text, std::string_view origin);
 
-// {"conversation", "session", "turn", "speaker"}, with the empty fields left out. Outputs keep
+// {"conversation", "session", "turn", "speaker"}, every key present (null when empty). Outputs keep
 // their keys in the order written (ordered_json), so printed JSON reads naturally.
 nlohmann::ordered_json source_to_json(const FactSource& source);
 // A fact as the CLI prints it and the HTTP API returns it, every key always present (null when

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "memory/change_log.h"
+#include "memory/idempotency.h"
 #include "memory/schema.h"
 #include "memory/sqlite.h"
 #include "memory/timestamp.h"
@@ -22,9 +24,10 @@ static_assert(std::endian::native == std::endian::little, "embedding blobs are s
 namespace {
 
 // Column list shared by every query that reads whole facts; read_fact() follows this order.
-#define IS_FACT_COLUMNS                                                                                 \
-  "f.id, f.text, f.ts_text, f.ts_epoch, f.conversation, f.session, f.turn, f.speaker, f.turn_index, " \
-  "f.metadata, f.created_at_ms, f.updated_at_ms, f.version"
+// f.public_id is Fact::id (per tenant), f.id is Fact::key (per store).
+#define IS_FACT_COLUMNS                                                                                        \
+  "f.public_id, f.text, f.ts_text, f.ts_epoch, f.conversation, f.session, f.turn, f.speaker, f.turn_index, " \
+  "f.metadata, f.created_at_ms, f.updated_at_ms, f.version, f.id"
 
 Fact read_fact(const sqlite::Statement& s, std::string_view tenant, std::string_view user) {
   Fact f;
@@ -40,21 +43,13 @@ Fact read_fact(const sqlite::Statement& s, std::string_view tenant, std::string_
   f.created_at_ms = s.int64(10);
   f.updated_at_ms = s.int64(11);
   f.version = s.int64(12);
+  f.key = s.int64(13);
   return f;
 }
 
 int64_t now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-void check_name(std::string_view what, std::string_view name) {
-  IS_REQUIRE(!name.empty(), kInvalidInput, "{} name is empty", what);
-  IS_REQUIRE(name.size() <= FactStore::kMaxNameBytes, kInvalidInput, "{} name is longer than {} bytes", what,
-             FactStore::kMaxNameBytes);
-  for (char c : name)
-    IS_REQUIRE(static_cast<unsigned char>(c) >= 0x20, kInvalidInput, "{} name '{}' holds a control character", what,
-               name);
 }
 
 void check_user(std::string_view tenant, std::string_view user) {
@@ -69,10 +64,6 @@ void check_text(std::string_view text, std::string_view where) {
              where, text.size(), FactStore::kMaxTextBytes);
 }
 
-void check_metadata(std::string_view metadata, std::string_view where) {
-  IS_REQUIRE(metadata.empty() || nlohmann::json::accept(metadata), kInvalidInput, "{}metadata is not valid JSON: {}",
-             where, metadata.substr(0, 80));
-}
 
 void check_vector(std::span<const float> v, std::string_view where) {
   IS_REQUIRE(!v.empty(), kInvalidInput, "{}vector is empty", where);
@@ -94,6 +85,35 @@ void append_blob(std::span<const uint8_t> blob, int32_t dim, std::vector<float>&
 }
 
 }  // namespace
+
+std::optional<std::string> name_problem(std::string_view name) {
+  if (name.empty()) return std::string("is empty");
+  if (name.size() > FactStore::kMaxNameBytes)
+    return fmt::format("is {} bytes, longer than {} bytes", name.size(), FactStore::kMaxNameBytes);
+  for (size_t i = 0; i < name.size(); ++i)
+    if (static_cast<unsigned char>(name[i]) < 0x20)
+      return fmt::format("holds a control character (byte 0x{:02x} at {})", static_cast<unsigned char>(name[i]), i);
+  return std::nullopt;
+}
+
+void check_name(std::string_view what, std::string_view name) {
+  if (auto problem = name_problem(name)) IS_THROW(kInvalidInput, "{} name {}", what, *problem);
+}
+
+void check_fact_metadata(std::string_view metadata, std::string_view where) {
+  if (metadata.empty()) return;
+  const nlohmann::json j = nlohmann::json::parse(metadata, nullptr, /*allow_exceptions=*/false);
+  IS_REQUIRE(!j.is_discarded(), kInvalidInput, "{}metadata is not valid JSON: {}", where, metadata.substr(0, 80));
+  IS_REQUIRE(j.is_object(), kInvalidInput, "{}metadata must be a JSON object (or null), not {}", where,
+             metadata.substr(0, 80));
+}
+
+void check_fact_date(std::string_view date, std::string_view where) {
+  IS_REQUIRE(date.empty() || parse_timestamp(date).has_value(), kInvalidInput,
+             "{}date '{}' is not a date this server reads: use ISO 8601 (2024-03-02, 2024-03-02T13:56:07Z), "
+             "'8 May 2023', 'May 8, 2023' or LoCoMo's '1:56 pm on 8 May, 2023'",
+             where, date.substr(0, 80));
+}
 
 // ---- open ------------------------------------------------------------------------------------
 
@@ -119,11 +139,13 @@ std::unique_ptr<FactStore> FactStore::open(const std::filesystem::path& data_dir
   db.exec("PRAGMA journal_mode = WAL");
   db.exec("PRAGMA synchronous = FULL");
   db.exec("PRAGMA foreign_keys = ON");
-  auto& mode = db.prepare("PRAGMA journal_mode");
-  IS_REQUIRE(mode.step() && mode.text(0) == "wal", kResource, "database {}: cannot enable WAL journal mode",
+  auto mode = db.prepare("PRAGMA journal_mode");
+  IS_REQUIRE(mode->step() && mode->text(0) == "wal", kResource, "database {}: cannot enable WAL journal mode",
              file.string());
-  mode.reset();
+  mode->reset();
   migrate_schema(db);
+  store->seen_seq_ = change_log::last_seq(db);  // listeners get the contents at attach, not the history
+  store->data_version_ = store->data_version_locked();
   return store;
 }
 
@@ -131,23 +153,23 @@ std::string FactStore::pragma(std::string_view name) const {
   IS_REQUIRE(!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::islower(c); }),
              kInvalidInput, "bad pragma name '{}'", name);
   std::lock_guard lock(mu_);
-  auto& s = db_->prepare(fmt::format("PRAGMA {}", name));
-  return s.step() ? s.text(0) : std::string();
+  auto s = db_->prepare(fmt::format("PRAGMA {}", name));
+  return s->step() ? s->text(0) : std::string();
 }
 
 // ---- helpers (mu_ held) ----------------------------------------------------------------------
 
 std::optional<int64_t> FactStore::find_user_key(std::string_view tenant, std::string_view user) const {
-  auto& s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND user = ?");
-  s.bind(1, tenant).bind(2, user);
-  if (!s.step()) return std::nullopt;
-  return s.int64(0);
+  auto s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND user = ?");
+  s->bind(1, tenant).bind(2, user);
+  if (!s->step()) return std::nullopt;
+  return s->int64(0);
 }
 
 int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view user) {
   if (auto key = find_user_key(tenant, user)) return *key;
   db_->prepare("INSERT INTO users (tenant, user, created_at_ms) VALUES (?, ?, ?)")
-      .bind(1, tenant)
+      ->bind(1, tenant)
       .bind(2, user)
       .bind(3, now_ms())
       .run();
@@ -156,10 +178,10 @@ int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view use
 
 std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tenant, std::string_view user,
                                          int64_t id) const {
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.id = ? AND f.user_key = ?");
-  s.bind(1, id).bind(2, user_key);
-  if (!s.step()) return std::nullopt;
-  return read_fact(s, tenant, user);
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.public_id = ? AND f.user_key = ?");
+  s->bind(1, id).bind(2, user_key);
+  if (!s->step()) return std::nullopt;
+  return read_fact(*s, tenant, user);
 }
 
 Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view tenant, std::string_view user,
@@ -172,26 +194,27 @@ Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view t
 
 std::vector<Fact> FactStore::list_locked(int64_t user_key, std::string_view tenant, std::string_view user,
                                          const ListOptions& opts) const {
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.id > ? ORDER BY f.id LIMIT ?");
-  s.bind(1, user_key).bind(2, opts.after_id).bind(3, static_cast<int64_t>(std::min<size_t>(opts.limit, INT64_MAX)));
+  auto s = db_->prepare(
+      "SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.public_id > ? ORDER BY f.public_id LIMIT ?");
+  s->bind(1, user_key).bind(2, opts.after_id).bind(3, static_cast<int64_t>(std::min<size_t>(opts.limit, INT64_MAX)));
   std::vector<Fact> out;
-  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  while (s->step()) out.push_back(read_fact(*s, tenant, user));
   return out;
 }
 
 EmbeddingMatrix FactStore::embeddings_locked(int64_t user_key, std::string_view embedder) const {
-  auto& s = db_->prepare(
-      "SELECT e.fact_id, e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
-      "WHERE f.user_key = ? AND e.embedder = ? ORDER BY e.fact_id");
-  s.bind(1, user_key).bind(2, embedder);
+  auto s = db_->prepare(
+      "SELECT f.public_id, e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
+      "WHERE f.user_key = ? AND e.embedder = ? ORDER BY f.public_id");
+  s->bind(1, user_key).bind(2, embedder);
   EmbeddingMatrix m;
-  while (s.step()) {
-    const int64_t id = s.int64(0);
-    const auto dim = static_cast<int32_t>(s.int64(1));
+  while (s->step()) {
+    const int64_t id = s->int64(0);
+    const auto dim = static_cast<int32_t>(s->int64(1));
     IS_CHECK(m.ids.empty() || dim == m.dim, "embeddings '{}' of one user have dims {} and {}", embedder, m.dim, dim);
     m.dim = dim;
     m.ids.push_back(id);
-    append_blob(s.blob(2), dim, m.data, id);
+    append_blob(s->blob(2), dim, m.data, id);
   }
   return m;
 }
@@ -214,17 +237,34 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
                               std::vector<Fact>& added) {
   int64_t next_turn = 0;
   if (conversation) {
-    auto& s = db_->prepare(
+    auto s = db_->prepare(
         "SELECT COALESCE(MAX(turn_index), -1) + 1 FROM facts WHERE user_key = ? AND conversation = ? "
         "AND turn_index IS NOT NULL");
-    s.bind(1, user_key).bind(2, *conversation);
-    IS_CHECK(s.step(), "no row from MAX(turn_index)");
-    next_turn = s.int64(0);
+    s->bind(1, user_key).bind(2, *conversation);
+    IS_CHECK(s->step(), "no row from MAX(turn_index)");
+    next_turn = s->int64(0);
   }
+  // The tenant's next ids: its counter only grows, so no id comes back after a delete.
+  db_->prepare(
+         "INSERT INTO tenants (tenant, last_fact_id) VALUES (?, COALESCE((SELECT CAST(value AS INTEGER) FROM settings "
+         "WHERE key = 'fact_ids.floor'), 0)) ON CONFLICT (tenant) DO NOTHING")
+      ->bind(1, tenant)
+      .run();
+  int64_t next_id = 0;
+  {
+    auto s = db_->prepare("SELECT last_fact_id FROM tenants WHERE tenant = ?");
+    s->bind(1, tenant);
+    IS_CHECK(s->step(), "no counter for tenant '{}'", tenant);
+    next_id = s->int64(0) + 1;
+  }
+  db_->prepare("UPDATE tenants SET last_fact_id = ? WHERE tenant = ?")
+      ->bind(1, next_id - 1 + static_cast<int64_t>(facts.size()))
+      .bind(2, tenant)
+      .run();
   const int64_t now = now_ms();
-  auto& ins = db_->prepare(
-      "INSERT INTO facts (user_key, text, ts_text, ts_epoch, conversation, session, turn, speaker, turn_index, "
-      "metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
+  auto ins = db_->prepare(
+      "INSERT INTO facts (user_key, public_id, text, ts_text, ts_epoch, conversation, session, turn, speaker, "
+      "turn_index, metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
   for (const NewFact& nf : facts) {
     Fact f;
     f.tenant = tenant;
@@ -239,48 +279,54 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
     }
     f.metadata = nf.metadata;
     f.created_at_ms = f.updated_at_ms = now;
-    ins.reset();
-    ins.bind(1, user_key)
-        .bind(2, f.text)
-        .bind(3, f.timestamp)
-        .bind(4, f.timestamp_epoch)
-        .bind(5, f.source.conversation)
-        .bind(6, f.source.session)
-        .bind(7, f.source.turn)
-        .bind(8, f.source.speaker)
-        .bind(9, f.turn_index)
-        .bind(10, f.metadata)
-        .bind(11, now)
+    f.id = next_id++;
+    ins->reset();
+    ins->bind(1, user_key)
+        .bind(2, f.id)
+        .bind(3, f.text)
+        .bind(4, f.timestamp)
+        .bind(5, f.timestamp_epoch)
+        .bind(6, f.source.conversation)
+        .bind(7, f.source.session)
+        .bind(8, f.source.turn)
+        .bind(9, f.source.speaker)
+        .bind(10, f.turn_index)
+        .bind(11, f.metadata)
         .bind(12, now)
+        .bind(13, now)
         .run();
-    f.id = db_->last_insert_rowid();
+    f.key = db_->last_insert_rowid();
     added.push_back(std::move(f));
   }
 }
 
-// Writes vectors (mu_ held, inside the caller's transaction). Appends what was written to `put`.
+// Writes vectors (mu_ held, inside the caller's transaction). Appends what was written to `put`
+// and the facts' keys to `put_keys`.
 void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenant, std::string_view user,
                                         std::string_view embedder, std::span<const EmbeddingRow> rows,
-                                        EmbeddingMatrix& put) {
+                                        EmbeddingMatrix& put, std::vector<int64_t>& put_keys) {
   if (rows.empty()) return;
   const auto dim = static_cast<int32_t>(rows.front().vector.size());
-  auto& have = db_->prepare(
+  auto have = db_->prepare(
       "SELECT e.dim FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? AND e.embedder = ? LIMIT 1");
-  have.bind(1, user_key).bind(2, embedder);
-  if (have.step()) {
-    const int64_t stored = have.int64(0);
+  have->bind(1, user_key).bind(2, embedder);
+  if (have->step()) {
+    const int64_t stored = have->int64(0);
     IS_REQUIRE(stored == dim, kInvalidInput, "embedder '{}' of user '{}' holds vectors of dim {}, got dim {}",
                embedder, user, stored, dim);
   }
-  have.reset();
-  auto& ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
+  have->reset();
+  auto ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
   put.dim = dim;
   for (const EmbeddingRow& r : rows) {
-    const Fact f = require_fact(user_key, tenant, user, r.fact_id);
-    if (r.fact_version != 0 && r.fact_version != f.version) continue;  // computed from an older text
-    ins.reset();
-    ins.bind(1, r.fact_id).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
+    std::optional<Fact> f = find_fact(user_key, tenant, user, r.fact_id);
+    // Computed from that version's text: skipped when the fact changed or went meanwhile.
+    if (r.fact_version != 0 && (!f || f->version != r.fact_version)) continue;
+    if (!f) require_fact(user_key, tenant, user, r.fact_id);  // throws kNotFound
+    ins->reset();
+    ins->bind(1, f->key).bind(2, embedder).bind(3, dim).bind_blob(4, as_bytes(r.vector)).run();
     put.ids.push_back(r.fact_id);
+    put_keys.push_back(f->key);
     put.data.insert(put.data.end(), r.vector.begin(), r.vector.end());
   }
 }
@@ -289,14 +335,15 @@ void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenan
 
 std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::string_view user,
                                                std::span<const NewFact> facts,
-                                               std::optional<std::string_view> conversation) {
+                                               std::optional<std::string_view> conversation, Idempotency* idem) {
   check_user(tenant, user);
   if (conversation) check_name("conversation", *conversation);
   std::vector<EmbeddingRow> client_rows;
   for (size_t i = 0; i < facts.size(); ++i) {
     const std::string where = where_prefix(i, facts.size());
     check_text(facts[i].text, where);
-    check_metadata(facts[i].metadata, where);
+    check_fact_date(facts[i].timestamp, where);
+    check_fact_metadata(facts[i].metadata, where);
     if (!facts[i].vector.empty()) {
       check_vector(facts[i].vector, where);
       IS_REQUIRE(client_rows.empty() || client_rows.front().vector.size() == facts[i].vector.size(), kInvalidInput,
@@ -310,26 +357,32 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
   std::lock_guard lock(mu_);
   std::vector<Fact> added;
   EmbeddingMatrix put;
+  std::vector<int64_t> ids, keys, put_keys;
   {
     sqlite::Transaction tx(*db_);
+    if (replayed_locked(tenant, idem)) return {};
+    prune_locked();
     const int64_t user_key = ensure_user_key(tenant, user);
     insert_locked(user_key, tenant, user, facts, conversation, added);
     for (EmbeddingRow& r : client_rows) r.fact_id = added[static_cast<size_t>(r.fact_id)].id;
-    write_embeddings_locked(user_key, tenant, user, kClientEmbedder, client_rows, put);
+    write_embeddings_locked(user_key, tenant, user, kClientEmbedder, client_rows, put, put_keys);
+    for (const Fact& f : added) {
+      ids.push_back(f.id);
+      keys.push_back(f.key);
+    }
+    change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids, keys);
+    if (!put.ids.empty())
+      change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, kClientEmbedder);
+    remember_locked(tenant, idem, WriteResult{ids, {}, 0});
     tx.commit();
   }
-  notify([&](FactStoreListener& l) { l.on_facts_added(added); });
-  if (!put.ids.empty())
-    notify([&](FactStoreListener& l) { l.on_embeddings_put(tenant, user, kClientEmbedder, put.ids, put.data, put.dim); });
-  std::vector<int64_t> ids;
-  ids.reserve(added.size());
-  for (const Fact& f : added) ids.push_back(f.id);
+  after_write_locked();
   return ids;
 }
 
 std::vector<int64_t> FactStore::add_facts(std::string_view tenant, std::string_view user,
-                                          std::span<const NewFact> facts) {
-  return add_facts_impl(tenant, user, facts, std::nullopt);
+                                          std::span<const NewFact> facts, Idempotency* idem) {
+  return add_facts_impl(tenant, user, facts, std::nullopt, idem);
 }
 
 int64_t FactStore::add_fact(std::string_view tenant, std::string_view user, const NewFact& fact) {
@@ -337,8 +390,9 @@ int64_t FactStore::add_fact(std::string_view tenant, std::string_view user, cons
 }
 
 std::vector<int64_t> FactStore::add_turns(std::string_view tenant, std::string_view user,
-                                          std::string_view conversation, std::span<const NewFact> turns) {
-  return add_facts_impl(tenant, user, turns, conversation);
+                                          std::string_view conversation, std::span<const NewFact> turns,
+                                          Idempotency* idem) {
+  return add_facts_impl(tenant, user, turns, conversation, idem);
 }
 
 Fact FactStore::get(std::string_view tenant, std::string_view user, int64_t id) const {
@@ -376,17 +430,22 @@ std::vector<Fact> FactStore::list(std::string_view tenant, std::string_view user
 
 std::vector<Fact> FactStore::window(std::string_view tenant, std::string_view user, int64_t fact_id,
                                     size_t w) const {
-  std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  const Fact f = require_fact(key, tenant, user, fact_id);
+  return window(get(tenant, user, fact_id), w);
+}
+
+std::vector<Fact> FactStore::window(const Fact& f, size_t w) const {
   if (!f.turn_index || w == 0) return {};
+  std::lock_guard lock(mu_);
+  const auto key = find_user_key(f.tenant, f.user);
+  if (!key) return {};  // the user is gone since `f` was read
+  const std::string_view tenant = f.tenant, user = f.user;
   // One range scan of facts_by_turn, newest first, then reversed to reading order.
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                          " FROM facts f WHERE f.user_key = ? AND f.conversation = ? AND f.turn_index IS NOT NULL "
                          "AND f.turn_index < ? ORDER BY f.turn_index DESC LIMIT ?");
-  s.bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, static_cast<int64_t>(std::min<size_t>(w, INT64_MAX)));
+  s->bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, static_cast<int64_t>(std::min<size_t>(w, INT64_MAX)));
   std::vector<Fact> out;
-  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  while (s->step()) out.push_back(read_fact(*s, tenant, user));
   std::reverse(out.begin(), out.end());
   return out;
 }
@@ -395,83 +454,107 @@ size_t FactStore::count(std::string_view tenant, std::string_view user) const {
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
   if (!key) return 0;
-  auto& s = db_->prepare("SELECT COUNT(*) FROM facts WHERE user_key = ?");
-  s.bind(1, *key);
-  IS_CHECK(s.step(), "no row from COUNT");
-  return static_cast<size_t>(s.int64(0));
+  auto s = db_->prepare("SELECT COUNT(*) FROM facts WHERE user_key = ?");
+  s->bind(1, *key);
+  IS_CHECK(s->step(), "no row from COUNT");
+  return static_cast<size_t>(s->int64(0));
 }
 
 std::vector<UserRef> FactStore::users() const {
   std::lock_guard lock(mu_);
-  auto& s = db_->prepare(
+  auto s = db_->prepare(
       "SELECT u.tenant, u.user FROM users u WHERE EXISTS (SELECT 1 FROM facts f WHERE f.user_key = u.user_key) "
       "ORDER BY u.tenant, u.user");
   std::vector<UserRef> out;
-  while (s.step()) out.push_back(UserRef{s.text(0), s.text(1)});
+  while (s->step()) out.push_back(UserRef{s->text(0), s->text(1)});
   return out;
 }
 
-Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& up) {
+Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& up,
+                       Idempotency* idem) {
   if (up.text) check_text(*up.text, "");
-  if (up.metadata) check_metadata(*up.metadata, "");
+  if (up.metadata) check_fact_metadata(*up.metadata, "");
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  Fact f = require_fact(key, tenant, user, id);
-  const bool text_changed = up.text && *up.text != f.text;
-  const bool meta_changed = up.metadata && *up.metadata != f.metadata;
-  if (!text_changed && !meta_changed) return f;
-  if (text_changed) f.text = *up.text;
-  if (meta_changed) f.metadata = *up.metadata;
-  f.version += 1;
-  f.updated_at_ms = now_ms();
+  Fact f;
   {
+    // Read and write in one write transaction: another process may change the fact meanwhile.
     sqlite::Transaction tx(*db_);
-    db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ? AND user_key = ?")
-        .bind(1, f.text)
+    if (replayed_locked(tenant, idem)) return {};
+    const auto key = find_user_key(tenant, user);
+    f = require_fact(key, tenant, user, id);
+    const bool text_changed = up.text && *up.text != f.text;
+    const bool meta_changed = up.metadata && *up.metadata != f.metadata;
+    if (!text_changed && !meta_changed) {
+      if (idem) {  // nothing to change, but a retry must still get this answer
+        remember_locked(tenant, idem, WriteResult{{}, f, 0});
+        tx.commit();
+      }
+      return f;
+    }
+    if (text_changed) f.text = *up.text;
+    if (meta_changed) f.metadata = *up.metadata;
+    f.version += 1;
+    f.updated_at_ms = now_ms();
+    prune_locked();
+    db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ?")
+        ->bind(1, f.text)
         .bind(2, f.metadata)
         .bind(3, f.version)
         .bind(4, f.updated_at_ms)
-        .bind(5, id)
-        .bind(6, *key)
+        .bind(5, f.key)
         .run();
     IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
-    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?").bind(1, id).run();
+    if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, f.key).run();
+    const int64_t ids[1] = {id}, keys[1] = {f.key};
+    change_log::append(*db_, text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
+                       ids, keys);
+    remember_locked(tenant, idem, WriteResult{{}, f, 0});
     tx.commit();
   }
-  notify([&](FactStoreListener& l) { l.on_fact_updated(f, text_changed); });
+  after_write_locked();
   return f;
 }
 
-void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id) {
+void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id, Idempotency* idem) {
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  require_fact(key, tenant, user, id);
   {
     sqlite::Transaction tx(*db_);
-    db_->prepare("DELETE FROM facts WHERE id = ? AND user_key = ?").bind(1, id).bind(2, *key).run();  // cascades
+    if (replayed_locked(tenant, idem)) return;
+    const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
+    prune_locked();
+    db_->prepare("DELETE FROM facts WHERE id = ?")->bind(1, f.key).run();  // cascades to embeddings
+    const int64_t ids[1] = {id}, keys[1] = {f.key};
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
+    remember_locked(tenant, idem, WriteResult{{}, {}, 1});
     tx.commit();
   }
-  const int64_t ids[1] = {id};
-  notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
+  after_write_locked();
 }
 
-size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
+size_t FactStore::remove_user(std::string_view tenant, std::string_view user, Idempotency* idem) {
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  if (!key) return 0;
-  std::vector<int64_t> ids;
-  {
-    auto& s = db_->prepare("SELECT id FROM facts WHERE user_key = ? ORDER BY id");
-    s.bind(1, *key);
-    while (s.step()) ids.push_back(s.int64(0));
-  }
+  std::vector<int64_t> ids, keys;
   {
     sqlite::Transaction tx(*db_);
-    db_->prepare("DELETE FROM facts WHERE user_key = ?").bind(1, *key).run();  // cascades to embeddings
-    db_->prepare("DELETE FROM users WHERE user_key = ?").bind(1, *key).run();
+    if (replayed_locked(tenant, idem)) return 0;
+    const auto key = find_user_key(tenant, user);
+    if (!key) return 0;  // nothing deleted: no answer to remember (a retry finds nothing either)
+    {
+      auto s = db_->prepare("SELECT public_id, id FROM facts WHERE user_key = ? ORDER BY public_id");
+      s->bind(1, *key);
+      while (s->step()) {
+        ids.push_back(s->int64(0));
+        keys.push_back(s->int64(1));
+      }
+    }
+    prune_locked();
+    db_->prepare("DELETE FROM facts WHERE user_key = ?")->bind(1, *key).run();  // cascades to embeddings
+    db_->prepare("DELETE FROM users WHERE user_key = ?")->bind(1, *key).run();
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
+    remember_locked(tenant, idem, WriteResult{{}, {}, ids.size()});
     tx.commit();
   }
-  if (!ids.empty()) notify([&](FactStoreListener& l) { l.on_facts_deleted(tenant, user, ids); });
+  after_write_locked();
   return ids.size();
 }
 
@@ -479,17 +562,17 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user) {
 
 std::optional<std::string> FactStore::get_setting(std::string_view key) const {
   std::lock_guard lock(mu_);
-  auto& s = db_->prepare("SELECT value FROM settings WHERE key = ?");
-  s.bind(1, key);
-  if (!s.step()) return std::nullopt;
-  return s.text(0);
+  auto s = db_->prepare("SELECT value FROM settings WHERE key = ?");
+  s->bind(1, key);
+  if (!s->step()) return std::nullopt;
+  return s->text(0);
 }
 
 void FactStore::set_setting(std::string_view key, std::string_view value) {
   check_name("setting", key);
   std::lock_guard lock(mu_);
   db_->prepare("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
-      .bind(1, key)
+      ->bind(1, key)
       .bind(2, value)
       .run();
 }
@@ -508,29 +591,36 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
   }
   if (rows.empty()) return 0;
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  if (!key) require_fact(key, tenant, user, rows.front().fact_id);  // throws kNotFound
   EmbeddingMatrix put;
+  std::vector<int64_t> put_keys;
   {
     sqlite::Transaction tx(*db_);
-    write_embeddings_locked(*key, tenant, user, embedder, rows, put);
+    const auto key = find_user_key(tenant, user);
+    if (!key) {
+      // Versioned rows of a user deleted meanwhile are skipped like any other gone fact.
+      for (const EmbeddingRow& r : rows)
+        if (r.fact_version == 0) require_fact(key, tenant, user, r.fact_id);  // throws kNotFound
+      return 0;
+    }
+    prune_locked();
+    write_embeddings_locked(*key, tenant, user, embedder, rows, put, put_keys);
+    if (put.ids.empty()) return 0;
+    change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, embedder);
     tx.commit();
   }
-  if (!put.ids.empty())
-    notify([&](FactStoreListener& l) { l.on_embeddings_put(tenant, user, embedder, put.ids, put.data, put.dim); });
+  after_write_locked();
   return put.ids.size();
 }
 
 std::optional<std::vector<float>> FactStore::get_embedding(std::string_view tenant, std::string_view user,
                                                            int64_t id, std::string_view embedder) const {
   std::lock_guard lock(mu_);
-  const auto key = find_user_key(tenant, user);
-  require_fact(key, tenant, user, id);
-  auto& s = db_->prepare("SELECT dim, vector FROM embeddings WHERE fact_id = ? AND embedder = ?");
-  s.bind(1, id).bind(2, embedder);
-  if (!s.step()) return std::nullopt;
+  const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
+  auto s = db_->prepare("SELECT dim, vector FROM embeddings WHERE fact_id = ? AND embedder = ?");
+  s->bind(1, f.key).bind(2, embedder);
+  if (!s->step()) return std::nullopt;
   std::vector<float> v;
-  append_blob(s.blob(1), static_cast<int32_t>(s.int64(0)), v, id);
+  append_blob(s->blob(1), static_cast<int32_t>(s->int64(0)), v, id);
   return v;
 }
 
@@ -547,12 +637,12 @@ std::vector<Fact> FactStore::facts_missing_embedding(std::string_view tenant, st
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
   if (!key) return {};
-  auto& s = db_->prepare("SELECT " IS_FACT_COLUMNS
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                          " FROM facts f WHERE f.user_key = ? AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE "
-                         "e.fact_id = f.id AND e.embedder = ?) ORDER BY f.id LIMIT ?");
-  s.bind(1, *key).bind(2, embedder).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
+                         "e.fact_id = f.id AND e.embedder = ?) ORDER BY f.public_id LIMIT ?");
+  s->bind(1, *key).bind(2, embedder).bind(3, static_cast<int64_t>(std::min<size_t>(limit, INT64_MAX)));
   std::vector<Fact> out;
-  while (s.step()) out.push_back(read_fact(s, tenant, user));
+  while (s->step()) out.push_back(read_fact(*s, tenant, user));
   return out;
 }
 
@@ -562,37 +652,173 @@ void FactStore::attach(FactStoreListener* listener) {
   IS_CHECK(listener != nullptr, "null listener");
   std::lock_guard lock(mu_);
   IS_CHECK(std::find(listeners_.begin(), listeners_.end(), listener) == listeners_.end(), "listener attached twice");
-  struct UserRow {
-    int64_t key;
-    std::string tenant, user;
-  };
-  std::vector<UserRow> users;
-  {
-    auto& s = db_->prepare("SELECT user_key, tenant, user FROM users ORDER BY user_key");
-    while (s.step()) users.push_back(UserRow{s.int64(0), s.text(1), s.text(2)});
-  }
-  for (const UserRow& u : users) {
-    const std::vector<Fact> facts = list_locked(u.key, u.tenant, u.user, ListOptions{0, SIZE_MAX});
-    if (!facts.empty()) listener->on_facts_added(facts);
-    std::vector<std::string> embedders;
-    {
-      auto& s = db_->prepare(
-          "SELECT DISTINCT e.embedder FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? "
-          "ORDER BY e.embedder");
-      s.bind(1, u.key);
-      while (s.step()) embedders.push_back(s.text(0));
-    }
-    for (const std::string& e : embedders) {
-      const EmbeddingMatrix m = embeddings_locked(u.key, e);
-      listener->on_embeddings_put(u.tenant, u.user, e, m.ids, m.data, m.dim);
-    }
-  }
+  catch_up_locked(listener);  // the others catch up to the snapshot the new one is filled from
   listeners_.push_back(listener);
 }
 
 void FactStore::detach(FactStoreListener* listener) {
   std::lock_guard lock(mu_);
   std::erase(listeners_, listener);
+}
+
+// ---- the change log ----------------------------------------------------------------------------
+
+int64_t FactStore::data_version_locked() const {
+  auto q = db_->prepare("PRAGMA data_version");
+  IS_CHECK(q->step(), "no row from PRAGMA data_version");
+  return q->int64(0);
+}
+
+bool FactStore::refresh() {
+  std::lock_guard lock(mu_);
+  const int64_t v = data_version_locked();
+  if (v == data_version_ && !catch_up_pending_) return false;
+  data_version_ = v;
+  return catch_up_locked() > 0;
+}
+
+void FactStore::after_write_locked() {
+  // The write is durable: a failure to replay it must not fail the call. refresh() retries.
+  try {
+    catch_up_locked();
+  } catch (const std::exception& e) {
+    catch_up_pending_ = true;
+    spdlog::error("fact store: listeners could not catch up after a write (retried at the next refresh): {}", e.what());
+  }
+}
+
+void FactStore::prune_locked() {
+  const int64_t now = now_ms();
+  if (now - pruned_at_ms_ < 60'000) return;
+  change_log::prune(*db_, now - change_log::kRetentionMs);
+  idempotency::prune(*db_, now);
+  pruned_at_ms_ = now;
+}
+
+// ---- idempotency ------------------------------------------------------------------------------
+
+bool FactStore::replayed_locked(std::string_view tenant, Idempotency* idem) {
+  if (!idem) return false;
+  const auto rec = idempotency::find(*db_, tenant, idem->key, now_ms());
+  if (!rec) return false;
+  if (rec->request_hash != idem->request_hash)
+    throw IdempotencyKeyReused(fmt::format("the Idempotency-Key '{}' was used within the last 24 hours for another "
+                                           "request; use a new key for a new request",
+                                           idem->key));
+  idem->answer = rec->answer;
+  idem->replayed = true;
+  return true;
+}
+
+void FactStore::remember_locked(std::string_view tenant, Idempotency* idem, const WriteResult& result) {
+  if (!idem) return;
+  IS_CHECK(static_cast<bool>(idem->render), "an idempotent write without a render function");
+  idem->answer = idem->render(result);
+  idem->replayed = false;
+  idempotency::put(*db_, tenant, idem->key, idempotency::Record{idem->request_hash, idem->answer}, now_ms());
+}
+
+void FactStore::replay_contents_locked(FactStoreListener& listener) {
+  struct UserRow {
+    int64_t key;
+    std::string tenant, user;
+  };
+  std::vector<UserRow> users;
+  {
+    auto s = db_->prepare("SELECT user_key, tenant, user FROM users ORDER BY user_key");
+    while (s->step()) users.push_back(UserRow{s->int64(0), s->text(1), s->text(2)});
+  }
+  for (const UserRow& u : users) {
+    const std::vector<Fact> facts = list_locked(u.key, u.tenant, u.user, ListOptions{0, SIZE_MAX});
+    if (!facts.empty()) listener.on_facts_added(facts);
+    std::vector<std::string> embedders;
+    {
+      auto s = db_->prepare(
+          "SELECT DISTINCT e.embedder FROM embeddings e JOIN facts f ON f.id = e.fact_id WHERE f.user_key = ? "
+          "ORDER BY e.embedder");
+      s->bind(1, u.key);
+      while (s->step()) embedders.push_back(s->text(0));
+    }
+    for (const std::string& e : embedders) {
+      const EmbeddingMatrix m = embeddings_locked(u.key, e);
+      listener.on_embeddings_put(u.tenant, u.user, e, m.ids, m.data, m.dim);
+    }
+  }
+}
+
+void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
+  using change_log::Op;
+  const change_log::Change& c = run.front();
+  std::vector<int64_t> ids, keys;
+  for (const change_log::Change& r : run) {
+    ids.push_back(r.fact_id);
+    keys.push_back(r.fact_key);
+  }
+  if (c.op == Op::kDelete) {
+    notify([&](FactStoreListener& l) { l.on_facts_deleted(c.tenant, c.user, ids, keys); });
+    return;
+  }
+  // The rows as they are now: a fact deleted since is skipped (its delete follows in the log).
+  const auto key = find_user_key(c.tenant, c.user);
+  if (!key) return;
+  if (c.op == Op::kEmbed) {
+    EmbeddingMatrix m;
+    auto s = db_->prepare(
+        "SELECT e.dim, e.vector FROM embeddings e JOIN facts f ON f.id = e.fact_id "
+        "WHERE e.fact_id = ? AND e.embedder = ? AND f.user_key = ?");
+    for (size_t i = 0; i < ids.size(); ++i) {
+      s->reset();
+      s->bind(1, keys[i]).bind(2, c.embedder).bind(3, *key);
+      if (!s->step()) continue;
+      m.dim = static_cast<int32_t>(s->int64(0));
+      m.ids.push_back(ids[i]);
+      append_blob(s->blob(1), m.dim, m.data, ids[i]);
+    }
+    if (!m.ids.empty())
+      notify([&](FactStoreListener& l) { l.on_embeddings_put(c.tenant, c.user, c.embedder, m.ids, m.data, m.dim); });
+    return;
+  }
+  std::vector<Fact> facts;
+  for (int64_t id : ids)
+    if (auto f = find_fact(*key, c.tenant, c.user, id)) facts.push_back(std::move(*f));
+  if (facts.empty()) return;
+  if (c.op == Op::kAdd) {
+    notify([&](FactStoreListener& l) { l.on_facts_added(facts); });
+  } else {
+    for (const Fact& f : facts) notify([&](FactStoreListener& l) { l.on_fact_updated(f, c.op == Op::kUpdateText); });
+  }
+}
+
+size_t FactStore::catch_up_locked(FactStoreListener* added) {
+  sqlite::Transaction tx(*db_, sqlite::Transaction::kRead);  // the log and the rows it names, from one snapshot
+  const int64_t last = change_log::last_seq(*db_);
+  size_t replayed = 0;
+  if (last != seen_seq_) {
+    const std::vector<change_log::Change> rows = change_log::since(*db_, seen_seq_);
+    if (static_cast<int64_t>(rows.size()) != last - seen_seq_) {
+      // Rows this store never saw were pruned: what they did is unknown, so start over.
+      spdlog::warn("fact store: {} changes by other processes were pruned before this process saw them; reloading every "
+                   "fact into the caches", last - seen_seq_ - static_cast<int64_t>(rows.size()));
+      notify([](FactStoreListener& l) { l.on_reset(); });
+      for (FactStoreListener* l : listeners_) replay_contents_locked(*l);
+    } else {
+      // Consecutive rows of one kind, user and embedder make one event.
+      for (size_t i = 0; i < rows.size();) {
+        size_t j = i + 1;
+        while (j < rows.size() && rows[j].op == rows[i].op && rows[j].tenant == rows[i].tenant &&
+               rows[j].user == rows[i].user && rows[j].embedder == rows[i].embedder)
+          ++j;
+        replay_run_locked(std::span(rows).subspan(i, j - i));
+        i = j;
+      }
+    }
+    replayed = rows.size();
+    seen_seq_ = last;
+  }
+  if (added) replay_contents_locked(*added);
+  tx.commit();
+  catch_up_pending_ = false;
+  return replayed;
 }
 
 }  // namespace inferscale

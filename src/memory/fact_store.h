@@ -9,6 +9,10 @@
 //
 // Threads: one connection behind one mutex; every method may be called from any thread.
 // Listeners (fact_store_listener.h) are told of every committed change.
+//
+// Processes: several may open one data directory (WAL, a busy timeout, no statement left open
+// past its call). Every write also appends to the change log (change_log.h) in its transaction;
+// refresh() replays other processes' changes to this store's listeners.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -22,6 +26,7 @@
 
 #include "memory/fact.h"
 #include "memory/fact_store_listener.h"
+#include "memory/idempotency.h"
 
 namespace inferscale {
 
@@ -29,6 +34,21 @@ namespace sqlite {
 class Db;
 class Statement;
 }  // namespace sqlite
+namespace change_log {
+struct Change;
+}  // namespace change_log
+
+// The one rule for tenant, user, conversation, embedder and setting names, wherever they come
+// from (REST paths, a request's memory object, the CLI): 1 to FactStore::kMaxNameBytes bytes, no
+// control characters. What is wrong with `name` ("is empty", ...), or nullopt when it is valid.
+std::optional<std::string> name_problem(std::string_view name);
+// kInvalidInput "{what} name {problem}" unless `name` is valid.
+void check_name(std::string_view what, std::string_view name);
+// The rules for a fact's fields, also applied where records are parsed (fact_json.h): a date is
+// empty or one parse_timestamp() reads (memory/timestamp.h); metadata is empty or the JSON text of
+// an object. kInvalidInput starting with `where` ("fact 2: ") and naming the field.
+void check_fact_date(std::string_view date, std::string_view where);
+void check_fact_metadata(std::string_view metadata, std::string_view where);
 
 struct FactStoreOptions {
   bool create_if_missing = true;  // false: kNotFound when the directory holds no store
@@ -47,14 +67,21 @@ class FactStore {
   FactStore& operator=(const FactStore&) = delete;
 
   // ---- facts -------------------------------------------------------------------------------
+  // Writes (add_facts, add_turns, update, remove, remove_user) may carry an Idempotency
+  // (idempotency.h): the key's first answer is stored in the write's transaction; when the key
+  // names an earlier write of the same request, nothing is written, idem->replayed is set, the
+  // return value is empty and idem->answer is the first answer. The same key with another request
+  // throws IdempotencyKeyReused.
+  //
   // Adds facts in one transaction; returns their ids in input order. Client vectors
   // (NewFact::vector) are stored under kClientEmbedder in the same transaction.
-  std::vector<int64_t> add_facts(std::string_view tenant, std::string_view user, std::span<const NewFact> facts);
+  std::vector<int64_t> add_facts(std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
+                                 Idempotency* idem = nullptr);
   int64_t add_fact(std::string_view tenant, std::string_view user, const NewFact& fact);
   // Appends conversation turns (in order) to `conversation`: each becomes a fact with
   // source.conversation = conversation and the next turn_index of that conversation.
   std::vector<int64_t> add_turns(std::string_view tenant, std::string_view user, std::string_view conversation,
-                                 std::span<const NewFact> turns);
+                                 std::span<const NewFact> turns, Idempotency* idem = nullptr);
 
   // kNotFound when the id is unknown or belongs to another user.
   Fact get(std::string_view tenant, std::string_view user, int64_t id) const;
@@ -67,17 +94,21 @@ class FactStore {
   // The encoding window of a turn: the (at most) w turns of the same conversation that precede
   // it, oldest first. Empty for a fact that is not a conversation turn, or for w = 0.
   std::vector<Fact> window(std::string_view tenant, std::string_view user, int64_t fact_id, size_t w) const;
+  // The same for a fact already read: no lookup of the fact itself, so it also answers after the
+  // fact was deleted meanwhile (a request composed from it is served as it was retrieved).
+  std::vector<Fact> window(const Fact& fact, size_t w) const;
   size_t count(std::string_view tenant, std::string_view user) const;
   // Every user that has a fact, ordered by (tenant, user).
   std::vector<UserRef> users() const;
 
   // Replaces the fields given; bumps the version when anything changed and returns the fact.
   // A text change drops the fact's embeddings (they were computed from the old text).
-  Fact update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& update);
+  Fact update(std::string_view tenant, std::string_view user, int64_t id, const FactUpdate& update,
+              Idempotency* idem = nullptr);
   // kNotFound when the id is not the user's.
-  void remove(std::string_view tenant, std::string_view user, int64_t id);
+  void remove(std::string_view tenant, std::string_view user, int64_t id, Idempotency* idem = nullptr);
   // Deletes every fact of the user; returns how many.
-  size_t remove_user(std::string_view tenant, std::string_view user);
+  size_t remove_user(std::string_view tenant, std::string_view user, Idempotency* idem = nullptr);
 
   // ---- settings (global key/value: KV fingerprint, encoding window, ...) -----------------------
   std::optional<std::string> get_setting(std::string_view key) const;
@@ -85,7 +116,9 @@ class FactStore {
 
   // ---- embeddings (float32 vectors per (fact, embedder)) -------------------------------------
   // Stores (or replaces) vectors; all rows of one user and embedder share one dimension.
-  // Rows whose fact_version no longer matches are skipped. Returns the number written.
+  // Rows with a fact_version whose fact has another version now, or is gone, are skipped (it
+  // changed while the embedder ran); a row without one (0) for a fact that is not the user's is
+  // kNotFound. Returns the number written.
   size_t put_embeddings(std::string_view tenant, std::string_view user, std::string_view embedder,
                         std::span<const EmbeddingRow> rows);
   std::optional<std::vector<float>> get_embedding(std::string_view tenant, std::string_view user, int64_t id,
@@ -101,6 +134,10 @@ class FactStore {
   // The listener must outlive its attachment.
   void attach(FactStoreListener* listener);
   void detach(FactStoreListener* listener);
+  // Catches up with the changes other processes committed: replays them to the listeners.
+  // Cheap when there are none (one PRAGMA data_version). Call it before serving from a cache of
+  // the store, such as before each retrieval. Returns whether anything was replayed.
+  bool refresh();
 
   // The database file.
   const std::filesystem::path& path() const { return path_; }
@@ -110,7 +147,12 @@ class FactStore {
  private:
   explicit FactStore(std::filesystem::path path);
   std::vector<int64_t> add_facts_impl(std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
-                                      std::optional<std::string_view> conversation);
+                                      std::optional<std::string_view> conversation, Idempotency* idem);
+  // Inside a write transaction: whether `idem` (may be null) names an earlier write of this
+  // request (its answer is then in idem->answer); throws IdempotencyKeyReused for another request.
+  bool replayed_locked(std::string_view tenant, Idempotency* idem);
+  // Inside the write's transaction, after it: renders and stores its answer under the key.
+  void remember_locked(std::string_view tenant, Idempotency* idem, const WriteResult& result);
   // Helpers below run with mu_ held.
   std::optional<int64_t> find_user_key(std::string_view tenant, std::string_view user) const;
   int64_t ensure_user_key(std::string_view tenant, std::string_view user);
@@ -123,14 +165,30 @@ class FactStore {
   void insert_locked(int64_t user_key, std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
                      std::optional<std::string_view> conversation, std::vector<Fact>& added);
   void write_embeddings_locked(int64_t user_key, std::string_view tenant, std::string_view user,
-                               std::string_view embedder, std::span<const EmbeddingRow> rows, EmbeddingMatrix& put);
+                               std::string_view embedder, std::span<const EmbeddingRow> rows, EmbeddingMatrix& put,
+                               std::vector<int64_t>& put_keys);
   template <class F>
   void notify(F&& f);
+  // Replays the change log past seen_seq_ to the listeners, in one read transaction (mu_ held;
+  // after every write commits, and from refresh()). `added` (may be null) is a listener that
+  // receives the store's whole contents from the same snapshot instead (attach).
+  // Returns the number of log rows replayed.
+  size_t catch_up_locked(FactStoreListener* added = nullptr);
+  void replay_contents_locked(FactStoreListener& listener);
+  void replay_run_locked(std::span<const change_log::Change> run);  // rows of one op, user and embedder
+  void after_write_locked();   // catch_up_locked(), which must not fail a committed write
+  int64_t data_version_locked() const;
+  // Called inside every write transaction: prunes old change-log rows now and then.
+  void prune_locked();
 
   std::filesystem::path path_;
   mutable std::mutex mu_;
   std::unique_ptr<sqlite::Db> db_;
   std::vector<FactStoreListener*> listeners_;
+  int64_t seen_seq_ = 0;       // the last change-log row the listeners were told of
+  int64_t data_version_ = -1;  // PRAGMA data_version at the last refresh(): moves with others' commits
+  int64_t pruned_at_ms_ = 0;
+  bool catch_up_pending_ = false;  // a catch-up after a write failed: refresh() retries it
 };
 
 }  // namespace inferscale

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -12,7 +14,7 @@ namespace inferscale {
 namespace {
 
 constexpr char kMagic[4] = {'I', 'S', 'K', 'V'};
-constexpr uint32_t kFormat = 2;
+constexpr uint32_t kFormat = 3;
 
 #pragma pack(push, 1)
 struct Header {
@@ -22,10 +24,12 @@ struct Header {
   int64_t fact_id;
   int64_t version;
   int32_t window;
+  uint64_t window_hash;
   int32_t num_tokens;
   int32_t num_layers;
   int32_t kv_size;
-  uint32_t dtype;  // DType: kF32 or kBF16
+  uint32_t dtype;  // DType: kF32, kF16 or kBF16
+  uint32_t pool;   // DType of the pool that computed the KV
   uint64_t checksum;
 };
 #pragma pack(pop)
@@ -40,18 +44,35 @@ std::vector<char> encode_payload(const FactKv& kv) {
     return out;
   }
   auto* h = reinterpret_cast<uint16_t*>(out.data());
-  for (float x : kv.k) *h++ = f32_to_bf16(x);
-  for (float x : kv.v) *h++ = f32_to_bf16(x);
+  const auto half = kv.dtype == DType::kBF16 ? f32_to_bf16 : f32_to_f16;
+  for (float x : kv.k) *h++ = half(x);
+  for (float x : kv.v) *h++ = half(x);
   return out;
 }
 
+bool stored_dtype(uint32_t d) {
+  return d == static_cast<uint32_t>(DType::kF32) || d == static_cast<uint32_t>(DType::kF16) ||
+         d == static_cast<uint32_t>(DType::kBF16);
+}
+
+constexpr float kF16Max = 65504.0f;
+
 }  // namespace
+
+DType kv_file_dtype(DType pool, const FactKv& kv) {
+  if (pool == DType::kBF16) return DType::kBF16;
+  auto fits = [](const std::vector<float>& x) {
+    // Below f16's rounding overflow point (65520 rounds to infinity); NaN fails both tests.
+    return std::all_of(x.begin(), x.end(), [](float v) { return std::fabs(v) <= kF16Max; });
+  };
+  return fits(kv.k) && fits(kv.v) ? DType::kF16 : DType::kF32;
+}
 
 void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, const FactKv& kv) {
   const size_t n = static_cast<size_t>(key.num_layers) * kv.num_tokens * key.kv_size;
   IS_CHECK(kv.k.size() == n && kv.v.size() == n, "KV of {} floats for a {}-float file", kv.k.size(), n);
-  IS_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16, "KV files hold f32 or bf16, not {}",
-           dtype_name(kv.dtype));
+  IS_CHECK(stored_dtype(static_cast<uint32_t>(kv.dtype)) && stored_dtype(static_cast<uint32_t>(kv.pool)),
+           "KV files hold f32, f16 or bf16, not {} (pool {})", dtype_name(kv.dtype), dtype_name(kv.pool));
   const std::vector<char> payload = encode_payload(kv);
   Header h{};
   std::memcpy(h.magic, kMagic, 4);
@@ -60,10 +81,12 @@ void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, cons
   h.fact_id = key.fact_id;
   h.version = key.version;
   h.window = key.window;
+  h.window_hash = key.window_hash;
   h.num_tokens = kv.num_tokens;
   h.num_layers = key.num_layers;
   h.kv_size = key.kv_size;
   h.dtype = static_cast<uint32_t>(kv.dtype);
+  h.pool = static_cast<uint32_t>(kv.pool);
   h.checksum = XXH3_64bits(payload.data(), payload.size());
   std::filesystem::create_directories(path.parent_path());
   const std::filesystem::path tmp = path.string() + ".tmp";
@@ -83,13 +106,14 @@ std::optional<FactKv> read_kv_file(const std::filesystem::path& path, const KvFi
   Header h{};
   if (!f.read(reinterpret_cast<char*>(&h), sizeof h)) return std::nullopt;
   if (std::memcmp(h.magic, kMagic, 4) != 0 || h.format != kFormat || h.fingerprint != key.fingerprint ||
-      h.fact_id != key.fact_id || h.version != key.version || h.window != key.window || h.num_layers != key.num_layers ||
-      h.kv_size != key.kv_size || h.num_tokens <= 0 || h.num_tokens > (1 << 20) ||
-      (h.dtype != static_cast<uint32_t>(DType::kF32) && h.dtype != static_cast<uint32_t>(DType::kBF16)))
+      h.fact_id != key.fact_id || h.version != key.version || h.window != key.window || h.window_hash != key.window_hash || h.num_layers != key.num_layers ||
+      h.kv_size != key.kv_size || h.num_tokens <= 0 || h.num_tokens > (1 << 20) || !stored_dtype(h.dtype) ||
+      !stored_dtype(h.pool))
     return std::nullopt;
   FactKv kv;
   kv.num_tokens = h.num_tokens;
   kv.dtype = static_cast<DType>(h.dtype);
+  kv.pool = static_cast<DType>(h.pool);
   const size_t n = static_cast<size_t>(h.num_layers) * h.num_tokens * h.kv_size;
   std::vector<char> payload(2 * n * dtype_size(kv.dtype));
   if (!f.read(payload.data(), static_cast<std::streamsize>(payload.size()))) return std::nullopt;

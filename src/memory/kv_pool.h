@@ -14,11 +14,14 @@
 
 namespace inferscale {
 
-// A fact's KV depends on its text (version) and on its encoding window w.
+// A fact's KV depends on its text (version) and on what it was encoded after: the window w and
+// the tokens of the (at most w) turns in it, which change when one of those turns is deleted or
+// edited. window_hash is XXH3 of those tokens (MemoryService::window_tokens).
 struct FactKvKey {
-  int64_t fact_id = 0;
+  int64_t fact_id = 0;  // Fact::key, unique in the store (not the id clients see, unique per tenant)
   int64_t version = 0;
   int32_t window = 0;
+  uint64_t window_hash = 0;
   bool operator==(const FactKvKey&) const = default;
 };
 

@@ -34,7 +34,7 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
       encoder_(backend, cache_blocks, opts_.encode_batch_tokens) {
   render_fact(opts_.fact_template, "", "", "");  // validates the template now, not on the first request
   fingerprint_ = hash_text(model_.fingerprint + "\n" + opts_.fact_template + "\n" + (opts_.sink ? "sink" : "nosink") +
-                           "\nkv-format-1");
+                           "\nkv-format-2");  // 2: keys cover the window's tokens
   const std::string fp = fmt::format("{:016x}", fingerprint_);
   const auto stored = store_.get_setting(kFingerprintSetting);
   if (stored != fp) {
@@ -52,43 +52,57 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
 
 MemoryService::~MemoryService() { store_.detach(this); }
 
-void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t> ids) {
+void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
+                                     std::span<const int64_t> keys) {
   std::lock_guard<std::mutex> lock(stale_mu_);
-  stale_.insert(stale_.end(), ids.begin(), ids.end());
+  stale_.insert(stale_.end(), keys.begin(), keys.end());
 }
 
 void MemoryService::on_fact_updated(const Fact& fact, bool) {
   std::lock_guard<std::mutex> lock(stale_mu_);
-  stale_.push_back(fact.id);
+  stale_.push_back(fact.key);
+}
+
+void MemoryService::on_reset() {
+  std::lock_guard<std::mutex> lock(stale_mu_);
+  reset_ = true;
 }
 
 void MemoryService::sync() {
   std::vector<int64_t> ids;
+  bool reset = false;
   {
     std::lock_guard<std::mutex> lock(stale_mu_);
     ids.swap(stale_);
+    std::swap(reset, reset_);
   }
-  for (int64_t id : ids) {
-    pool_.erase_fact(id);
-    token_cache_.erase(id);
+  if (reset) {
+    pool_.clear();  // pinned entries go when their requests end
+    token_cache_.clear();
+  }
+  for (int64_t key : ids) {
+    pool_.erase_fact(key);
+    token_cache_.erase(key);
     if (!opts_.kv_dir.empty()) {
       std::error_code ec;
-      std::filesystem::remove(kv_path(id), ec);
+      std::filesystem::remove(kv_file_path(key), ec);
     }
   }
 }
 
-std::filesystem::path MemoryService::kv_path(int64_t fact_id) const {
-  return opts_.kv_dir / fmt::format("{}.kv", fact_id);
+std::filesystem::path MemoryService::kv_file_path(int64_t fact_key) const {
+  return opts_.kv_dir / fmt::format("{}.kv", fact_key);
 }
 
+std::filesystem::path MemoryService::kv_path(const Fact& f) const { return kv_file_path(f.key); }
+
 std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
-  auto it = token_cache_.find(f.id);
+  auto it = token_cache_.find(f.key);
   if (it != token_cache_.end() && it->second.first == f.version) return it->second.second;
   const std::string text = render_fact(opts_.fact_template, f.text, f.source.speaker, f.timestamp) + "\n";
   // User text never turns into special tokens.
   auto tokens = model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
-  token_cache_[f.id] = {f.version, tokens};
+  token_cache_[f.key] = {f.version, tokens};
   return tokens;
 }
 
@@ -96,26 +110,37 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   std::vector<int32_t> out;
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
   if (w <= 0) return out;
-  for (const Fact& prev : store_.window(f.tenant, f.user, f.id, static_cast<size_t>(w))) {
+  // By the fact read at retrieval: it may have been deleted since, and is then served as read.
+  for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
     const auto t = fact_tokens(prev);
     out.insert(out.end(), t.begin(), t.end());
   }
   return out;
 }
 
-KvFileKey MemoryService::file_key(const Fact& f, int32_t w) const {
-  const ModelConfig& c = backend_.config();
-  return KvFileKey{fingerprint_, f.id, f.version, w, static_cast<int32_t>(c.num_layers), static_cast<int32_t>(c.kv_size())};
+FactKvKey MemoryService::kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window) const {
+  const std::vector<int32_t> tokens = window_tokens(f, w);
+  const FactKvKey key{f.key, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
+  if (window) *window = tokens;
+  return key;
 }
 
-void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
-                                  std::vector<FactKvKey>& pinned) {
+KvFileKey MemoryService::file_key(const FactKvKey& k) const {
+  const ModelConfig& c = backend_.config();
+  return KvFileKey{fingerprint_, k.fact_id, k.version, k.window, static_cast<int32_t>(c.num_layers),
+                   static_cast<int32_t>(c.kv_size()), k.window_hash};
+}
+
+std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
+                                                    std::vector<FactKvKey>& pinned) {
+  std::vector<FactKvKey> keys;
   std::vector<EncodeJob> jobs;
-  std::vector<const Fact*> job_facts;
   std::vector<FactKvKey> fresh;  // allocated here: erased again if encoding fails
   try {
     for (const Fact& f : facts) {
-      const FactKvKey key{f.id, f.version, w};
+      std::vector<int32_t> window;
+      const FactKvKey key = kv_key(f, w, &window);
+      keys.push_back(key);
       if (std::find(pinned.begin(), pinned.end(), key) != pinned.end()) continue;
       if (pool_.find(key)) {
         pool_.pin(key);
@@ -124,10 +149,10 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
       }
       const auto tokens = fact_tokens(f);
       if (!opts_.kv_dir.empty()) {
-        auto kv = read_kv_file(kv_path(f.id), file_key(f, w));
+        auto kv = read_kv_file(kv_path(f), file_key(key));
         // A file from another backend (f32 vs bf16 pool) is re-encoded: the pool serves what this
         // backend computes.
-        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->dtype == backend_.pool_dtype()) {
+        if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->pool == backend_.pool_dtype()) {
           const auto& e = pool_.allocate(key, kv->num_tokens);
           backend_.write_pool(pool_.slots(e), kv->k, kv->v);
           pool_.pin(key);
@@ -140,10 +165,9 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
       pool_.pin(key);
       pinned.push_back(key);
       fresh.push_back(key);
-      jobs.push_back(EncodeJob{window_tokens(f, w), tokens, pool_.slots(e)});
-      job_facts.push_back(&f);
+      jobs.push_back(EncodeJob{std::move(window), tokens, pool_.slots(e)});
     }
-    if (jobs.empty()) return;
+    if (jobs.empty()) return keys;
     encoder_.encode(jobs);
     if (stats) stats->encoded += static_cast<int32_t>(jobs.size());
     if (!opts_.kv_dir.empty()) {
@@ -151,10 +175,12 @@ void MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, Mem
         FactKv kv;
         kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
         backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
-        kv.dtype = backend_.pool_dtype();
-        write_kv_file(kv_path(job_facts[i]->id), file_key(*job_facts[i], w), kv);
+        kv.pool = backend_.pool_dtype();
+        kv.dtype = kv_file_dtype(kv.pool, kv);
+        write_kv_file(kv_file_path(fresh[i].fact_id), file_key(fresh[i]), kv);
       }
     }
+    return keys;
   } catch (...) {
     for (const FactKvKey& k : pinned) pool_.unpin(k);
     for (const FactKvKey& k : fresh) pool_.erase_fact(k.fact_id);  // never serve unwritten KV
@@ -186,6 +212,7 @@ std::pair<std::string, std::string> MemoryService::render_around_facts(const std
 
 MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
                                    const ChatRenderOptions& chat) {
+  store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
   sync();
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;
@@ -252,8 +279,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   if (req.mode != MemoryMode::kInject) return out;
 
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<FactKvKey> keys;  // per placed fact
   try {
-    make_resident(out.facts, w, &out, out.pins);  // on failure it has unpinned and freed what it took
+    keys = make_resident(out.facts, w, &out, out.pins);  // on failure it has unpinned and freed what it took
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kResource) throw;
     out.fallback = e.what();
@@ -263,7 +291,8 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   InjectedSpan span;
   span.start = c.facts_start;
   span.end = c.facts_end;
-  // The cache key names exactly which KV the span holds: user, facts and versions, window, fingerprint.
+  // The cache key names exactly which KV the span holds: user, facts and versions, window and its
+  // tokens, fingerprint.
   XXH3_state_t* st = XXH3_createState();
   XXH3_64bits_reset(st);
   XXH3_64bits_update(st, &fingerprint_, sizeof fingerprint_);
@@ -272,12 +301,12 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
   XXH3_64bits_update(st, &recompute_last, sizeof recompute_last);
   XXH3_64bits_update(st, req.tenant.data(), req.tenant.size() + 1);
   XXH3_64bits_update(st, req.user.data(), req.user.size() + 1);
-  for (const Fact& f : out.facts) {
-    const MemoryKvPool::Entry* e = pool_.find(FactKvKey{f.id, f.version, w});
-    IS_CHECK(e != nullptr, "fact {} not resident after make_resident", f.id);
+  for (const FactKvKey& key : keys) {
+    const MemoryKvPool::Entry* e = pool_.find(key);
+    IS_CHECK(e != nullptr, "fact {} not resident after make_resident", key.fact_id);
     const auto s = pool_.slots(*e);
     span.pool_slots.insert(span.pool_slots.end(), s.begin(), s.end());
-    const int64_t idv[2] = {f.id, f.version};
+    const uint64_t idv[3] = {static_cast<uint64_t>(key.fact_id), static_cast<uint64_t>(key.version), key.window_hash};
     XXH3_64bits_update(st, idv, sizeof idv);
   }
   span.cache_key = XXH3_64bits_digest(st) | 1;  // never 0: 0 means "no injected KV"

@@ -8,8 +8,9 @@
 //     -> retrieve top-k (Retriever over the user's facts; a text query or a client query vector)
 //     -> order (rank: best-ranked fact last; time: chronological)
 //     -> render each fact "[{date}] {speaker}: {text}\n" and tokenize it alone (no BOS)
-//     -> inject mode: pool entry per fact, keyed (id, version, w): found, read from its KV file,
-//        or encoded now ([w preceding turns][fact], pre-RoPE K and V captured into the pool)
+//     -> inject mode: pool entry per fact, keyed (id, version, w, hash of the window's tokens):
+//        found, read from its KV file, or encoded now ([w preceding turns][fact], pre-RoPE K and V
+//        captured into the pool)
 //     -> [prefix ... header][f_k ... f_1][footer ... question], span = the facts' range
 #pragma once
 #include <cstdint>
@@ -88,7 +89,8 @@ class MemoryService : private FactStoreListener {
   int64_t encode_facts(const std::string& tenant, const std::string& user, const std::vector<int64_t>& ids, int32_t w,
                        Progress* progress = nullptr);
 
-  // Drops the KV of facts deleted or updated since the last call (engine thread).
+  // Drops the KV of facts deleted or updated since the last call, by this process or (seen
+  // through FactStore::refresh) another one (engine thread).
   void sync();
 
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
@@ -97,14 +99,24 @@ class MemoryService : private FactStoreListener {
   int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
-  std::filesystem::path kv_path(int64_t fact_id) const;
+  // The KV file of a fact (named by its store-wide key: fact.h).
+  std::filesystem::path kv_path(const Fact& f) const;
+  // The pool key of a fact's KV for window w (reads the window's turns); `window` (may be null)
+  // gets the window's tokens.
+  FactKvKey kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window = nullptr) const;
+  KvFileKey file_key(const FactKvKey& key) const;
 
  private:
-  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
+  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                        std::span<const int64_t> keys) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
+  void on_reset() override;
 
-  // Pins a resident pool entry for every fact (loading or encoding the missing ones).
-  void make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats, std::vector<FactKvKey>& pinned);
+  // Pins a resident pool entry for every fact (loading or encoding the missing ones); returns
+  // their keys in the order of `facts`.
+  std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
+                                       std::vector<FactKvKey>& pinned);
+  // The tokens a fact is encoded after: [BOS with sink][the w preceding turns' tokens].
   std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
   KvFileKey file_key(const Fact& f, int32_t w) const;
   // Prefix text of the chat prompt up to the facts, and the text after them.
@@ -119,10 +131,12 @@ class MemoryService : private FactStoreListener {
   MemoryKvPool pool_;
   FactEncoder encoder_;
   uint64_t fingerprint_ = 0;
-  // Rendered tokens per fact id, valid for the cached version (engine thread only).
+  // Rendered tokens per fact key, valid for the cached version (engine thread only).
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
   std::mutex stale_mu_;
-  std::vector<int64_t> stale_;  // fact ids whose KV must go (listener thread -> engine thread)
+  std::filesystem::path kv_file_path(int64_t fact_key) const;
+  std::vector<int64_t> stale_;  // fact keys whose KV must go (listener thread -> engine thread)
+  bool reset_ = false;          // every fact's KV must go (the store lost track of changes)
 };
 
 }  // namespace inferscale

@@ -54,28 +54,72 @@ CREATE TABLE embeddings (
   PRIMARY KEY (fact_id, embedder)
 ) WITHOUT ROWID;
 )sql",
+    // v2: the change log (change_log.h), so a store follows the writes of other processes.
+    // fact_id is the fact's id within its tenant (v3), fact_key its row (facts.id).
+    R"sql(
+CREATE TABLE changes (
+  seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+  op       INTEGER NOT NULL,
+  tenant   TEXT NOT NULL,
+  user     TEXT NOT NULL,
+  fact_id  INTEGER NOT NULL,
+  fact_key INTEGER NOT NULL,
+  embedder TEXT NOT NULL DEFAULT '',
+  at_ms    INTEGER NOT NULL
+);
+CREATE INDEX changes_by_time ON changes (at_ms);
+)sql",
+    // v3: fact ids per tenant, so a tenant's ids count only its own facts. facts.id stays the
+    // row's key, unique in the store and never reused (KV files and pool entries are keyed by
+    // it; clients never see it); facts.public_id is the id clients see, numbered per tenant by
+    // tenants.last_fact_id. Existing facts keep their ids as public ids, and every tenant's
+    // numbering starts above the highest id given before (setting fact_ids.floor), so no id a
+    // client saw comes back.
+    R"sql(
+ALTER TABLE facts ADD COLUMN public_id INTEGER NOT NULL DEFAULT 0;
+UPDATE facts SET public_id = id;
+CREATE UNIQUE INDEX facts_by_public_id ON facts (user_key, public_id);
+CREATE TABLE tenants (
+  tenant       TEXT PRIMARY KEY,
+  last_fact_id INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO settings (key, value) SELECT 'fact_ids.floor', CAST(seq AS TEXT) FROM sqlite_sequence WHERE name = 'facts';
+)sql",
+    // v4: idempotency keys of writes (idempotency.h): the first answer, kept for 24 hours.
+    R"sql(
+CREATE TABLE idempotency (
+  tenant        TEXT NOT NULL,
+  key           TEXT NOT NULL,
+  request_hash  TEXT NOT NULL,
+  answer        TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_by_time ON idempotency (created_at_ms);
+)sql",
 };
 
 }  // namespace
 
 int64_t schema_version(sqlite::Db& db) {
-  auto& exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
-  if (!exists.step()) return 0;
-  auto& q = db.prepare("SELECT version FROM schema_version");
-  return q.step() ? q.int64(0) : 0;
+  auto exists = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'");
+  if (!exists->step()) return 0;
+  auto q = db.prepare("SELECT version FROM schema_version");
+  return q->step() ? q->int64(0) : 0;
 }
 
-void migrate_schema(sqlite::Db& db) {
+void migrate_schema(sqlite::Db& db, int64_t to) {
+  IS_CHECK(to >= 1 && to <= kSchemaVersion, "no schema version {}", to);
   sqlite::Transaction tx(db);
   db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)");
   const int64_t have = schema_version(db);
   IS_REQUIRE(have <= kSchemaVersion, kUnsupported,
              "database {} has schema version {}, newer than this build supports ({}); upgrade inferscale",
              db.path(), have, kSchemaVersion);
-  for (int64_t v = have; v < kSchemaVersion; ++v) db.exec(kMigrations[static_cast<size_t>(v)]);
-  if (have != kSchemaVersion) {
+  for (int64_t v = have; v < to; ++v) db.exec(kMigrations[static_cast<size_t>(v)]);
+  if (have < to) {
     db.exec("DELETE FROM schema_version");
-    db.prepare("INSERT INTO schema_version (version) VALUES (?)").bind(1, kSchemaVersion).run();
+    db.prepare("INSERT INTO schema_version (version) VALUES (?)")->bind(1, to).run();
   }
   tx.commit();
 }

@@ -9,11 +9,12 @@ namespace sqlite {
 class Db;
 }
 
-inline constexpr int64_t kSchemaVersion = 1;
+inline constexpr int64_t kSchemaVersion = 4;
 
 // The version recorded in the database; 0 for a new, empty one.
 int64_t schema_version(sqlite::Db& db);
-// Brings the database to kSchemaVersion. Throws kUnsupported when it is newer than this build.
-void migrate_schema(sqlite::Db& db);
+// Brings the database to version `to` (kSchemaVersion; tests build older databases with a lower
+// one). Throws kUnsupported when it is newer than this build.
+void migrate_schema(sqlite::Db& db, int64_t to = kSchemaVersion);
 
 }  // namespace inferscale

@@ -66,11 +66,21 @@ void Db::exec(std::string_view sql) {
   }
 }
 
-Statement& Db::prepare(std::string_view sql) {
+Query Db::prepare(std::string_view sql) {
   auto it = cache_.find(std::string(sql));
   if (it == cache_.end()) it = cache_.emplace(std::string(sql), std::make_unique<Statement>(*this, sql)).first;
-  it->second->reset();
-  return *it->second;
+  return Query(*it->second);
+}
+
+Query::Query(Statement& s) : s_(&s) {
+  IS_CHECK(!s.lent_, "statement already in use: {}", s.sql_);
+  s.lent_ = true;
+}
+
+Query::~Query() {
+  if (s_ == nullptr) return;
+  s_->reset();
+  s_->lent_ = false;
 }
 
 int64_t Db::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
@@ -91,7 +101,8 @@ Statement& Statement::bind(int i, int64_t v) {
 }
 
 Statement& Statement::bind(int i, std::string_view v) {
-  const int rc = sqlite3_bind_text64(stmt_, i, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+  // An empty view may have no data pointer, which SQLite would bind as NULL: text is never NULL.
+  const int rc = sqlite3_bind_text64(stmt_, i, v.data() != nullptr ? v.data() : "", v.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
   if (rc != SQLITE_OK) db_.fail(rc, "binding: " + sql_);
   return *this;
 }
@@ -147,7 +158,7 @@ std::span<const uint8_t> Statement::blob(int col) const {
   return p != nullptr ? std::span<const uint8_t>(p, static_cast<size_t>(n)) : std::span<const uint8_t>();
 }
 
-Transaction::Transaction(Db& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Db& db, Kind kind) : db_(db) { db_.exec(kind == kWrite ? "BEGIN IMMEDIATE" : "BEGIN"); }
 
 Transaction::~Transaction() {
   if (done_) return;

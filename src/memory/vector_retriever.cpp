@@ -51,11 +51,12 @@ size_t VectorRetriever::indexed(std::string_view tenant, std::string_view user) 
 
 void VectorRetriever::on_fact_updated(const Fact& fact, bool text_changed) {
   if (!text_changed) return;  // the store dropped the vector: drop it here too
-  const int64_t ids[1] = {fact.id};
-  on_facts_deleted(fact.tenant, fact.user, ids);
+  const int64_t ids[1] = {fact.id}, keys[1] = {fact.key};
+  on_facts_deleted(fact.tenant, fact.user, ids, keys);
 }
 
-void VectorRetriever::on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) {
+void VectorRetriever::on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                                       std::span<const int64_t>) {
   std::unique_lock lock(mu_);
   auto it = users_.find(user_map_key(tenant, user));
   if (it == users_.end()) return;
@@ -71,6 +72,11 @@ void VectorRetriever::on_embeddings_put(std::string_view tenant, std::string_vie
   if (!index) index = make_index_(dim);
   IS_CHECK(index->dim() == dim, "user '{}' has vectors of dim {} and {}", user, index->dim(), dim);
   index->upsert(ids, data);
+}
+
+void VectorRetriever::on_reset() {
+  std::unique_lock lock(mu_);
+  users_.clear();
 }
 
 std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store, VectorIndexFactory make_index) {

@@ -43,9 +43,11 @@ class VectorRetriever final : public Retriever, private FactStoreListener {
 
  private:
   void on_fact_updated(const Fact& fact, bool text_changed) override;
-  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) override;
+  void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                        std::span<const int64_t> keys) override;
   void on_embeddings_put(std::string_view tenant, std::string_view user, std::string_view embedder,
                          std::span<const int64_t> ids, std::span<const float> data, int32_t dim) override;
+  void on_reset() override;
 
   FactStore& store_;
   std::string embedder_name_;

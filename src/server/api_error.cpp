@@ -27,6 +27,14 @@ ApiError api_error_from(std::exception_ptr e) {
     std::rethrow_exception(e);
   } catch (const ApiError& a) {
     return a;
+  } catch (const Unavailable& u) {
+    // 429 for overload: OpenAI clients retry it (honouring Retry-After); a 503 for the shutdown,
+    // which a load balancer takes as "this instance is going away".
+    const bool busy = u.why() == Unavailable::Why::kOverloaded;
+    ApiError a = busy ? ApiError(429, "rate_limit_error", u.what(), {}, "overloaded")
+                      : ApiError(503, "server_error", u.what(), {}, "shutting_down");
+    a.retry_after_s = busy ? 1 : 5;
+    return a;
   } catch (const Error& err) {
     switch (err.kind()) {
       case ErrorKind::kInvalidInput: return bad_request(err.what());

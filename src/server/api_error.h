@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/check.h"
+
 namespace inferscale::server {
 
 struct ApiError : std::runtime_error {
@@ -16,12 +18,25 @@ struct ApiError : std::runtime_error {
   std::string type;   // "invalid_request_error", "not_found_error", "server_error", ...
   std::string param;  // the offending request field ("" = none)
   std::string code;   // machine-readable detail ("" = none)
+  int retry_after_s = 0;  // > 0: sent as the Retry-After header (seconds)
 
   ApiError(int status, std::string type, const std::string& message, std::string param = {}, std::string code = {})
       : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)), code(std::move(code)) {}
 
   // The JSON body.
   std::string body() const;
+};
+
+// The server cannot take a request now, and says when to try again: too many in flight
+// (--max-pending) or shutting down. An Error of kind kResource to code that does not look closer.
+class Unavailable : public Error {
+ public:
+  enum class Why { kOverloaded, kShuttingDown };
+  Unavailable(Why why, const std::string& message) : Error(ErrorKind::kResource, message), why_(why) {}
+  Why why() const { return why_; }
+
+ private:
+  Why why_;
 };
 
 // 400 invalid_request_error naming the field.
@@ -32,7 +47,9 @@ ApiError bad_request(const std::string& message, const std::string& param = {}, 
 //   Error kInvalidInput          400 invalid_request_error
 //   Error kUnsupported           400 invalid_request_error, code "unsupported"
 //   Error kNotFound              404 not_found_error
-//   Error kResource              503 server_error, code "overloaded" (queue full, out of KV blocks)
+//   Unavailable kOverloaded      429 rate_limit_error, code "overloaded", Retry-After 1
+//   Unavailable kShuttingDown    503 server_error, code "shutting_down", Retry-After 5
+//   Error kResource              503 server_error, code "overloaded" (out of KV blocks, disk, ...)
 //   Error kInternal, the rest    500 server_error (a bug: the message is logged)
 ApiError api_error_from(std::exception_ptr e);
 

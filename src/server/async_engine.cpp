@@ -2,13 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include "server/api_error.h"
 #include "util/check.h"
 
 namespace inferscale::server {
 namespace {
 
 std::exception_ptr shutting_down() {
-  return std::make_exception_ptr(Error(ErrorKind::kResource, "the server is shutting down"));
+  return std::make_exception_ptr(Unavailable(Unavailable::Why::kShuttingDown, "the server is shutting down"));
 }
 
 }  // namespace
@@ -42,8 +43,10 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(Submission s) {
   {
     std::lock_guard lk(wake_->mu);
     if (stopping_) std::rethrow_exception(shutting_down());
-    IS_REQUIRE(num_pending_ < opts_.max_pending, kResource,
-               "the server is overloaded: {} requests are in flight (limit {}); retry later", num_pending_, opts_.max_pending);
+    if (num_pending_ >= opts_.max_pending)
+      throw Unavailable(Unavailable::Why::kOverloaded,
+                        fmt::format("the server is overloaded: {} requests are in flight (limit {}); retry later",
+                                    num_pending_, opts_.max_pending));
     ++num_pending_;
     incoming_.push_back(Pending{std::move(s), stream});
   }
@@ -71,6 +74,10 @@ AsyncEngineStats AsyncEngine::stats() const {
   return stats_;
 }
 
+// A request's slot is freed before its stream ends (its last output, error or cancellation):
+// once the HTTP thread can see the end, and so the client can have its answer and send the next
+// request, the slot is free again. Freed after, a client that sends requests one at a time could
+// be refused as overloaded while the engine thread was still between the two steps.
 void AsyncEngine::finish_request() {
   std::lock_guard lk(wake_->mu);
   --num_pending_;
@@ -111,10 +118,10 @@ void AsyncEngine::serve() {
     for (auto it = live_.begin(); it != live_.end();) {
       if (aborting || it->second.stream->cancelled()) {
         engine_->abort(it->first);
+        finish_request();  // before the stream ends: see finish_request()
         if (aborting && !it->second.stream->cancelled()) it->second.stream->fail(shutting_down());
         else it->second.stream->end_cancelled();
         it = live_.erase(it);
-        finish_request();
       } else {
         ++it;
       }
@@ -138,13 +145,13 @@ void AsyncEngine::serve() {
 void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
   for (Pending& p : incoming) {
     if (p.stream->cancelled()) {
-      p.stream->end_cancelled();
       finish_request();
+      p.stream->end_cancelled();
       continue;
     }
     if (aborting) {
-      p.stream->fail(shutting_down());
       finish_request();
+      p.stream->fail(shutting_down());
       continue;
     }
     try {
@@ -153,8 +160,8 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
       p.stream->accept();
     } catch (...) {
-      p.stream->fail(std::current_exception());
       finish_request();
+      p.stream->fail(std::current_exception());
     }
   }
 }
@@ -178,11 +185,9 @@ void AsyncEngine::step_once() {
     auto it = live_.find(o.id);
     if (it == live_.end()) continue;  // aborted while its step was running cannot happen; be safe
     const bool finished = o.finished;
+    if (finished) finish_request();
     it->second.stream->push(std::move(o));
-    if (finished) {
-      live_.erase(it);
-      finish_request();
-    }
+    if (finished) live_.erase(it);  // releases the request's hold (memory pins) on this thread
   }
 }
 
@@ -195,8 +200,8 @@ void AsyncEngine::fail_all_live(std::exception_ptr e) {
     } catch (const std::exception& ex) {
       spdlog::error("aborting request {} after a failed step also failed: {}", id, ex.what());
     }
-    live.stream->fail(e);
     finish_request();
+    live.stream->fail(e);
   }
   live_.clear();
 }

@@ -31,7 +31,7 @@ namespace inferscale::server {
 
 struct AsyncEngineOptions {
   // Requests submitted and not yet finished (queued, waiting or running); past it submit throws
-  // Error(kResource) (HTTP 503).
+  // Unavailable (kOverloaded: HTTP 429 with Retry-After).
   int64_t max_pending = 256;
 };
 
@@ -71,12 +71,12 @@ class AsyncEngine {
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
   // Thread-safe. Queues the request and returns its stream at once; the engine thread validates
-  // it (RequestStream::Poll::accepted or error). Throws Error(kResource) when the queue is full
-  // or the engine is shutting down.
+  // it (RequestStream::Poll::accepted or error). Throws Unavailable (api_error.h) when the queue
+  // is full or the engine is shutting down.
   std::shared_ptr<RequestStream> submit(Submission s);
 
   // Stops taking requests, lets live ones finish for up to `grace`, aborts the rest (their
-  // streams fail with kResource "shutting down") and joins the engine thread. Idempotent.
+  // streams fail with Unavailable kShuttingDown) and joins the engine thread. Idempotent.
   void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   AsyncEngineStats stats() const;

@@ -92,9 +92,10 @@ bool stream_events(StreamingState& st, httplib::DataSink& sink) {
     RequestStream::Poll p = st.stream->poll(kPollInterval);
     outs = std::move(p.outputs);
     if (p.error && outs.empty()) {
-      // Too late for a status code: the error travels as an event, as OpenAI's API does.
+      // Too late for a status code: the error travels as an event, as OpenAI's API does, and the
+      // stream still ends the way clients wait for.
       st.progress.end("error");
-      write(sse_error(api_error_from(p.error).body()));
+      if (write(sse_error(api_error_from(p.error).body()))) write(kSseDone);
       sink.done();
       return true;
     }

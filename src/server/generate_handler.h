@@ -5,7 +5,7 @@
 // away (ConnectionWatch, or a failed write while streaming) cancels it, which makes the engine
 // thread abort the request and free its KV blocks. Errors before the first byte of the answer are
 // JSON errors with their status; an error after a stream started is sent as an SSE event holding
-// the same JSON error.
+// the same JSON error, followed by "data: [DONE]" (shutdown past --shutdown-timeout, a failed step).
 //
 // Memory: the X-InferScale-Tenant header sets the memory object's tenant (tenant.h); a request
 // with a memory object answers with a "memory" report (api_response.h), which this thread reads

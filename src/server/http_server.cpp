@@ -3,13 +3,21 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
 #include "server/api_response.h"
+#include "server/connection_pool.h"
+#include "server/connection_server.h"
 #include "server/generate_handler.h"
 #include "server/memory_handler.h"
 #include "util/check.h"
@@ -21,6 +29,7 @@ using nlohmann::json;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status;
+  if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
   res.set_content(e.body(), "application/json");
 }
 
@@ -55,14 +64,69 @@ ApiError error_for_status(const httplib::Request& req, int status, size_t max_bo
   }
 }
 
+// Options of the listening socket: SO_REUSEADDR (a restarted server can bind while old
+// connections sit in TIME_WAIT) but not cpp-httplib's default SO_REUSEPORT, which lets a second
+// server bind the same port and the kernel split the connections between the two.
+void listen_socket_options(socket_t sock) {
+  const int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+}
+
+// Why binding host:port failed, found by trying it once more with a socket of our own (httplib
+// reports only that it failed).
+std::string bind_failure(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    return fmt::format("cannot listen on {}:{}: {}", host, port, gai_strerror(rc));
+  int err = 0;
+  for (addrinfo* ai = res; ai != nullptr && err != EADDRINUSE; ai = ai->ai_next) {
+    const int fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    listen_socket_options(fd);
+    err = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (err == EADDRINUSE) return fmt::format("port {} is already in use (another process listens on {}:{})", port, host, port);
+  if (err != 0) return fmt::format("cannot listen on {}:{}: {}", host, port, std::strerror(err));
+  return fmt::format("cannot listen on {}:{}", host, port);
+}
+
+}  // namespace
+
+namespace {
+
+std::chrono::milliseconds ms_of(double seconds, const char* name) {
+  IS_REQUIRE(seconds > 0 && seconds <= 86400, kInvalidInput, "{} must be in (0, 86400] seconds, got {}", name, seconds);
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(seconds * 1000)));
+}
+
+ConnectionLimits limits_of(const HttpServerOptions& o) {
+  ConnectionLimits l;
+  l.keep_alive_timeout = ms_of(o.keep_alive_timeout_s, "the keep-alive timeout");
+  l.read_timeout = ms_of(o.read_timeout_s, "the read timeout");
+  l.write_timeout = ms_of(o.write_timeout_s, "the write timeout");
+  IS_REQUIRE(o.listen_backlog >= 1, kInvalidInput, "the listen backlog must be >= 1, got {}", o.listen_backlog);
+  l.backlog = o.listen_backlog;
+  return l;
+}
+
 }  // namespace
 
 HttpServer::HttpServer(ServedModel model, AsyncEngine& engine, HttpServerOptions opts, MemoryProvider* memory)
     : model_(std::move(model)), engine_(engine), opts_(std::move(opts)), memory_(memory), created_(unix_now()),
-      svr_(std::make_unique<httplib::Server>()) {
+      svr_(std::make_unique<ConnectionServer>(limits_of(opts_))) {
   IS_REQUIRE(model_.tokenizer != nullptr, kInvalidInput, "the served model has no tokenizer");
   IS_REQUIRE(opts_.http_threads >= 0, kInvalidInput, "http_threads must be >= 0, got {}", opts_.http_threads);
-  if (opts_.http_threads == 0) opts_.http_threads = static_cast<int>(std::min<int64_t>(engine_.max_pending() + 16, 4096));
+  if (opts_.http_threads == 0) opts_.http_threads = static_cast<int>(std::min<int64_t>(engine_.max_pending() + 1024, 65536));
   routes();
 }
 
@@ -73,7 +137,8 @@ std::string HttpServer::url() const { return fmt::format("http://{}:{}", opts_.h
 void HttpServer::routes() {
   httplib::Server& s = *svr_;
   const size_t threads = static_cast<size_t>(opts_.http_threads);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.new_task_queue = [threads] { return new ConnectionPool(threads); };
+  s.set_socket_options(listen_socket_options);
   s.set_payload_max_length(opts_.max_body_bytes);
 
   auto gen = std::make_shared<GenerateHandler>(model_, engine_, metrics_, memory_);
@@ -156,10 +221,10 @@ int HttpServer::start() {
     port_ = svr_->bind_to_any_port(opts_.host);
     IS_REQUIRE(port_ > 0, kResource, "cannot listen on {} (any port)", opts_.host);
   } else {
-    IS_REQUIRE(svr_->bind_to_port(opts_.host, opts_.port), kResource,
-               "cannot listen on {}:{} (address in use, or not an address of this machine)", opts_.host, opts_.port);
+    IS_REQUIRE(svr_->bind_to_port(opts_.host, opts_.port), kResource, "{}", bind_failure(opts_.host, opts_.port));
     port_ = opts_.port;
   }
+  svr_->apply_backlog();
   thread_ = std::thread([this] {
     if (!svr_->listen_after_bind()) spdlog::error("the HTTP server stopped with an error");
   });
@@ -170,6 +235,9 @@ int HttpServer::start() {
 
 void HttpServer::stop() {
   if (!thread_.joinable()) return;
+  // Idle keep-alive connections close now (they would otherwise hold the stop for their
+  // keep-alive timeout); answers in progress get a second to finish.
+  svr_->begin_stop(std::chrono::milliseconds(1000));
   svr_->stop();
   thread_.join();
 }

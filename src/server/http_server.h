@@ -8,9 +8,12 @@
 // Every error is an OpenAI-style JSON error (api_error.h): unknown routes 404, a wrong method on a
 // known route 405, bodies over max_body_bytes 413, the rest as mapped by api_error_from.
 //
-// Threads: cpp-httplib's pool of `http_threads` serves connections (parse, template, tokenize,
-// wait for outputs); the AsyncEngine's thread runs the model. Starting the server ignores SIGPIPE
-// process-wide, so a client that disconnects mid-write cannot kill the process.
+// Threads: a ConnectionPool (connection_pool.h) serves each connection on a thread of its own,
+// started on demand up to `http_threads` (parse, template, tokenize, wait for outputs); the
+// AsyncEngine's thread runs the model. Idle and slow clients cost a sleeping thread each, bounded
+// by the keep-alive and read timeouts (connection_server.h), so they cannot starve /health or
+// /metrics. Starting the server ignores SIGPIPE process-wide, so a client that disconnects
+// mid-write cannot kill the process.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -22,20 +25,23 @@
 #include "server/metrics.h"
 #include "server/served_model.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace inferscale::server {
+
+class ConnectionServer;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                      // 0 = any free port (see port())
   size_t max_body_bytes = 8u << 20;     // larger bodies get 413
-  // Connections served at once; 0 = the engine's max_pending + 16. A generation holds its HTTP
-  // thread while it runs, so the pool must be larger than max_pending for requests past that
-  // limit to get their 503 at once (and /health, /metrics to answer) rather than wait for a thread.
+  // Connections served at once (a thread each, started on demand); 0 = the engine's max_pending
+  // + 1024. A generation holds its thread while it runs and idle keep-alive connections hold
+  // theirs until keep_alive_timeout_s, so this must exceed max_pending by the number of other
+  // clients that may be connected at once.
   int http_threads = 0;
+  double keep_alive_timeout_s = 5;  // an idle connection is closed after this long without a request
+  double read_timeout_s = 10;       // a request's headers and body must arrive in full within this
+  double write_timeout_s = 10;      // each write of an answer (a client not reading a stream)
+  int listen_backlog = 1024;        // connections the kernel queues before the server accepts them
 };
 
 class HttpServer {
@@ -48,10 +54,13 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds and starts serving on a background thread. Throws Error(kResource) when the address
-  // cannot be bound. Returns the bound port.
+  // cannot be bound ("port 8000 is already in use ..." when another process listens there: the
+  // socket has SO_REUSEADDR but not SO_REUSEPORT, so two servers never share a port). Returns
+  // the bound port.
   int start();
-  // Stops accepting connections and waits for the handlers in flight. Shut the AsyncEngine down
-  // first so that handlers waiting on generations return promptly. Idempotent.
+  // Stops accepting connections and waits for the handlers in flight: idle connections are closed
+  // at once, answers in progress get up to a second. Shut the AsyncEngine down first so that
+  // handlers waiting on generations return promptly. Idempotent.
   void stop();
   int port() const { return port_; }
   std::string url() const;
@@ -66,7 +75,7 @@ class HttpServer {
   MemoryProvider* memory_;
   ServerMetrics metrics_;
   int64_t created_;
-  std::unique_ptr<httplib::Server> svr_;
+  std::unique_ptr<ConnectionServer> svr_;
   std::thread thread_;
   int port_ = 0;
 };

@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <xxhash.h>
+
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -48,10 +51,40 @@ struct Call {
   }
 };
 
+std::string text_of(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
 void send(httplib::Response& res, const ojson& j) {
   res.status = 200;
-  res.set_content(j.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+  res.set_content(text_of(j), "application/json");
 }
+
+constexpr const char* kIdempotencyHeader = "Idempotency-Key";
+constexpr size_t kMaxIdempotencyKeyBytes = 255;
+
+// The request's Idempotency-Key, when it has one (1 to 255 printable ASCII characters), with a
+// hash of what the request asks: method, path (user and fact id) and body.
+std::optional<Idempotency> idempotency_of(const httplib::Request& req) {
+  if (!req.has_header(kIdempotencyHeader)) return std::nullopt;
+  Idempotency idem;
+  idem.key = req.get_header_value(kIdempotencyHeader);
+  const bool printable = std::all_of(idem.key.begin(), idem.key.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+  if (idem.key.empty() || idem.key.size() > kMaxIdempotencyKeyBytes || !printable)
+    throw bad_request(fmt::format("'{}' must be 1 to {} printable ASCII characters", kIdempotencyHeader,
+                                  kMaxIdempotencyKeyBytes),
+                      kIdempotencyHeader, "invalid_idempotency_key");
+  const std::string what = req.method + "\n" + req.path + "\n" + req.body;
+  const XXH128_hash_t h = XXH3_128bits(what.data(), what.size());
+  idem.request_hash = fmt::format("{:016x}{:016x}", h.high64, h.low64);
+  return idem;
+}
+
+// Runs a store write, with the request's Idempotency-Key when it has one, and sends its answer,
+// made by `answer` from what the write did; a retry under the same key gets the first answer
+// (header Idempotent-Replayed: true) and writes nothing. `refresh_after`: the retriever's work for
+// new text (see refresh()) follows a write that ran.
+template <class Write, class Answer>
+void write_and_send(Call& c, Write write, Answer answer, bool refresh_after);
+
 
 [[noreturn]] void too_large(const std::string& message, const std::string& param, const char* code) {
   throw ApiError(413, "invalid_request_error", message, param, code);
@@ -123,9 +156,14 @@ void get_user(Call& c) {
 }
 
 void delete_user(Call& c) {
-  const size_t n = c.store.remove_user(c.tenant, c.user);
-  if (n == 0) require_user(c);  // throws: nothing to delete
-  send(c.res, {{"user", c.user}, {"deleted", true}, {"facts_deleted", n}});
+  write_and_send(
+      c,
+      [&](Idempotency* idem) {
+        const size_t n = c.store.remove_user(c.tenant, c.user, idem);
+        if (n == 0 && !(idem && idem->replayed)) require_user(c);  // throws: nothing to delete
+        return WriteResult{{}, {}, n};
+      },
+      [&](const WriteResult& r) { return ojson{{"user", c.user}, {"deleted", true}, {"facts_deleted", r.deleted}}; }, false);
 }
 
 // After a write: the retriever's work for the new text (dense: embedding) runs on this HTTP thread
@@ -140,6 +178,23 @@ void refresh(const Call& c) {
   }
 }
 
+template <class Write, class Answer>
+void write_and_send(Call& c, Write write, Answer answer, bool refresh_after) {
+  std::optional<Idempotency> idem = idempotency_of(c.req);
+  const auto render = [&answer](const WriteResult& r) { return text_of(answer(r)); };
+  if (idem) idem->render = render;
+  WriteResult done;
+  try {
+    done = write(idem ? &*idem : nullptr);
+  } catch (const IdempotencyKeyReused& e) {
+    throw ApiError(422, "invalid_request_error", e.what(), kIdempotencyHeader, "idempotency_key_reused");
+  }
+  if (idem && idem->replayed) c.res.set_header("Idempotent-Replayed", "true");
+  else if (refresh_after) refresh(c);
+  c.res.status = 200;
+  c.res.set_content(idem ? idem->answer : render(done), "application/json");
+}
+
 void add_facts(Call& c) {
   const json body = parse_json_body(c.req.body);
   const JsonFields f(body);
@@ -148,18 +203,25 @@ void add_facts(Call& c) {
   const json* turns = f.get("turns");
   if ((facts != nullptr) == (turns != nullptr))
     throw bad_request("give either \"facts\", or \"conversation\" with \"turns\"", facts ? "turns" : "facts");
-  std::vector<int64_t> ids;
+  std::vector<NewFact> records;
+  std::optional<std::string> conversation;
   if (facts) {
     if (f.get("conversation")) f.fail("conversation", "goes with \"turns\", not with \"facts\"");
-    ids = c.store.add_facts(c.tenant, c.user, parse_records(*facts, "facts"));
+    records = parse_records(*facts, "facts");
   } else {
-    const auto conversation = f.string("conversation");
+    conversation = f.string("conversation");
     if (!conversation) f.fail("conversation", "is required with \"turns\"");
     check_name(*conversation, "conversation");
-    ids = c.store.add_turns(c.tenant, c.user, *conversation, parse_records(*turns, "turns"));
+    records = parse_records(*turns, "turns");
   }
-  refresh(c);
-  send(c.res, {{"ids", ids}});
+  write_and_send(
+      c,
+      [&](Idempotency* idem) {
+        return WriteResult{conversation ? c.store.add_turns(c.tenant, c.user, *conversation, records, idem)
+                                        : c.store.add_facts(c.tenant, c.user, records, idem),
+                           {}, 0};
+      },
+      [](const WriteResult& r) { return ojson{{"ids", r.ids}}; }, true);
 }
 
 void list_facts(Call& c) {
@@ -192,17 +254,29 @@ void update_fact(Call& c) {
   u.text = f.string("text");
   if (u.text && u.text->size() > FactStore::kMaxTextBytes)
     too_large(fmt::format("'text' is {} bytes; at most {}", u.text->size(), FactStore::kMaxTextBytes), "text", "fact_too_large");
-  if (auto it = body.find("metadata"); it != body.end()) u.metadata = it->is_null() ? std::string() : it->dump();  // null clears
+  if (auto it = body.find("metadata"); it != body.end()) {
+    u.metadata = it->is_null() ? std::string() : it->dump();  // null clears
+    try {
+      check_fact_metadata(*u.metadata, "");
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "metadata");
+    }
+  }
   if (!u.text && !u.metadata) throw bad_request("nothing to change: give \"text\" and/or \"metadata\"");
-  const Fact fact = on_fact([&] { return c.store.update(c.tenant, c.user, id, u); });
-  if (u.text) refresh(c);
-  send(c.res, fact_to_json(fact));
+  write_and_send(
+      c, [&](Idempotency* idem) { return WriteResult{{}, on_fact([&] { return c.store.update(c.tenant, c.user, id, u, idem); }), 0}; },
+      [](const WriteResult& r) { return fact_to_json(*r.fact); }, u.text.has_value());
 }
 
 void delete_fact(Call& c) {
   const int64_t id = c.id();
-  on_fact([&] { c.store.remove(c.tenant, c.user, id); });
-  send(c.res, {{"id", id}, {"deleted", true}});
+  write_and_send(
+      c,
+      [&](Idempotency* idem) {
+        on_fact([&] { c.store.remove(c.tenant, c.user, id, idem); });
+        return WriteResult{{}, {}, 1};
+      },
+      [id](const WriteResult&) { return ojson{{"id", id}, {"deleted", true}}; }, false);
 }
 
 void search(Call& c) {
@@ -215,6 +289,7 @@ void search(Call& c) {
   if (!vector && (!query || query->empty())) f.fail("query", "is required (a non-empty string), or give 'vector'");
   const auto k = static_cast<size_t>(f.integer("k", 1, MemorySpec::kMaxK).value_or(kDefaultSearchK));
   require_user(c);
+  c.store.refresh();  // another process's writes reach the retriever's indexes first
   const std::vector<ScoredFact> hits =
       vector ? c.retriever.search_vector(c.tenant, c.user, *vector, k) : c.retriever.search(c.tenant, c.user, *query, k);
   ojson data = ojson::array();

@@ -6,6 +6,7 @@
 
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "server/tenant.h"
 #include "util/check.h"
 
 namespace inferscale::server {
@@ -17,10 +18,10 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   MemorySpec s;
   auto user = f.string("user");
   if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");
-  if (user->size() > MemorySpec::kMaxUserBytes) f.fail("user", fmt::format("must be at most {} bytes", MemorySpec::kMaxUserBytes));
+  check_name(*user, "memory.user");
   s.user = *user;
   if (auto t = f.string("tenant")) {
-    if (t->empty() || t->size() > MemorySpec::kMaxUserBytes) f.fail("tenant", fmt::format("must be 1 to {} bytes", MemorySpec::kMaxUserBytes));
+    check_name(*t, "memory.tenant");
     s.tenant = *t;
   }
   if (auto q = f.string("query")) s.query = *q;

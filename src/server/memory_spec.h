@@ -1,7 +1,7 @@
 // The `memory` object of a request (InferScale's extension to the OpenAI API), parsed into native
 // types on the HTTP thread:
 //
-//   "memory": {"user": "alice",          required, 1..256 bytes
+//   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h)
 //              "tenant": "acme",         optional (default "default")
 //              "k": 10,                  facts to retrieve, 0..kMaxK            (default: the server's)
 //              "w": 2,                   context-window turns per fact, 0..kMaxW (default: the server's)
@@ -40,7 +40,6 @@ namespace inferscale::server {
 struct MemorySpec : MemoryRequest {
   static constexpr int32_t kMaxK = 256;
   static constexpr int32_t kMaxW = 128;
-  static constexpr size_t kMaxUserBytes = 256;
   static constexpr size_t kMaxVectorDim = 16384;
 
   MemorySpec() { tenant.clear(); }

@@ -8,12 +8,10 @@
 namespace inferscale::server {
 
 void check_name(std::string_view name, const std::string& param) {
-  if (name.empty() || name.size() > FactStore::kMaxNameBytes)
-    throw bad_request(fmt::format("'{}' must be 1 to {} bytes, got {}", param, FactStore::kMaxNameBytes, name.size()), param,
-                      "invalid_name");
-  for (char c : name)
-    if (static_cast<unsigned char>(c) < 0x20)
-      throw bad_request(fmt::format("'{}' must not hold control characters", param), param, "invalid_name");
+  if (auto problem = name_problem(name))
+    throw bad_request(fmt::format("'{}' {} (a name must be 1 to {} bytes without control characters)", param, *problem,
+                                  FactStore::kMaxNameBytes),
+                      param, "invalid_name");
 }
 
 std::string request_tenant(const httplib::Request& req) {

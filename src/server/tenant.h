@@ -17,7 +17,8 @@ namespace inferscale::server {
 
 inline constexpr const char* kTenantHeader = "X-InferScale-Tenant";
 
-// 400 naming `param` unless `name` is a valid tenant or user name.
+// 400 naming `param` (code invalid_name) unless `name` is a valid tenant or user name: the
+// store's rule (name_problem in memory/fact_store.h), for REST paths and memory objects alike.
 void check_name(std::string_view name, const std::string& param);
 
 // The header's tenant, or kDefaultTenant; 400 when the header holds an invalid name.

@@ -1,0 +1,29 @@
+#include "memory/idempotency.h"
+
+#include "memory/sqlite.h"
+
+namespace inferscale::idempotency {
+
+std::optional<Record> find(sqlite::Db& db, std::string_view tenant, std::string_view key, int64_t now_ms) {
+  auto q = db.prepare("SELECT request_hash, answer FROM idempotency WHERE tenant = ? AND key = ? AND created_at_ms > ?");
+  q->bind(1, tenant).bind(2, key).bind(3, now_ms - kIdempotencyTtlMs);
+  if (!q->step()) return std::nullopt;
+  return Record{q->text(0), q->text(1)};
+}
+
+void put(sqlite::Db& db, std::string_view tenant, std::string_view key, const Record& record, int64_t now_ms) {
+  db.prepare(
+        "INSERT OR REPLACE INTO idempotency (tenant, key, request_hash, answer, created_at_ms) VALUES (?, ?, ?, ?, ?)")
+      ->bind(1, tenant)
+      .bind(2, key)
+      .bind(3, record.request_hash)
+      .bind(4, record.answer)
+      .bind(5, now_ms)
+      .run();
+}
+
+void prune(sqlite::Db& db, int64_t now_ms) {
+  db.prepare("DELETE FROM idempotency WHERE created_at_ms <= ?")->bind(1, now_ms - kIdempotencyTtlMs).run();
+}
+
+}  // namespace inferscale::idempotency

@@ -1,0 +1,142 @@
+// `inferscale serve` as a real process, next to other real processes: another CLI writing to the
+// same data directory, a second server on the same port, shutdown on SIGTERM. Loopback only,
+// ephemeral ports; every wait is bounded.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_process.h"
+#include "server_http_client.h"
+#include "test_fact_store_util.h"
+
+using namespace inferscale;
+using namespace inferscale::test_support;
+using nlohmann::json;
+
+namespace {
+
+httplib::Client client(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(10, 0);
+  c.set_read_timeout(60, 0);
+  return c;
+}
+
+json ok(const httplib::Result& r) {
+  if (!r) throw std::runtime_error("no response");
+  EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body);
+}
+
+std::vector<std::string> search_texts(int port, const std::string& user, const std::string& query) {
+  std::vector<std::string> out;
+  const json hits = ok(client(port).Post(("/v1/memory/users/" + user + "/search").c_str(),
+                                         json{{"query", query}, {"k", 10}}.dump(), "application/json"));
+  for (const json& h : hits["data"]) out.push_back(h["text"]);
+  return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+class CliServe : public ::testing::Test {
+ protected:
+  inferscale::testing::TempDir tmp;
+  std::string data = (tmp.path() / "data").string();
+};
+
+}  // namespace
+
+// Issue 11, defect 1: the README's flow, serve and then `memory add` from another process on the
+// same data directory. The server must see the other process's facts (count, search, a chat's
+// memory) and keep taking writes.
+TEST_F(CliServe, AnotherProcessWritingTheDataDirIsSeenAndDoesNotLockTheServer) {
+  ServeProcess server({"--data-dir", data, "--memory-k", "10", "--window", "0"}, tmp.path());
+  const int port = server.port();
+  auto post_fact = [&](const std::string& text) {
+    return client(port).Post("/v1/memory/users/u/facts", json{{"facts", {{{"text", text}}}}}.dump(), "application/json");
+  };
+  ok(post_fact("the server wrote about a red bicycle"));
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 1);
+
+  const CliResult add = run_cli({"memory", "add", "--data-dir", data, "--user", "u", "--text", "the cli wrote about a green kayak"},
+                                tmp.path(), 120);
+  ASSERT_EQ(add.code, 0) << add.err;
+  const int64_t cli_id = std::stoll(add.out);
+
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 2);
+  EXPECT_TRUE(has(search_texts(port, "u", "green kayak"), "the cli wrote about a green kayak"));
+  const json chat = ok(client(port).Post(
+      "/v1/chat/completions",
+      json{{"model", "demo"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "kayak?"}}}},
+           {"memory", {{"user", "u"}, {"query", "green kayak"}}}}
+          .dump(),
+      "application/json"));
+  bool placed = false;
+  for (const json& f : chat["memory"]["facts"]) placed = placed || f["id"] == cli_id;
+  EXPECT_TRUE(placed) << chat["memory"].dump();
+  // The server still writes (it used to answer 503 "database is locked" from here on).
+  ok(post_fact("the server wrote again"));
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 3);
+
+  // A delete by the other process reaches the server's index too.
+  const CliResult del = run_cli({"memory", "delete", "--data-dir", data, "--user", "u", "--id", std::to_string(cli_id)},
+                                tmp.path(), 120);
+  ASSERT_EQ(del.code, 0) << del.err;
+  EXPECT_FALSE(has(search_texts(port, "u", "green kayak"), "the cli wrote about a green kayak"));
+  EXPECT_EQ(ok(client(port).Get("/v1/memory/users/u"))["facts"], 2);
+
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(30), 0) << server.err();
+}
+
+// Issue 11, defect 3: cpp-httplib's default SO_REUSEPORT let a second server share the port (the
+// kernel then splits connections between them). The second one must fail at start instead.
+TEST_F(CliServe, ASecondServerOnAPortInUseFailsAtStart) {
+  ServeProcess first({}, tmp.path(), "first");
+  const std::string port = std::to_string(first.port());
+  ChildProcess second({"serve", "--model", "demo", "--host", "127.0.0.1", "--port", port}, tmp.path(), "second");
+  const auto code = second.wait(60);
+  ASSERT_TRUE(code.has_value()) << "the second server is still running: " << second.err();
+  EXPECT_EQ(*code, 1) << second.err();
+  EXPECT_NE(second.err().find("error: port " + port + " is already in use"), std::string::npos) << second.err();
+  EXPECT_EQ(ok(client(first.port()).Get("/health"))["status"], "ok");  // the first one is untouched
+}
+
+// Issue 11, defect 6: SIGTERM with streams running past --shutdown-timeout and idle keep-alive
+// connections open. The process must exit within the timeout plus a second (it used to wait
+// another keep-alive timeout for the idle connections), and each cut stream ends with an error
+// event followed by [DONE].
+TEST_F(CliServe, ShutdownEndsWithinTheTimeoutAndCutStreamsEndWithDone) {
+  ServeProcess server({"--threads", "1", "--shutdown-timeout", "1", "--keep-alive-timeout", "30"}, tmp.path());
+  const int port = server.port();
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(std::make_unique<RawConnection>(port));
+    idle.back()->send_raw("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    EXPECT_NE(idle.back()->read_until("\"ok\"}").find("200 OK"), std::string::npos);  // then kept alive
+  }
+  std::vector<std::unique_ptr<RawConnection>> streams;
+  for (int i = 0; i < 2; ++i) {
+    streams.push_back(std::make_unique<RawConnection>(port));
+    streams.back()->send_post("/v1/completions", json{{"model", "demo"}, {"prompt", "a long story " + std::to_string(i)},
+                                                      {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}
+                                                     .dump());
+  }
+  std::vector<std::string> got;
+  for (auto& s : streams) got.push_back(s->read_until("data: "));  // both are streaming now
+  const auto t0 = std::chrono::steady_clock::now();
+  server.signal(SIGTERM);
+  const auto code = server.wait(10);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(code.has_value()) << server.err();
+  EXPECT_EQ(*code, 0) << server.err();
+  EXPECT_LT(took, 1.0 + 1.0) << server.err();
+  for (size_t i = 0; i < streams.size(); ++i) {
+    got[i] += streams[i]->read_until("\r\n0\r\n\r\n");  // the chunked body's end (or the close)
+    EXPECT_NE(got[i].find("\"code\":\"shutting_down\""), std::string::npos) << got[i].substr(std::max<size_t>(got[i].size(), 400) - 400);
+    const size_t done = got[i].rfind("data: [DONE]");
+    ASSERT_NE(done, std::string::npos) << got[i].substr(std::max<size_t>(got[i].size(), 400) - 400);
+    EXPECT_GT(done, got[i].find("shutting_down"));
+  }
+}
