@@ -595,6 +595,8 @@ TEST_F(ServerMemory, LogprobsOfTextModeEqualAPlainRequestAndInjectIsClose) {
   }
   EXPECT_LT(worst, 0.5) << "inject and text logprobs differ by " << worst << " nats";
   std::printf("inject vs text: max |logprob difference| %.3g nats over %zu prompt and 4 generated tokens\n", worst, ids.size());
+}
+
 // Issue 11, defect 7: ids count per tenant, so a tenant's ids tell nothing of other tenants'
 // writes; the same id in two tenants is two facts, in the REST API and in a chat's memory.
 TEST_F(ServerMemory, FactIdsArePerTenant) {
