@@ -830,3 +830,25 @@ TEST(MemoryService, RecomputeLastComputesTheFactsNearestTheQuestion) {
   s.service->release(p);
   s.service->release(both);
 }
+
+// The same facts asked for under two windows at once (an evaluation grid, or two clients with
+// other `w`): both requests are injected; neither falls back to text for a fact the other holds.
+TEST(MemoryService, TwoWindowsOfTheSameFactsServeAtOnce) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryPrompt w0 = s.service->prepare(req(MemoryMode::kInject, 3, 0), kAsk);
+  MemoryPrompt w2 = s.service->prepare(req(MemoryMode::kInject, 3, 2), kAsk);  // w0's pins still held
+  EXPECT_TRUE(w0.fallback.empty()) << w0.fallback;
+  EXPECT_TRUE(w2.fallback.empty()) << w2.fallback;
+  ASSERT_TRUE(w0.injected && w2.injected);
+  EXPECT_NE(w0.injected->pool_slots, w2.injected->pool_slots);
+  // Both stay resident: asking again encodes nothing.
+  s.service->release(w0);
+  s.service->release(w2);
+  MemoryPrompt again0 = s.service->prepare(req(MemoryMode::kInject, 3, 0), kAsk);
+  MemoryPrompt again2 = s.service->prepare(req(MemoryMode::kInject, 3, 2), kAsk);
+  EXPECT_EQ(again0.encoded + again2.encoded, 0);
+  s.service->release(again0);
+  s.service->release(again2);
+}

@@ -11,31 +11,38 @@ MemoryKvPool::MemoryKvPool(int64_t num_blocks, int32_t block_size) : num_blocks_
 }
 
 const MemoryKvPool::Entry* MemoryKvPool::find(const FactKvKey& key) {
-  auto it = entries_.find(key.fact_id);
-  if (it == entries_.end() || it->second.doomed || !(it->second.entry.key == key)) return nullptr;
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.doomed) return nullptr;
   lru_.splice(lru_.end(), lru_, it->second.lru);
   return &it->second.entry;
 }
 
-void MemoryKvPool::drop(int64_t fact_id) {
-  auto it = entries_.find(fact_id);
+void MemoryKvPool::drop(const FactKvKey& key) {
+  auto it = entries_.find(key);
   if (it == entries_.end()) return;
   for (int32_t b : it->second.entry.blocks) free_.push_back(b);
   lru_.erase(it->second.lru);
   entries_.erase(it);
+  auto f = by_fact_.find(key.fact_id);
+  std::erase(f->second, key);
+  if (f->second.empty()) by_fact_.erase(f);
 }
 
 const MemoryKvPool::Entry& MemoryKvPool::allocate(const FactKvKey& key, int32_t num_tokens) {
   IS_REQUIRE(num_tokens > 0, kInvalidInput, "fact {} has no tokens", key.fact_id);
-  auto old = entries_.find(key.fact_id);
-  if (old != entries_.end()) {
-    IS_REQUIRE(old->second.entry.pins == 0, kResource, "fact {} is in use and cannot be re-encoded now", key.fact_id);
-    drop(key.fact_id);
+  if (auto same = entries_.find(key); same != entries_.end()) {
+    IS_REQUIRE(same->second.entry.pins == 0, kResource, "fact {} is in use and cannot be re-encoded now", key.fact_id);
+    drop(key);
+  }
+  if (auto f = by_fact_.find(key.fact_id); f != by_fact_.end()) {
+    const std::vector<FactKvKey> others = f->second;
+    for (const FactKvKey& o : others)
+      if (o.version != key.version || (o.window == key.window && o.window_hash != key.window_hash)) erase(o);
   }
   const int64_t need = blocks_for(num_tokens);
   IS_REQUIRE(need <= num_blocks_, kResource, "fact {} needs {} memory-pool blocks; the pool has {}", key.fact_id, need, num_blocks_);
   for (auto it = lru_.begin(); static_cast<int64_t>(free_.size()) < need && it != lru_.end();) {
-    const int64_t victim = *it++;
+    const FactKvKey victim = *it++;
     if (entries_.at(victim).entry.pins > 0) continue;
     drop(victim);
     ++evictions_;
@@ -51,36 +58,44 @@ const MemoryKvPool::Entry& MemoryKvPool::allocate(const FactKvKey& key, int32_t 
     node.entry.blocks.push_back(free_.back());
     free_.pop_back();
   }
-  node.lru = lru_.insert(lru_.end(), key.fact_id);
-  return entries_.emplace(key.fact_id, std::move(node)).first->second.entry;
+  node.lru = lru_.insert(lru_.end(), key);
+  by_fact_[key.fact_id].push_back(key);
+  return entries_.emplace(key, std::move(node)).first->second.entry;
 }
 
 void MemoryKvPool::pin(const FactKvKey& key) {
-  auto it = entries_.find(key.fact_id);
-  IS_CHECK(it != entries_.end() && it->second.entry.key == key, "pinning fact {} that is not resident", key.fact_id);
+  auto it = entries_.find(key);
+  IS_CHECK(it != entries_.end() && !it->second.doomed, "pinning fact {} that is not resident", key.fact_id);
   ++it->second.entry.pins;
 }
 
 void MemoryKvPool::unpin(const FactKvKey& key) {
-  auto it = entries_.find(key.fact_id);
+  auto it = entries_.find(key);
   IS_CHECK(it != entries_.end() && it->second.entry.pins > 0, "unpinning fact {} that is not pinned", key.fact_id);
-  if (--it->second.entry.pins == 0 && it->second.doomed) drop(key.fact_id);
+  if (--it->second.entry.pins == 0 && it->second.doomed) drop(key);
 }
 
-void MemoryKvPool::erase_fact(int64_t fact_id) {
-  auto it = entries_.find(fact_id);
+void MemoryKvPool::erase(const FactKvKey& key) {
+  auto it = entries_.find(key);
   if (it == entries_.end()) return;
   if (it->second.entry.pins > 0) {
     it->second.doomed = true;
     return;
   }
-  drop(fact_id);
+  drop(key);
+}
+
+void MemoryKvPool::erase_fact(int64_t fact_id) {
+  auto f = by_fact_.find(fact_id);
+  if (f == by_fact_.end()) return;
+  const std::vector<FactKvKey> keys = f->second;
+  for (const FactKvKey& k : keys) erase(k);
 }
 
 void MemoryKvPool::clear() {
-  std::vector<int64_t> ids;
-  for (auto& [id, n] : entries_) ids.push_back(id);
-  for (int64_t id : ids) erase_fact(id);
+  std::vector<FactKvKey> keys;
+  for (auto& [k, n] : entries_) keys.push_back(k);
+  for (const FactKvKey& k : keys) erase(k);
 }
 
 std::vector<int64_t> MemoryKvPool::slots(const Entry& e) const {

@@ -25,6 +25,19 @@ struct FactKvKey {
   bool operator==(const FactKvKey&) const = default;
 };
 
+struct FactKvKeyHash {
+  size_t operator()(const FactKvKey& k) const {
+    uint64_t h = static_cast<uint64_t>(k.fact_id) * 0x9E3779B97F4A7C15ull;
+    h ^= static_cast<uint64_t>(k.version) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+    h ^= static_cast<uint64_t>(k.window) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h ^= k.window_hash + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+// Several entries of one fact may be resident at once: one per window (a request with w = 0 and
+// one with w = 2 both find theirs). An entry another one makes stale (an older version of the
+// fact, or the same window over other turns) is dropped when the new one is allocated.
 class MemoryKvPool {
  public:
   MemoryKvPool(int64_t num_blocks, int32_t block_size);
@@ -42,14 +55,18 @@ class MemoryKvPool {
   int64_t num_entries() const { return static_cast<int64_t>(entries_.size()); }
   int64_t blocks_for(int32_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
 
-  // The entry of this fact version, marked most recently used; nullptr when absent.
+  // The entry of exactly this key, marked most recently used; nullptr when absent.
   const Entry* find(const FactKvKey& key);
-  // Reserves blocks for a fact's KV, evicting unpinned entries (LRU first) as needed; an older
-  // version of the same fact is dropped. Throws kResource when pinned entries leave too little.
+  // Reserves blocks for a fact's KV under `key`, evicting unpinned entries (LRU first) as needed;
+  // the fact's entries that `key` makes stale (another version; the same window over other turns)
+  // are dropped (or, pinned, when unpinned). Throws kResource when pinned entries leave too little,
+  // or when this very key is resident and pinned.
   const Entry& allocate(const FactKvKey& key, int32_t num_tokens);
   void pin(const FactKvKey& key);
   void unpin(const FactKvKey& key);
-  // Drops every version of a fact (deleted or updated); pinned entries are dropped when unpinned.
+  // Drops one entry / every entry of a fact (deleted or updated); pinned entries are dropped when
+  // unpinned, and are not found meanwhile.
+  void erase(const FactKvKey& key);
   void erase_fact(int64_t fact_id);
   void clear();
 
@@ -63,16 +80,17 @@ class MemoryKvPool {
  private:
   struct Node {
     Entry entry;
-    std::list<int64_t>::iterator lru;  // position in lru_ (front = least recently used)
-    bool doomed = false;               // erased while pinned: freed at the last unpin
+    std::list<FactKvKey>::iterator lru;  // position in lru_ (front = least recently used)
+    bool doomed = false;                 // erased while pinned: freed at the last unpin
   };
-  void drop(int64_t fact_id);
+  void drop(const FactKvKey& key);
 
   int64_t num_blocks_;
   int32_t block_size_;
   std::vector<int32_t> free_;
-  std::unordered_map<int64_t, Node> entries_;  // by fact id: one version resident at a time
-  std::list<int64_t> lru_;
+  std::unordered_map<FactKvKey, Node, FactKvKeyHash> entries_;
+  std::unordered_map<int64_t, std::vector<FactKvKey>> by_fact_;  // fact id -> its resident keys
+  std::list<FactKvKey> lru_;
   int64_t evictions_ = 0;
 };
 

@@ -183,7 +183,7 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
     return keys;
   } catch (...) {
     for (const FactKvKey& k : pinned) pool_.unpin(k);
-    for (const FactKvKey& k : fresh) pool_.erase_fact(k.fact_id);  // never serve unwritten KV
+    for (const FactKvKey& k : fresh) pool_.erase(k);  // never serve unwritten KV
     pinned.clear();
     throw;
   }
