@@ -127,6 +127,37 @@ TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
   }
 }
 
+// The backend's kSample output is sample_row (the CPU twin) on its kLogits output, row by row.
+TEST(Engine, BackendSampleOutputIsTheRuleOnTheLogits) {
+  BackendOptions bo;
+  bo.num_cache_blocks = 16;
+  auto be = make_cpu_backend(demo().config, demo().weights, bo);
+  ForwardBatch b;
+  const auto toks = prompt(20, 8);
+  for (int32_t i = 0; i < 20; ++i) {
+    b.token_ids.push_back(toks[static_cast<size_t>(i)]);
+    b.positions.push_back(i);
+    b.slot_mapping.push_back(i);
+  }
+  b.q_indptr = {0, 20};
+  b.kv_indptr = {0, 2};
+  b.kv_indices = {0, 1};
+  b.output_tokens = {3, 11, 19};
+  std::vector<float> logits, ids;
+  be->forward(b, logits);
+  const int64_t V = demo().config.vocab_size;
+  ForwardBatch a = b;
+  a.output = ForwardBatch::Output::kSample;
+  a.argmax_vocab = 200;
+  a.sampling = {{0.0f, 0, 1.0f, 0.0f}, {5.0f, 0, 1.0f, 0.37f}, {2.0f, 30, 0.8f, 0.91f}};
+  be->forward(a, ids);
+  ASSERT_EQ(ids.size(), 3u);
+  for (size_t r = 0; r < 3; ++r)
+    EXPECT_EQ(static_cast<int32_t>(ids[r]), sample_row(logits.data() + r * static_cast<size_t>(V), 200, a.sampling[r])) << "row " << r;
+  a.sampling.pop_back();
+  EXPECT_ANY_THROW(be->forward(a, ids));  // one RowSampling per output row
+}
+
 TEST(Engine, ChunkedPrefillEqualsOneShot) {
   const auto p = prompt(61, 11);
   const auto one_shot = run_alone(p, 8);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <random>
 #include <vector>
 
@@ -174,6 +175,37 @@ TEST(EngineLogprobs, SampledTokensAreScoredOnTheRawLogitsTheSamplerSaw) {
   SamplingParams plain = sp;
   plain.logprobs = -1;
   EXPECT_EQ(run_alone(p, plain).new_tokens, o.new_tokens);
+}
+
+// Seeded sampling draws on the backend (kSample: only ids leave it) unless a row needs logits,
+// and gives the same tokens both ways: one rng draw per token, one rule (backend/sampling.h).
+TEST(EngineLogprobs, SeededSamplingIsTheSameOnTheBackendAndTheLogitsPath) {
+  const auto p = prompt(20, 8);
+  for (auto [t, k, tp] : {std::tuple{0.9f, 0, 1.0f}, std::tuple{1.4f, 12, 1.0f}, std::tuple{1.0f, 40, 0.85f}}) {
+    SamplingParams sp = scored(10, -1, -1);
+    sp.temperature = t;
+    sp.top_k = k;
+    sp.top_p = tp;
+    sp.seed = 1234;
+    auto rec = std::make_unique<RecordingBackend>(make_cpu_backend(demo().config, demo().weights, backend_options(64)));
+    RecordingBackend* calls = rec.get();
+    auto e = make_engine(64, 2048, std::move(rec));
+    e->add_request(p, sp);
+    const auto on_backend = e->run_to_completion().at(0);
+    for (const auto& c : calls->calls) EXPECT_EQ(c.output, ForwardBatch::Output::kSample);
+    calls->calls.clear();
+    SamplingParams lp = sp;
+    lp.logprobs = 0;
+    e->add_request(p, lp);
+    const auto on_host = e->run_to_completion().at(0);
+    for (const auto& c : calls->calls) EXPECT_EQ(c.output, ForwardBatch::Output::kLogits);
+    EXPECT_EQ(on_host.new_tokens, on_backend.new_tokens) << "T " << t << " top_k " << k << " top_p " << tp;
+    // Another seed draws something else (10 tokens at these temperatures).
+    SamplingParams other = sp;
+    other.seed = 99;
+    e->add_request(p, other);
+    EXPECT_NE(e->run_to_completion().at(0).new_tokens, on_backend.new_tokens);
+  }
 }
 
 TEST(EngineLogprobs, GreedyStepsUseArgmaxUnlessARowNeedsLogits) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -31,7 +33,10 @@ TEST(Sampler, SeedIsDeterministicAndTopKRestricts) {
     EXPECT_EQ(x, sample_token(l, p, b));
     ++seen[x];
   }
-  EXPECT_LE(seen.size(), 5u);
+  // top_k keeps the ids whose logit is at least the 5th largest (ties there all stay, as vLLM's).
+  std::vector<float> sorted = l;
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  for (const auto& [id, n] : seen) EXPECT_GE(l[static_cast<size_t>(id)], sorted[4]) << "id " << id;
   EXPECT_GE(seen.size(), 2u);
 }
 
@@ -47,4 +52,71 @@ TEST(Sampler, TopPKeepsTheSmallestNucleus) {
   for (int i = 0; i < 2000; ++i) ++seen[sample_token(l, p, rng)];
   EXPECT_EQ(seen.count(2), 0u);
   EXPECT_GT(seen[1], 300);  // 0.2 / 0.9 of the mass
+}
+
+#include "sampling_test_util.h"
+
+// sample_row over stratified draws u = (i + 0.5) / N gives every id its probability's share of N
+// within one count: the id-order inverse CDF, against the rule's probabilities computed by sorting.
+TEST(Sampler, SampleRowFollowsTheRuleDistribution) {
+  std::vector<float> l(41);
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (float& x : l) x = nd(g);
+  l[3] = l[17] = l[30] = 20.0f;  // a tie at the top, at the top-k threshold for k = 2
+  for (const RowSampling k : {RowSampling{0.8f, 0, 1.0f, 0}, RowSampling{1.2f, 9, 1.0f, 0}, RowSampling{1.0f, 2, 1.0f, 0},
+                              RowSampling{1.0f, 0, 0.7f, 0}, RowSampling{0.6f, 20, 0.9f, 0}, RowSampling{3.0f, 0, 0.2f, 0}}) {
+    const std::vector<double> want = test::sampling_probabilities(l, k);
+    const int N = 20000;
+    std::vector<int> count(l.size(), 0);
+    for (int i = 0; i < N; ++i) {
+      RowSampling s = k;
+      s.u = (static_cast<float>(i) + 0.5f) / N;
+      ++count[static_cast<size_t>(sample_row(l.data(), static_cast<int64_t>(l.size()), s))];
+    }
+    for (size_t i = 0; i < l.size(); ++i) {
+      EXPECT_LE(std::abs(count[i] - want[i] * N), 2.0) << "id " << i << " T " << k.temperature << " k " << k.top_k << " p " << k.top_p;
+      if (want[i] == 0.0) EXPECT_EQ(count[i], 0) << "id " << i << " is outside the kept set";
+    }
+  }
+  // Ties at the k-th logit all stay: k = 2 over three equal maxima keeps all three, equally.
+  const auto tied = test::sampling_probabilities(l, {1.0f, 2, 1.0f, 0});
+  EXPECT_NEAR(tied[3], 1.0 / 3, 1e-12);
+  EXPECT_NEAR(tied[30], 1.0 / 3, 1e-12);
+}
+
+// sample_token with a seeded rng: a chi-square test of 60,000 draws against the rule's
+// probabilities (df <= 40; the 1e-6 critical value is below 100).
+TEST(Sampler, SeededDrawsPassChiSquare) {
+  std::vector<float> l(40);
+  for (int i = 0; i < 40; ++i) l[static_cast<size_t>(i)] = std::sin(static_cast<float>(i) * 1.7f) * 2.0f;
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_k = 25;
+  p.top_p = 0.95f;
+  const auto want = test::sampling_probabilities(l, {p.temperature, p.top_k, p.top_p, 0});
+  std::mt19937_64 rng(11);
+  const int N = 60000;
+  std::vector<int> count(l.size(), 0);
+  for (int i = 0; i < N; ++i) ++count[static_cast<size_t>(sample_token(l, p, rng))];
+  double chi2 = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    if (want[i] == 0.0) {
+      EXPECT_EQ(count[i], 0);
+      continue;
+    }
+    const double e = want[i] * N;
+    chi2 += (count[i] - e) * (count[i] - e) / e;
+  }
+  EXPECT_LT(chi2, 100.0);
+}
+
+TEST(Sampler, DrawsAreInTheUnitInterval) {
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 100000; ++i) {
+    const float u = draw_uniform(rng);
+    ASSERT_TRUE(u >= 0.0f && u < 1.0f);
+  }
+  RowSampling bad{1.0f, 0, 1.0f, 1.0f};
+  EXPECT_ANY_THROW(check_row_sampling(bad));
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "model/config.h"
 #include "tensor/dtype.h"
 
@@ -46,8 +47,11 @@ struct ForwardBatch {
   // kLogits: out [R, vocab]. kHidden: out [R, hidden], final-normed hidden states. kArgmax: out [R],
   // each row's greedy token (its id as a float, exact below 2^24): the largest logit among ids
   // [0, argmax_vocab), the lowest id on ties, as sample_token's greedy; only R ids leave the device.
-  enum class Output { kLogits, kHidden, kArgmax } output = Output::kLogits;
-  int32_t argmax_vocab = 0;  // kArgmax: 0 = the whole vocabulary
+  // kSample: out [R], each row's token drawn by sample_row (backend/sampling.h) with sampling[r]
+  // over the same ids; greedy rows take the argmax. Only R ids and R draws cross PCIe.
+  enum class Output { kLogits, kHidden, kArgmax, kSample } output = Output::kLogits;
+  int32_t argmax_vocab = 0;  // kArgmax, kSample: 0 = the whole vocabulary
+  std::vector<RowSampling> sampling;  // kSample: [R]
 
   // Write path: keep the pre-RoPE K and the V of some tokens (every layer) in memory-pool slots.
   std::vector<int32_t> capture_tokens;  // [C] indices into token_ids

@@ -29,6 +29,8 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   for (int32_t b : kv_indices) IS_CHECK(b >= 0 && static_cast<int64_t>(b) * block_size < num_cache_slots, "block {} out of range", b);
   for (int32_t o : output_tokens) IS_CHECK(o >= 0 && static_cast<size_t>(o) < T, "output token {} out of range", o);
   IS_CHECK(capture_tokens.size() == capture_slots.size(), "capture arrays differ in size");
+  IS_CHECK(output != Output::kSample || sampling.size() == output_tokens.size(), "kSample needs one RowSampling per output row");
+  for (const RowSampling& r : sampling) check_row_sampling(r);
   for (int32_t c : capture_tokens) IS_CHECK(c >= 0 && static_cast<size_t>(c) < T, "capture token {} out of range", c);
 }
 

@@ -195,16 +195,21 @@ std::vector<RequestOutput> Engine::step() {
     if (s.samples && r->sampling.max_tokens > 0) {
       fb.output_tokens.push_back(fb.num_tokens() - 1);
       rows.push_back({r, s.positions.back(), true});
-      if (!is_greedy(r->sampling) || r->sampling.logprobs >= 0) need_logits = true;
+      if (r->sampling.logprobs >= 0) need_logits = true;
     }
     fb.q_indptr.push_back(fb.num_tokens());
     fb.kv_indices.insert(fb.kv_indices.end(), r->block_table.begin(), r->block_table.end());
     fb.kv_indptr.push_back(static_cast<int32_t>(fb.kv_indices.size()));
   }
-  // Every row greedy without logprobs: only the argmax ids leave the backend, not [R, vocab] logits.
+  // No row wants logprobs: the backend samples and only R ids leave it, not [R, vocab] logits.
+  // Greedy everywhere is kArgmax; otherwise kSample with each row's draw taken here from its
+  // request's rng (one per sampled token, as sample_token would take on the logits path).
   if (!need_logits) {
-    fb.output = ForwardBatch::Output::kArgmax;
     fb.argmax_vocab = static_cast<int32_t>(sample_vocab_);
+    const bool all_greedy = std::all_of(rows.begin(), rows.end(), [](const Row& w) { return is_greedy(w.req->sampling); });
+    fb.output = all_greedy ? ForwardBatch::Output::kArgmax : ForwardBatch::Output::kSample;
+    if (!all_greedy)
+      for (const Row& w : rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
   }
   std::vector<float> logits;
   backend_->forward(fb, logits);

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_twins.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "model/weights.h"
@@ -189,6 +190,18 @@ TEST(CudaBackend, ForwardPrefillDecodeChunkedMatchesCpu) {
       ASSERT_EQ(ids.size(), fb.output_tokens.size());
       for (size_t r = 0; r < ids.size(); ++r)
         EXPECT_EQ(static_cast<int32_t>(ids[r]), argmax(&lg[r * V], V)) << what << " row " << r;
+      // And sampling on the device: the CPU twin's draw on the GPU's own logits.
+      ForwardBatch sb = fb;
+      sb.output = ForwardBatch::Output::kSample;
+      std::mt19937 rng(static_cast<uint32_t>(fb.num_tokens()));
+      for (size_t r = 0; r < fb.output_tokens.size(); ++r)
+        sb.sampling.push_back({r % 3 == 0 ? 0.0f : 0.8f, static_cast<int32_t>(r % 4) * 5, r % 2 ? 0.9f : 1.0f,
+                               std::uniform_real_distribution<float>(0.0f, 0.999f)(rng)});
+      p.gpu->forward(sb, ids);
+      ASSERT_EQ(ids.size(), fb.output_tokens.size());
+      std::vector<int32_t> want(ids.size());
+      cpu::sample_rows(lg.data(), static_cast<int64_t>(ids.size()), V, V, sb.sampling.data(), want.data());
+      for (size_t r = 0; r < ids.size(); ++r) EXPECT_EQ(static_cast<int32_t>(ids[r]), want[r]) << what << " sampled row " << r;
     };
     // 1. Prefill three prompts in one batch.
     Builder b(v.block_size, &next_block);

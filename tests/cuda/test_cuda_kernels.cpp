@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_twins.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/rope_table.h"
+#include "../sampling_test_util.h"
 #include "cuda_test_util.h"
 #include "model/rope.h"
 
@@ -366,6 +367,81 @@ TEST(CudaKernels, ArgmaxRows) {
     int equal = 0;
     for (size_t i = 0; i < ref.size(); ++i) equal += got[i] == ref[i];
     test::note(name("argmax", {{"R", c.R}, {"ld", c.ld}, {"n", c.n}}), std::to_string(equal) + "/" + std::to_string(c.R) + " ids equal");
+  }
+}
+
+// Device sampling against its twin on random logits at odd shapes and every kind of parameter
+// (greedy, temperature only, top-k with ties at the threshold, top-p, both).
+TEST(CudaKernels, SampleRows) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t R, ld, n;
+  };
+  const RowSampling kinds[] = {{0.0f, 0, 1.0f, 0}, {0.7f, 0, 1.0f, 0}, {1.3f, 7, 1.0f, 0}, {1.0f, 0, 0.8f, 0},
+                               {0.9f, 40, 0.6f, 0}, {2.0f, 1, 1.0f, 0}, {0.5f, 100000, 0.95f, 0}};
+  for (Case c : {Case{1, 1, 1}, Case{7, 1000, 1000}, Case{9, 1031, 17}, Case{14, 49152, 49152},
+                 Case{21, 151669, 151665}, Case{130, 32768, 32768}}) {
+    auto logits = randn(static_cast<size_t>(c.R * c.ld), static_cast<uint64_t>(c.R * 11 + c.n));
+    std::mt19937 rng(static_cast<uint32_t>(c.n));
+    std::vector<RowSampling> params(static_cast<size_t>(c.R));
+    for (int64_t r = 0; r < c.R; ++r) {
+      float* row = logits.data() + r * c.ld;
+      for (int64_t i = 0; i < c.n; ++i) row[i] *= 3.0f;
+      if (r % 3 == 1 && c.n >= 10)  // ties at the top
+        for (int64_t i = 0; i < 10; ++i) row[i * (c.n / 10)] = 12.0f;
+      for (int64_t i = c.n; i < c.ld; ++i) row[i] = 1e9f;  // must not compete
+      params[static_cast<size_t>(r)] = kinds[r % 7];
+      params[static_cast<size_t>(r)].u = std::uniform_real_distribution<float>(0.0f, 0.9999f)(rng);
+    }
+    std::vector<int32_t> ref(static_cast<size_t>(c.R));
+    cpu::sample_rows(logits.data(), c.R, c.ld, c.n, params.data(), ref.data());
+    auto d_l = upload(logits);
+    auto d_p = upload(params);
+    auto d_o = poisoned(static_cast<size_t>(c.R) * 4);
+    cuda::sample_rows(d_l.as<float>(), c.R, c.ld, c.n, d_p.as<RowSampling>(), d_o.as<int32_t>(), nullptr);
+    const auto got = download<int32_t>(d_o, ref.size());
+    EXPECT_EQ(got, ref) << "R " << c.R << " ld " << c.ld << " n " << c.n;
+    int equal = 0;
+    for (size_t i = 0; i < ref.size(); ++i) equal += got[i] == ref[i];
+    test::note(name("sample", {{"R", c.R}, {"ld", c.ld}, {"n", c.n}}), std::to_string(equal) + "/" + std::to_string(c.R) + " ids equal");
+  }
+}
+
+// The device's draws follow the distribution: one row of logits repeated with stratified draws
+// u = (i + 0.5) / R gives each kept id its share of R within one count (inverse CDF in id order).
+TEST(CudaKernels, SampleRowsDistribution) {
+  REQUIRE_GPU();
+  const int64_t V = 50, R = 20000;
+  auto base = randn(static_cast<size_t>(V), 99);
+  for (const RowSampling k : {RowSampling{0.8f, 0, 1.0f, 0}, RowSampling{1.2f, 9, 1.0f, 0}, RowSampling{1.0f, 0, 0.7f, 0},
+                              RowSampling{0.6f, 20, 0.9f, 0}}) {
+    std::vector<float> logits(static_cast<size_t>(R * V));
+    std::vector<RowSampling> params(static_cast<size_t>(R), k);
+    for (int64_t r = 0; r < R; ++r) {
+      std::copy(base.begin(), base.end(), logits.begin() + r * V);
+      params[static_cast<size_t>(r)].u = (static_cast<float>(r) + 0.5f) / static_cast<float>(R);
+    }
+    const std::vector<double> want = test::sampling_probabilities(base, k);
+    auto d_l = upload(logits);
+    auto d_p = upload(params);
+    auto d_o = poisoned(static_cast<size_t>(R) * 4);
+    cuda::sample_rows(d_l.as<float>(), R, V, V, d_p.as<RowSampling>(), d_o.as<int32_t>(), nullptr);
+    const auto got = download<int32_t>(d_o, static_cast<size_t>(R));
+    std::vector<int64_t> count(static_cast<size_t>(V), 0);
+    for (int32_t id : got) {
+      ASSERT_TRUE(id >= 0 && id < V);
+      ++count[static_cast<size_t>(id)];
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const double diff = std::abs(static_cast<double>(count[static_cast<size_t>(i)]) - want[static_cast<size_t>(i)] * R);
+      worst = std::max(worst, diff);
+      if (want[static_cast<size_t>(i)] == 0.0) EXPECT_EQ(count[static_cast<size_t>(i)], 0) << "id " << i << " is not kept";
+    }
+    EXPECT_LE(worst, 2.0) << "T " << k.temperature << " top_k " << k.top_k << " top_p " << k.top_p;
+    test::note("sample_distribution/T" + std::to_string(k.temperature) + "_k" + std::to_string(k.top_k) + "_p" +
+                   std::to_string(k.top_p),
+               "max |count - R p| = " + std::to_string(worst));
   }
 }
 

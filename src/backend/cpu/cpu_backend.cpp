@@ -166,10 +166,13 @@ class CpuBackend final : public Backend {
     }
     out.assign(static_cast<size_t>(R * cfg_.vocab_size), 0.0f);
     cpu::linear(rows.data(), ptr(lm_head_), nullptr, out.data(), R, H, cfg_.vocab_size);
-    if (b.output == ForwardBatch::Output::kArgmax) {
+    if (b.output == ForwardBatch::Output::kArgmax || b.output == ForwardBatch::Output::kSample) {
       const int64_t n = argmax_span(b, cfg_.vocab_size);
       std::vector<int32_t> ids(static_cast<size_t>(R));
-      cpu::argmax_rows(out.data(), R, cfg_.vocab_size, n, ids.data());
+      if (b.output == ForwardBatch::Output::kArgmax)
+        cpu::argmax_rows(out.data(), R, cfg_.vocab_size, n, ids.data());
+      else
+        cpu::sample_rows(out.data(), R, cfg_.vocab_size, n, b.sampling.data(), ids.data());
       out.assign(ids.begin(), ids.end());
     }
   }

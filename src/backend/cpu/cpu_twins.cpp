@@ -85,4 +85,8 @@ void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t*
   }
 }
 
+void sample_rows(const float* logits, int64_t R, int64_t ld, int64_t n, const RowSampling* params, int32_t* out) {
+  for (int64_t r = 0; r < R; ++r) out[r] = sample_row(logits + r * ld, n, params[r]);
+}
+
 }  // namespace inferscale::cpu

@@ -171,10 +171,12 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   meta_.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
               MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(b.kv_indices.size()) +
               MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(plan.items.size()) +
-              MetaUpload::bytes<AttnMergeItem>(plan.merges.size()) + 4096);
+              MetaUpload::bytes<AttnMergeItem>(plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
+              4096);
   const size_t o_ids = meta_.add(b.token_ids), o_pos = meta_.add(b.positions), o_slot = meta_.add(b.slot_mapping);
   const size_t o_cap = meta_.add(capture), o_kvp = meta_.add(b.kv_indptr), o_kvi = meta_.add(b.kv_indices);
   const size_t o_out = meta_.add(b.output_tokens), o_items = meta_.add(plan.items), o_merge = meta_.add(plan.merges);
+  const size_t o_samp = meta_.add(b.sampling);
 
   x_.reserve(static_cast<size_t>(T * H) * 4);
   hn_.reserve(static_cast<size_t>(T * H) * 2);
@@ -267,9 +269,13 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   } else {
     cuda::rmsnorm(x, out_rows, w_.final_norm, rows_.as<bf16>(), R, H, eps, stream_);  // [R, H] bf16
     gemm_.run(rows_.as<bf16>(), w_.lm_head, logits_.as<float>(), R, V, H, false, stream_);  // [R, V] f32
-    if (b.output == ForwardBatch::Output::kArgmax) {  // only [R] ids cross PCIe
+    if (b.output == ForwardBatch::Output::kArgmax || b.output == ForwardBatch::Output::kSample) {  // only [R] ids cross PCIe
       argmax_.reserve(static_cast<size_t>(std::max<int64_t>(R, 1)) * 4);
-      cuda::argmax_rows(logits_.as<float>(), R, V, argmax_span(b, V), argmax_.as<int32_t>(), stream_);
+      if (b.output == ForwardBatch::Output::kArgmax)
+        cuda::argmax_rows(logits_.as<float>(), R, V, argmax_span(b, V), argmax_.as<int32_t>(), stream_);
+      else
+        cuda::sample_rows(logits_.as<float>(), R, V, argmax_span(b, V), meta_.dev<RowSampling>(o_samp),
+                          argmax_.as<int32_t>(), stream_);
       out.resize(static_cast<size_t>(R));
       result = argmax_.data();
     } else {
@@ -291,7 +297,7 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
     std::memcpy(reinterpret_cast<char*>(out.data()) + off, out_host_.as<char>() + off,
                 std::min<size_t>(static_cast<size_t>(chunk), out_bytes - off));
   }
-  if (b.output == ForwardBatch::Output::kArgmax)  // [R] int32 ids -> their float values
+  if (b.output == ForwardBatch::Output::kArgmax || b.output == ForwardBatch::Output::kSample)  // [R] int32 ids -> floats
     for (float& v : out) v = static_cast<float>(std::bit_cast<int32_t>(v));
   CUDA_CHECK(cudaEventElapsedTime(&last_gpu_ms_, ev_start_, ev_stop_));
 }
