@@ -310,20 +310,41 @@ def summarize(rows, args):
         if all("nll_sum" in r for r in rs):
             row["nll_per_token"] = sum(r["nll_sum"] for r in rs) / sum(r["answer_tokens"] for r in rs)
         table.append(row)
-    # Paired ratios: inject against text at the same k, over the same questions.
+    # Paired: inject against text at the same k, question by question (the same questions and facts),
+    # with a bootstrap 95% interval of the F1 ratio over resampled questions.
     text = {r["k"]: r for r in table if r["mode"] == "text"}
+    text_rows = {name: {(r["conversation"], r["question_index"]): r for r in rs} for name, rs in by.items()}
     for row in table:
         t = text.get(row["k"]) if row["mode"] == "inject" else None
         if t and t["f1"] > 0:
             row["f1_vs_text"] = row["f1"] / t["f1"]
+            pairs = [(r["f1"], text_rows[t["config"]][q]["f1"]) for q, r in text_rows[row["config"]].items()
+                     if q in text_rows[t["config"]]]
+            row["f1_vs_text_ci95"] = paired_ratio_ci(pairs)
         if t and row.get("nll_per_token") and t.get("nll_per_token"):
             row["nll_vs_text"] = row["nll_per_token"] / t["nll_per_token"]
     return table
 
 
+def paired_ratio_ci(pairs, iters=1000, seed=0):
+    """Bootstrap 95% interval of sum(a) / sum(b) over resampled (a, b) question pairs."""
+    if len(pairs) < 2:
+        return [float("nan"), float("nan")]
+    rng = random.Random(seed)
+    n, ratios = len(pairs), []
+    for _ in range(iters):
+        sa = sb = 0.0
+        for _ in range(n):
+            a, b = pairs[rng.randrange(n)]
+            sa, sb = sa + a, sb + b
+        ratios.append(sa / sb if sb > 0 else float("nan"))
+    ratios.sort()
+    return [ratios[int(0.025 * iters)], ratios[int(0.975 * iters) - 1]]
+
+
 def markdown(table):
     cols = ["config", "questions", "f1", "f1_ci95", "f1_multi-hop", "f1_temporal", "f1_open-domain", "f1_single-hop",
-            "nll_per_token", "f1_vs_text", "nll_vs_text", "fallbacks"]
+            "nll_per_token", "f1_vs_text", "f1_vs_text_ci95", "nll_vs_text", "fallbacks"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in table:
         cells = []

@@ -22,9 +22,9 @@ mkdir -p "$S/bin"
 for b in "$BUILD/inferscale" "$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_quality_locomo"; do strip -o "$S/bin/$(basename "$b")" "$b"; done
 # The libraries the GPU machine has, or that come from its driver/toolkit, stay behind (as gpu_bundle.sh).
 SKIP='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcudart|libsqlite3|libpcre2-8|libxxhash|libzstd|libopenblas|libgfortran|libquadmath|libgomp)'
-for b in "$S"/bin/*; do
+for b in "$S"/bin/inferscale "$S"/bin/test_cuda "$S"/bin/bench_quality_locomo; do
   ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
-    if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$S/bin/$name"; fi
+    if ! [[ "$name" =~ $SKIP ]] && [ ! -e "$S/bin/$name" ]; then cp -L "$path" "$S/bin/$name"; fi
   done
 done
 cp ../shared/data/locomo/locomo10.json bench/locomo_eval.py "$S/"
