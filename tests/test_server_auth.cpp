@@ -219,3 +219,27 @@ TEST_F(ServerAuth, ARejectedRequestClosesItsConnection) {
   EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
   EXPECT_TRUE(c.closed_within(5));
 }
+
+// Idempotency keys are the client's own names, so two tenants may pick the same one: each
+// tenant's write is stored and answered on its own, never replayed from (or refused because of)
+// the other tenant's record.
+TEST_F(ServerAuth, IdempotencyKeysArePerTenant) {
+  const httplib::Headers idem = {{"Idempotency-Key", "same-key-in-two-tenants"}};
+  auto client = [&](const char* key) {
+    httplib::Headers h = idem;
+    h.emplace("Authorization", std::string("Bearer ") + key);
+    return with(h);
+  };
+  const std::string path = "/v1/memory/users/idem/facts";
+  const json a = Api::ok(client("key-acme").post(path, json{{"facts", {{{"text", "acme's idem fact"}}}}}));
+  const json g = Api::ok(client("key-globex").post(path, json{{"facts", {{{"text", "globex's idem fact"}}}}}));
+  ASSERT_EQ(a["ids"].size(), 1u);
+  ASSERT_EQ(g["ids"].size(), 1u);
+  EXPECT_EQ(s->store->count("acme", "idem"), 1u);
+  EXPECT_EQ(s->store->count("globex", "idem"), 1u);
+  const std::string fact = path + "/" + std::to_string(g["ids"][0].get<int64_t>());
+  EXPECT_EQ(Api::ok(globex().get(fact))["text"], "globex's idem fact");
+  // A retry within a tenant is still a replay: nothing more is written.
+  EXPECT_EQ(Api::ok(client("key-globex").post(path, json{{"facts", {{{"text", "globex's idem fact"}}}}}))["ids"], g["ids"]);
+  EXPECT_EQ(s->store->count("globex", "idem"), 1u);
+}

@@ -2,10 +2,12 @@
 // types on the HTTP thread:
 //
 //   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h)
-//              "tenant": "acme",         optional (default "default")
-//              "k": 10,                  facts to retrieve, 0..kMaxK (256)       (default: the server's)
-//              "w": 2,                   context-window turns per fact, 0..kMaxW (128) (default: the server's)
-//              "query": "...",           retrieval query (default: the last user message)
+//              "tenant": "acme",         optional (default: the request's, tenant.h; with API keys
+//                                        it must be the key's)
+//              "k": 10,                  facts to retrieve, 0..256               (default: the server's)
+//              "w": 2,                   context-window turns per fact, 0..128   (default: the server's)
+//              "query": "...",           retrieval query (default: the last user message, or a
+//                                        completion's prompt)
 //              "query_vector": [0.1, ...], or a query vector the client computed, matched against
 //                                        the vectors it supplied with the facts (not with "query")
 //              "mode": "inject",         inject | text | off                     (default inject)
@@ -41,8 +43,6 @@ namespace inferscale::server {
 // stays "" until the object or the X-InferScale-Tenant header names one (tenant.h); resolved()
 // turns "" into the default tenant.
 struct MemorySpec : MemoryRequest {
-  static constexpr int32_t kMaxK = MemoryRequest::kMaxK;
-  static constexpr int32_t kMaxW = MemoryRequest::kMaxWindow;
   static constexpr size_t kMaxVectorDim = 16384;
 
   MemorySpec() { tenant.clear(); }
