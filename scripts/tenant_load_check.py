@@ -12,8 +12,8 @@ an --api-keys file with one key per tenant, one of them given as its sha256 line
 and checks each answer: status 200, an SSE stream ending in [DONE] without an error event, and a
 memory report in the first chunk whose facts all belong to the request's tenant and user (by text
 and by id). Prints a markdown summary; exit status 1 on any error or cross-tenant fact. Only the
-standard library; nothing leaves 127.0.0.1. It is not a load generator (bench/http_load.py is):
-it only checks isolation under concurrency.
+standard library; nothing leaves 127.0.0.1. It is not a throughput benchmark: it only checks
+isolation under concurrency.
 
   scripts/tenant_load_check.py --binary build/inferscale [--model demo] [--requests 64] [--tenants 4]
 """
