@@ -140,3 +140,52 @@ TEST_F(CliServe, ShutdownEndsWithinTheTimeoutAndCutStreamsEndWithDone) {
     EXPECT_GT(done, got[i].find("shutting_down"));
   }
 }
+
+// Issue 8, part 1: `serve --api-keys FILE`; SIGHUP reloads the file, and a bad file keeps the keys
+// in use (the log says why); the server goes on serving throughout.
+TEST_F(CliServe, ApiKeysReloadOnSighupAndABadFileKeepsTheOldKeys) {
+  const auto file = tmp.path() / "keys.txt";
+  std::ofstream(file) << "key-one acme\n";
+  ServeProcess server({"--api-keys", file.string()}, tmp.path());
+  auto status = [&](const std::string& key) {
+    const auto r = client(server.port()).Get("/v1/models", {{"Authorization", "Bearer " + key}});
+    return r ? r->status : -1;
+  };
+  EXPECT_NE(server.err().find("API keys: 1 key(s) from"), std::string::npos) << server.err();
+  EXPECT_EQ(status("key-one"), 200);
+  EXPECT_EQ(status("key-two"), 401);
+  EXPECT_EQ(ok(client(server.port()).Get("/health"))["status"], "ok");  // no key needed
+
+  std::ofstream(file, std::ios::trunc) << "key-two acme\n";
+  server.signal(SIGHUP);
+  server.wait_for_stderr(std::regex("API keys: reloaded .*: 1 key"), 30);
+  EXPECT_EQ(status("key-one"), 401);
+  EXPECT_EQ(status("key-two"), 200);
+
+  std::ofstream(file, std::ios::trunc) << "key-three acme\nnot a valid line\n";
+  server.signal(SIGHUP);
+  server.wait_for_stderr(std::regex("reload failed, the 1 key\\(s\\) in use stay: .*keys.txt:2"), 30);
+  EXPECT_EQ(status("key-two"), 200);
+  EXPECT_EQ(status("key-three"), 401);
+
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(30), 0) << server.err();
+}
+
+TEST_F(CliServe, ABadKeyFileFailsTheStartAndAnOpenPublicAddressIsWarnedAbout) {
+  const auto file = tmp.path() / "bad.txt";
+  std::ofstream(file) << "only-a-key\n";
+  const CliResult bad = run_cli({"serve", "--model", "demo", "--port", "0", "--api-keys", file.string()}, tmp.path(), 60);
+  EXPECT_EQ(bad.code, 1) << bad.err;
+  EXPECT_NE(bad.err.find("bad.txt:1: expected 'KEY TENANT'"), std::string::npos) << bad.err;
+
+  // Not loopback and no keys: it serves, with a warning (the port is ephemeral; nothing connects).
+  ChildProcess open({"serve", "--model", "demo", "--host", "0.0.0.0", "--port", "0"}, tmp.path(), "open");
+  open.wait_for_stderr(std::regex("serving '[^']*' at http://0\\.0\\.0\\.0:\\d+/v1"), 120);
+  EXPECT_NE(open.err().find("without API keys: anyone who can reach it"), std::string::npos) << open.err();
+  open.signal(SIGTERM);
+  EXPECT_EQ(open.wait(30), 0);
+  // Loopback without keys: no warning.
+  ServeProcess local({}, tmp.path(), "local");
+  EXPECT_EQ(local.err().find("without API keys"), std::string::npos) << local.err();
+}

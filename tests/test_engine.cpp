@@ -194,6 +194,27 @@ TEST(Engine, PrefixCacheHitEqualsMiss) {
   EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
 }
 
+// The cache salt (the server's tenant, as vLLM's cache_salt) joins every block's hash: a request
+// hits only blocks published under its own salt, and salted blocks never serve unsalted requests.
+TEST(Engine, CacheSaltSeparatesPrefixCacheBlocks) {
+  const auto p = prompt(45, 22);
+  auto e = make_engine();
+  auto run = [&](uint64_t salt) {
+    e->add_request(p, greedy(6), std::nullopt, salt);
+    return e->run_to_completion().at(0);
+  };
+  const RequestOutput a = run(0xA);
+  EXPECT_EQ(a.num_cached_tokens, 0);
+  const RequestOutput b = run(0xB);  // the same tokens under another salt: no hit
+  EXPECT_EQ(b.num_cached_tokens, 0);
+  EXPECT_EQ(b.new_tokens, a.new_tokens);
+  EXPECT_EQ(run(0).num_cached_tokens, 0);  // unsalted: no hit on salted blocks
+  EXPECT_EQ(run(0xA).num_cached_tokens, 32);
+  EXPECT_EQ(run(0xB).num_cached_tokens, 32);
+  EXPECT_EQ(run(0).num_cached_tokens, 32);
+  EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
 TEST(Engine, PreemptedAndResumedEqualsUninterrupted) {
   std::vector<std::vector<int32_t>> prompts, alone;
   for (uint32_t i = 0; i < 4; ++i) {

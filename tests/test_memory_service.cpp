@@ -189,6 +189,78 @@ TEST(MemoryService, WithoutAChatTemplateMemoryAgreesWithAPlainChat) {
     expect_error([&] { s.service->release(s.service->prepare(r, kAsk)); }, ErrorKind::kUnsupported, "no chat template");
 }
 
+// Issue 8, part 5: a completion goes through the same builder as a chat (memory/prompt_layout.h).
+// Without facts its prompt is exactly the plain completion's (text or token ids); with facts they
+// go before the prompt, no chat template involved: [BOS][header][facts][footer][prompt].
+TEST(MemoryService, CompletionsPlaceTheFactsBeforeThePrompt) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  const Tokenizer& tok = *demo().tokenizer;
+  const std::string prompt = "Alice adopted a cat in March; its name:";
+  const EncodeOptions as_text{.add_special = true, .parse_special = false};
+  const std::vector<int32_t> plain_text = tok.encode(prompt, as_text);
+  server::GenerateRequest g;
+  g.kind = server::ApiKind::kCompletion;
+  g.prompt_text = prompt;
+  EXPECT_EQ(server::build_prompt(g, tok, demo().chat_template, nullptr).ids, plain_text);
+  const PromptSource text_src = PromptSource::of_text(prompt);
+  const PromptSource ids_src = PromptSource::of_ids(plain_text);
+  for (const PromptSource* src : {&text_src, &ids_src})
+    for (const MemoryRequest& r : {req(MemoryMode::kInject, 0), req(MemoryMode::kOff, 5), req(MemoryMode::kText, 0)}) {
+      MemoryPrompt p = s.service->prepare(r, *src);
+      EXPECT_EQ(p.tokens, plain_text);
+      EXPECT_FALSE(p.injected.has_value());
+    }
+  for (const PromptSource* src : {&text_src, &ids_src}) {
+    MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3), *src);
+    ASSERT_EQ(text.facts.size(), 3u);
+    EXPECT_EQ(text.facts.back().text, "Alice adopted a cat named Miso in March");  // retrieved by the prompt
+    std::string memory = s.service->options().header;
+    for (const Fact& f : text.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
+    memory += s.service->options().footer;
+    // Byte tokens: the concatenation of the parts' tokens is the tokens of the concatenated text.
+    EXPECT_EQ(text.tokens, tok.encode(memory + prompt, as_text));
+    MemoryPrompt inject = s.service->prepare(req(MemoryMode::kInject, 3), *src);
+    EXPECT_EQ(inject.tokens, text.tokens);
+    ASSERT_TRUE(inject.injected.has_value());
+    EXPECT_EQ(s.run(inject).size(), 8u);
+    s.service->release(inject);
+  }
+  // Token ids without a leading BOS stay without one: the block comes first.
+  const std::vector<int32_t> bare(plain_text.begin() + 1, plain_text.end());
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kText, 1), PromptSource::of_ids(bare));
+  ASSERT_EQ(p.facts.size(), 1u);
+  EXPECT_NE(p.tokens.front(), ByteTokenizer::kBos);
+  EXPECT_TRUE(std::equal(bare.begin(), bare.end(), p.tokens.end() - static_cast<long>(bare.size())));
+}
+
+// Issue 8, part 5: one set of limits (MemoryRequest::kMax*), for the API, the defaults and here.
+TEST(MemoryService, ValuesPastTheLimitsAreRefused) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  auto refused = [&](MemoryRequest r, const char* field) {
+    expect_error([&] { s.service->prepare(r, kAsk); }, ErrorKind::kInvalidInput, field);
+  };
+  MemoryRequest r = req(MemoryMode::kInject, MemoryRequest::kMaxK + 1);
+  refused(r, "memory.k");
+  r = req(MemoryMode::kInject, 3, MemoryRequest::kMaxWindow + 1);
+  refused(r, "memory.w");
+  r = req(MemoryMode::kInject, 3);
+  r.recompute = MemoryRequest::kMaxRecompute + 1;
+  refused(r, "memory.recompute");
+  r = req(MemoryMode::kInject, 3);
+  r.recompute_last = MemoryRequest::kMaxRecomputeLast + 1;
+  refused(r, "memory.recompute_last");
+  r = req(MemoryMode::kInject, MemoryRequest::kMaxK, MemoryRequest::kMaxWindow);
+  r.recompute = MemoryRequest::kMaxRecompute;
+  r.recompute_last = MemoryRequest::kMaxRecomputeLast;
+  MemoryPrompt p = s.service->prepare(r, kAsk);  // the limits themselves are allowed
+  EXPECT_EQ(p.facts.size(), 4u);
+  s.service->release(p);
+}
+
 TEST(MemoryService, TextModeIsTheOrdinaryPromptWithTheRenderedFacts) {
   TempDir dir;
   Stack s(dir.path());
@@ -688,7 +760,7 @@ TEST(MemoryService, RecomputingEveryFactTokenIsTextMode) {
   Stack s(dir.path());
   add_alice(*s.store);
   MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3, 2), kAsk);
-  MemoryPrompt all = s.service->prepare(recompute_req(1000), kAsk);
+  MemoryPrompt all = s.service->prepare(recompute_req(MemoryRequest::kMaxRecompute), kAsk);
   ASSERT_TRUE(all.injected.has_value());
   EXPECT_EQ(all.tokens, text.tokens);
   EXPECT_EQ(all.injected->num_injected(), 0);

@@ -5,126 +5,12 @@
 
 #include <set>
 
-#include "memory/bm25_retriever.h"
-#include "memory/combined_retriever.h"
-#include "server/memory_bridge.h"
-#include "server_http_client.h"
-#include "test_fact_store_util.h"
+#include "server_memory_util.h"
 
 using namespace inferscale;
 using namespace inferscale::test_support;
 
 namespace {
-
-// AsyncEngine + HttpServer with memory; torn down engine first, then the bridge, then the store.
-class MemoryServer {
- public:
-  explicit MemoryServer(size_t max_body_bytes) {
-    store = FactStore::open(dir.path());
-    retriever = std::make_unique<CombinedRetriever>(*store, std::make_unique<Bm25Retriever>(*store));
-    MemoryOptions mo;
-    mo.default_k = 4;
-    mo.default_window = 1;
-    mo.kv_dir = dir.path() / "kv";
-    bridge = std::make_unique<server::MemoryBridge>(*store, *retriever, TestModel::demo(), mo);
-    engine = std::make_unique<server::AsyncEngine>([] {
-      BackendOptions bo;
-      bo.block_size = 16;
-      bo.num_cache_blocks = 128;
-      bo.num_pool_blocks = 128;
-      bo.num_threads = 1;
-      return TestModel().engine(128, make_cpu_backend(TestModel::demo().config, TestModel::demo().weights, bo));
-    });
-    server::HttpServerOptions ho;
-    ho.host = "127.0.0.1";
-    ho.port = 0;
-    ho.max_body_bytes = max_body_bytes;
-    http = std::make_unique<server::HttpServer>(TestModel().served(), *engine, ho, bridge.get());
-    port = http->start();
-  }
-  ~MemoryServer() {
-    engine->shutdown();
-    http->stop();
-  }
-
-  inferscale::testing::TempDir dir;
-  std::unique_ptr<FactStore> store;
-  std::unique_ptr<Retriever> retriever;
-  std::unique_ptr<server::MemoryBridge> bridge;
-  std::unique_ptr<server::AsyncEngine> engine;
-  std::unique_ptr<server::HttpServer> http;
-  int port = 0;
-};
-
-// A client of one tenant ("" = no header: the default tenant).
-struct Api {
-  int port;
-  std::string tenant;
-
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120, 0);
-    return c;
-  }
-  httplib::Headers headers() const {
-    return tenant.empty() ? httplib::Headers{} : httplib::Headers{{"X-InferScale-Tenant", tenant}};
-  }
-  httplib::Result get(const std::string& p) const { return client().Get(p.c_str(), headers()); }
-  httplib::Result del(const std::string& p) const { return client().Delete(p.c_str(), headers()); }
-  httplib::Result post(const std::string& p, const std::string& body) const {
-    return client().Post(p.c_str(), headers(), body, "application/json");
-  }
-  httplib::Result post(const std::string& p, const json& body) const { return post(p, body.dump()); }
-  httplib::Result patch(const std::string& p, const json& body) const {
-    return client().Patch(p.c_str(), headers(), body.dump(), "application/json");
-  }
-  // Adds facts (texts) for `user`; returns their ids.
-  std::vector<int64_t> add(const std::string& user, const std::vector<std::string>& texts) const {
-    json facts = json::array();
-    for (const std::string& t : texts) facts.push_back({{"text", t}, {"speaker", user}});
-    const json r = ok(post("/v1/memory/users/" + user + "/facts", json{{"facts", facts}}));
-    return r["ids"].get<std::vector<int64_t>>();
-  }
-
-  static json ok(const httplib::Result& r) {
-    if (!r) {
-      ADD_FAILURE() << "no response";
-      return json::object();
-    }
-    EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body);
-  }
-  // The "data" array of a list response, by value: a range-for over `ok(r)["data"]` would iterate
-  // a destroyed temporary.
-  static json data(const httplib::Result& r) { return ok(r)["data"]; }
-  // The error object of a response that must have `status`, after checking its OpenAI shape.
-  static json fails(const httplib::Result& r, int status) {
-    if (!r) {
-      ADD_FAILURE() << "no response";
-      return json::object();
-    }
-    EXPECT_EQ(r->status, status) << r->body;
-    const json e = json::parse(r->body).value("error", json::object());
-    for (const char* key : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(key)) << key << " in " << r->body;
-    return e;
-  }
-};
-
-json chat(const std::string& question, const json& memory, int max_tokens = 8) {
-  json body = {{"model", "demo"},
-               {"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", question}}}},
-               {"max_tokens", max_tokens},
-               {"temperature", 0},
-               {"ignore_eos", true}};
-  if (!memory.is_null()) body["memory"] = memory;
-  return body;
-}
-
-std::vector<int64_t> fact_ids(const json& response) {
-  std::vector<int64_t> ids;
-  for (const json& f : response["memory"]["facts"]) ids.push_back(f["id"]);
-  return ids;
-}
 
 std::string content(const json& response) { return response["choices"][0]["message"]["content"]; }
 
@@ -293,6 +179,23 @@ TEST_F(ServerMemory, EveryBadInputGetsItsStatus) {
   EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json::object()), 400), "query");
   EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json{{"query", "x"}, {"k", 0}}), 400), "k");
   EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json{{"query", "x"}, {"k", "ten"}}), 400), "k");
+  // One set of limits (MemoryRequest::kMax*): past them, a 400 naming the field; at them, served.
+  EXPECT_EQ(param(a.post("/v1/memory/users/errs/search", json{{"query", "x"}, {"k", MemoryRequest::kMaxK + 1}}), 400), "k");
+  EXPECT_EQ(Api::ok(a.post("/v1/memory/users/errs/search", json{{"query", "fact"}, {"k", MemoryRequest::kMaxK}}))["data"].size(), 1u);
+  for (const auto& [field, over] : {std::pair{"k", MemoryRequest::kMaxK + 1}, std::pair{"k", -1},
+                                    std::pair{"w", MemoryRequest::kMaxWindow + 1},
+                                    std::pair{"recompute", MemoryRequest::kMaxRecompute + 1},
+                                    std::pair{"recompute_last", MemoryRequest::kMaxRecomputeLast + 1}}) {
+    const json mem = {{"user", "errs"}, {field, over}};
+    EXPECT_EQ(param(a.post("/v1/chat/completions", chat("fact?", mem)), 400), std::string("memory.") + field);
+    json completion = {{"model", "demo"}, {"prompt", "fact"}, {"max_tokens", 2}, {"memory", mem}};
+    EXPECT_EQ(param(a.post("/v1/completions", completion), 400), std::string("memory.") + field);
+  }
+  {
+    const json at_limits = {{"user", "errs"}, {"k", MemoryRequest::kMaxK}, {"w", MemoryRequest::kMaxWindow},
+                            {"recompute", MemoryRequest::kMaxRecompute}, {"recompute_last", MemoryRequest::kMaxRecomputeLast}};
+    EXPECT_EQ(Api::ok(a.post("/v1/chat/completions", chat("fact?", at_limits, 2)))["memory"]["facts"].size(), 1u);
+  }
   EXPECT_EQ(param(a.get("/v1/memory/users/" + std::string(300, 'u') + "/facts"), 400), "user");
   EXPECT_EQ(param(a.get("/v1/memory/users/bad%01name/facts"), 400), "user");
   EXPECT_EQ(code(a.get("/v1/memory/users/bad%zzname/facts"), 400), "invalid_path");
@@ -402,20 +305,63 @@ TEST_F(ServerMemory, InjectAndTextPlaceTheSameFacts) {
   EXPECT_EQ(c["memory"]["facts"].size(), 2u);
 }
 
+// Issue 8, part 5: chat and completion prompts come from one builder (memory/prompt_layout.h), so
+// k = 0 and mode off give exactly the prompt of a plain request on both endpoints (compared token
+// for token through return_token_ids), and a completion's facts go before its prompt text.
 TEST_F(ServerMemory, ModeOffAndKZeroEqualAPlainRequest) {
   const Api a = api();
   a.add("dave", {"Dave adopted a cat named Miso", "Dave works as a nurse in Oslo"});
-  const json plain = Api::ok(a.post("/v1/chat/completions", chat("Tell me about Dave's cat", nullptr, 12)));
-  EXPECT_FALSE(plain.contains("memory"));
-  for (const json& mem : {json{{"user", "dave"}, {"mode", "off"}}, json{{"user", "dave"}, {"k", 0}},
-                          json{{"user", "dave"}, {"k", 0}, {"mode", "text"}}}) {
-    const json r = Api::ok(a.post("/v1/chat/completions", chat("Tell me about Dave's cat", mem, 12)));
-    EXPECT_EQ(content(r), content(plain)) << mem.dump();
-    EXPECT_EQ(r["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"]) << mem.dump();
-    EXPECT_TRUE(r["memory"]["facts"].empty()) << mem.dump();
-    EXPECT_EQ(r["memory"]["mode"], mem.value("mode", "inject"));
-    EXPECT_EQ(r["memory"]["injected_tokens"], 0);
+  auto prompt_ids = [](const json& r) {
+    const json& ids = r.contains("prompt_token_ids") ? r["prompt_token_ids"] : r["choices"][0]["prompt_token_ids"];
+    return ids.get<std::vector<int32_t>>();
+  };
+  auto text_of = [](const json& r) {
+    const json& c = r["choices"][0];
+    return c.contains("message") ? c["message"]["content"].get<std::string>() : c["text"].get<std::string>();
+  };
+  const json completion = {{"model", "demo"}, {"prompt", "Tell me about Dave's cat:"}, {"max_tokens", 12},
+                           {"temperature", 0}, {"ignore_eos", true}};
+  const json by_ids = {{"model", "demo"}, {"prompt", {256, 84, 101, 108, 108}}, {"max_tokens", 12}, {"temperature", 0},
+                       {"ignore_eos", true}};
+  for (const auto& [path, request] : {std::pair{"/v1/chat/completions", chat("Tell me about Dave's cat", nullptr, 12)},
+                                      std::pair{"/v1/completions", completion}, std::pair{"/v1/completions", by_ids}}) {
+    json body = request;
+    body["return_token_ids"] = true;
+    const json plain = Api::ok(a.post(path, body));
+    EXPECT_FALSE(plain.contains("memory"));
+    for (const json& mem : {json{{"user", "dave"}, {"mode", "off"}}, json{{"user", "dave"}, {"k", 0}},
+                            json{{"user", "dave"}, {"k", 0}, {"mode", "text"}}}) {
+      body["memory"] = mem;
+      const json r = Api::ok(a.post(path, body));
+      const std::string what = std::string(path) + " " + body["prompt"].dump() + " " + mem.dump();
+      EXPECT_EQ(prompt_ids(r), prompt_ids(plain)) << what;
+      EXPECT_EQ(text_of(r), text_of(plain)) << what;
+      EXPECT_EQ(r["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"]) << what;
+      EXPECT_TRUE(r["memory"]["facts"].empty()) << what;
+      EXPECT_EQ(r["memory"]["mode"], mem.value("mode", "inject"));
+      EXPECT_EQ(r["memory"]["injected_tokens"], 0);
+    }
   }
+  // With facts, a completion is not turned into a chat: [BOS][header][facts][footer][prompt], the
+  // plain prompt's text (after its BOS) ends the memory prompt, and inject and text agree.
+  json body = completion;
+  body["return_token_ids"] = true;
+  const std::vector<int32_t> plain = prompt_ids(Api::ok(a.post("/v1/completions", body)));
+  std::vector<std::vector<int32_t>> served;
+  for (const char* mode : {"text", "inject"}) {
+    body["memory"] = {{"user", "dave"}, {"k", 2}, {"mode", mode}};
+    const json r = Api::ok(a.post("/v1/completions", body));
+    ASSERT_EQ(r["memory"]["facts"].size(), 2u) << mode;
+    served.push_back(prompt_ids(r));
+    const std::vector<int32_t>& ids = served.back();
+    ASSERT_GT(ids.size(), plain.size());
+    EXPECT_EQ(ids.front(), plain.front());  // BOS
+    EXPECT_TRUE(std::equal(plain.begin() + 1, plain.end(), ids.end() - static_cast<long>(plain.size() - 1))) << mode;
+    const std::string text = TestModel::demo().tokenizer->decode(ids, /*skip_special=*/false);
+    EXPECT_EQ(text.find("<|im_start|>"), std::string::npos) << text;  // no chat template
+    EXPECT_LT(text.find("Dave adopted a cat named Miso"), text.find("Tell me about Dave's cat:")) << text;
+  }
+  EXPECT_EQ(served[0], served[1]);
 }
 
 TEST_F(ServerMemory, DeletedAndUpdatedFactsReachTheNextRequest) {

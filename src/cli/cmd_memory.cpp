@@ -147,6 +147,8 @@ void encode_locomo_kv(const MemoryCmdArgs& a, FactStore& store, const std::vecto
 // conversation, so a conversation is imported whole or not at all).
 void run_import_locomo(const MemoryCmdArgs& a) {
   IS_REQUIRE(a.window >= 0, kInvalidInput, "--window must be 0 or more, got {}", a.window);
+  IS_REQUIRE(a.window <= MemoryRequest::kMaxWindow, kInvalidInput, "--window must be at most {} (memory.w's limit), got {}",
+             MemoryRequest::kMaxWindow, a.window);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<LocomoConversation> convs = load_locomo(a.file);
   if (!a.conversations.empty()) {

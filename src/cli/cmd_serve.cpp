@@ -4,10 +4,11 @@
 //         [--max-pending N] [--http-threads N] [--shutdown-timeout S]
 //         [--read-timeout S] [--keep-alive-timeout S] [--write-timeout S] [--listen-backlog N]
 //         [--data-dir D [--memory-k K] [--window W] ...]   per-user memory (requests' `memory` object)
+//         [--api-keys FILE]                              API keys -> tenants (server/api_keys.h)
 //
-// Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM with sigwait; the
-// signals are blocked before any other thread exists, so every thread inherits the mask and only
-// that wait sees them. The AsyncEngine's thread builds and runs the engine; cpp-httplib's pool
+// Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM (and SIGHUP, which
+// reloads the API keys; a bad file keeps the keys in use) with sigwait; the signals are blocked
+// before any other thread exists, so every thread inherits the mask and only that wait sees them. The AsyncEngine's thread builds and runs the engine; cpp-httplib's pool
 // serves HTTP. Shutdown: stop taking requests (503 with Retry-After), let live ones finish for
 // --shutdown-timeout seconds, abort the rest (a stream gets an error event, then [DONE]), then
 // close idle connections at once and the listening socket: the process exits within the timeout
@@ -25,6 +26,7 @@
 #include "cli/model_options.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/api_keys.h"
 #include "server/async_engine.h"
 #include "server/http_server.h"
 #include "server/memory_bridge.h"
@@ -41,6 +43,7 @@ struct ServeArgs {
   int64_t max_pending = 256;
   server::HttpServerOptions http;  // host and port are set from the fields above
   double shutdown_timeout_s = 5.0;
+  std::string api_keys;  // "": no keys, every route open
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -54,7 +57,16 @@ void run_serve(const ServeArgs& a) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, &old_mask);
+
+  // Keys first: a bad file fails the start before the model loads.
+  std::shared_ptr<server::ApiKeys> keys;
+  if (!a.api_keys.empty()) {
+    keys = std::make_shared<server::ApiKeys>(a.api_keys);
+    spdlog::info("API keys: {} key(s) from {} (SIGHUP reloads it); every route but GET /health needs one", keys->size(),
+                 a.api_keys);
+  }
 
   spdlog::info("loading model '{}'", a.model.model);
   const Model model = load_model_from_args(a.model);
@@ -88,12 +100,18 @@ void run_serve(const ServeArgs& a) {
   server::HttpServerOptions ho = a.http;
   ho.host = a.host;
   ho.port = a.port;
+  ho.api_keys = keys;
   server::HttpServer http(server::ServedModel::from(model), engine, ho, bridge.get());
   http.start();
   spdlog::info("serving '{}' at {}/v1 (OpenAI API; GET /health, /metrics); Ctrl-C to stop", server::ServedModel::from(model).name, http.url());
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    sigwait(&stop_signals, &sig);
+    if (sig != SIGHUP) break;
+    if (keys) keys->reload();
+    else spdlog::info("SIGHUP received: no --api-keys file to reload");
+  }
   spdlog::info("{} received: finishing requests in flight (up to {} s), then stopping", sig == SIGINT ? "SIGINT" : "SIGTERM",
                a.shutdown_timeout_s);
   engine.shutdown(std::chrono::milliseconds(static_cast<int64_t>(a.shutdown_timeout_s * 1000)));
@@ -122,6 +140,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--listen-backlog", a->http.listen_backlog, "Connections the kernel queues before they are accepted")
       ->capture_default_str();
+  s->add_option("--api-keys", a->api_keys,
+                 "File of 'KEY TENANT' lines (KEY or sha256:HEX; # comments): every route but GET /health then needs a "
+                 "key, and the tenant is the key's; SIGHUP reloads it");
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds requests in flight get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
   s->callback([a] { run_serve(*a); });

@@ -87,15 +87,15 @@ size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
 void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   auto* d = cmd.add_option("--data-dir", a.data_dir, required ? "memory data directory" : "memory data directory (enables memory)");
   if (required) d->required();
-  cmd.add_option("--memory-k", a.k, "facts retrieved per request by default")->capture_default_str()->check(CLI::Range(0, 1000));
+  cmd.add_option("--memory-k", a.k, "facts retrieved per request by default")->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxK));
   cmd.add_option("--window,-w", a.window, "Context-Window Encoding: turns encoded before each fact (default: the data dir's)")
-      ->check(CLI::Range(0, 1000));
+      ->check(CLI::Range(0, MemoryRequest::kMaxWindow));
   cmd.add_option("--memory-recompute", a.recompute,
                  "inject: recompute the first N tokens of each fact at serving time (EPIC-style; default for memory.recompute)")
-      ->capture_default_str()->check(CLI::Range(0, 1000));
+      ->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxRecompute));
   cmd.add_option("--memory-recompute-last", a.recompute_last,
                  "inject: recompute the last M placed facts (nearest the question) whole (default for memory.recompute_last)")
-      ->capture_default_str()->check(CLI::Range(0, 1000));
+      ->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxRecomputeLast));
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
   cmd.add_flag("--sink", a.sink, "encode each fact after a BOS token (its KV discarded)");
@@ -115,6 +115,7 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   o.default_recompute_last = a.recompute_last;
   o.sink = a.sink;
   if (a.kv_files) o.kv_dir = std::filesystem::path(a.data_dir) / "kv";
+  check_memory_limits(o.default_k, o.default_window, o.default_recompute, o.default_recompute_last);  // the data dir's window too
   return o;
 }
 

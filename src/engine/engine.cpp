@@ -27,7 +27,8 @@ Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer
 
 Engine::~Engine() = default;
 
-int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& sp, std::optional<InjectedSpan> injected) {
+int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& sp, std::optional<InjectedSpan> injected,
+                            uint64_t cache_salt) {
   const ModelConfig& cfg = backend_->config();
   IS_REQUIRE(!prompt.empty(), kInvalidInput, "the prompt is empty (no tokens)");
   for (int32_t id : prompt)
@@ -66,6 +67,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
   req->num_prompt_tokens = static_cast<int32_t>(n);
   req->sampling = sp;
   req->injected = std::move(injected);
+  req->cache_salt = cache_salt;
   if (sp.prompt_logprobs >= 0) req->prompt_logprobs.resize(static_cast<size_t>(n));
   req->rng.seed(sp.seed ? *sp.seed : std::random_device{}());
   req->arrival = Request::Clock::now();

@@ -60,9 +60,10 @@ class Engine {
   // Validates and queues a request; returns its id. Throws kInvalidInput (empty prompt, token ids
   // outside the vocabulary, too long, bad sampling values) or kResource (can never fit the cache).
   // max_tokens 0 is allowed with prompt_logprobs: the request only scores its prompt and finishes
-  // (kLength) with one output holding the prompt logprobs and no token.
+  // (kLength) with one output holding the prompt logprobs and no token. `cache_salt` (0: none)
+  // keeps the request's prefix-cache blocks apart from those of requests with another salt.
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& sampling,
-                      std::optional<InjectedSpan> injected = std::nullopt);
+                      std::optional<InjectedSpan> injected = std::nullopt, uint64_t cache_salt = 0);
   void abort(int64_t id);
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !scheduler_.empty(); }

@@ -1,6 +1,7 @@
 // Prefix-cache hash of one full block, chained from its parent's hash. `extra` separates blocks
-// whose tokens match but whose KV differs: injected memory (user, fact ids, versions, KV
-// fingerprint), so an ordinary prompt never matches a block holding injected KV.
+// whose tokens match but must not be shared: injected memory (user, fact ids, versions, KV
+// fingerprint), so an ordinary prompt never matches a block holding injected KV, and the request's
+// cache salt (its tenant, as vLLM's cache_salt), so two tenants never share a block.
 #pragma once
 #include <xxhash.h>
 
@@ -18,6 +19,14 @@ inline uint64_t prefix_block_hash(uint64_t parent, uint64_t extra, std::span<con
   const uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   return h;
+}
+
+// The `extra` of a block: the request's cache salt (0: none) joined with the injected span's key
+// (0: the block holds no injected KV and follows none). Both 0 gives 0, the unsalted hash.
+inline uint64_t prefix_block_extra(uint64_t salt, uint64_t injected_key) {
+  if (salt == 0) return injected_key;
+  const uint64_t both[2] = {salt, injected_key};
+  return XXH3_64bits(both, sizeof both) | 1;  // never 0: 0 is the unsalted, uninjected key
 }
 
 }  // namespace inferscale

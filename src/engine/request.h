@@ -70,6 +70,9 @@ struct Request {
   SamplingParams sampling;
   std::optional<InjectedSpan> injected;
   bool injection_done = false;       // reset on preemption: the blocks are gone
+  // Joins the prefix-cache hash of every block (prefix_hash.h): requests with other salts never
+  // share cached blocks (the server salts with the tenant, as vLLM's cache_salt). 0: no salt.
+  uint64_t cache_salt = 0;
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;

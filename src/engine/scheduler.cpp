@@ -14,9 +14,9 @@ void Scheduler::add(Request* r) {
 }
 
 uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
-  // Blocks from the injected span on hold (or follow) injected KV.
-  if (r->injected && (block_index + 1) * blocks_.block_size() > r->injected->start) return r->injected->cache_key;
-  return 0;
+  // Blocks from the injected span on hold (or follow) injected KV; every block carries the salt.
+  const bool after_span = r->injected && (block_index + 1) * blocks_.block_size() > r->injected->start;
+  return prefix_block_extra(r->cache_salt, after_span ? r->injected->cache_key : 0);
 }
 
 void Scheduler::admit_prefix_hits(Request* r) {

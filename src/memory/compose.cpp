@@ -29,6 +29,16 @@ const char* memory_mode_name(MemoryMode m) {
   return "?";
 }
 
+void check_memory_limits(int32_t k, int32_t window, int32_t recompute, int32_t recompute_last) {
+  const auto in = [](const char* name, int32_t v, int32_t max) {
+    IS_REQUIRE(v >= 0 && v <= max, kInvalidInput, "memory.{} must be in 0..{}, got {}", name, max, v);
+  };
+  in("k", k, MemoryRequest::kMaxK);
+  in("w", window, MemoryRequest::kMaxWindow);
+  in("recompute", recompute, MemoryRequest::kMaxRecompute);
+  in("recompute_last", recompute_last, MemoryRequest::kMaxRecomputeLast);
+}
+
 ComposedPrompt compose_tokens(const std::vector<int32_t>& prefix, const std::vector<std::vector<int32_t>>& facts,
                               const std::vector<int32_t>& suffix) {
   ComposedPrompt c;

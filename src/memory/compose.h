@@ -25,6 +25,13 @@ const char* memory_mode_name(MemoryMode m);
 
 // The native form of a request's memory object.
 struct MemoryRequest {
+  // The one set of limits on these values, wherever they come from: the API (server/memory_spec.h
+  // parses within them), the server's defaults (CLI options) and MemoryService::prepare.
+  static constexpr int32_t kMaxK = 256;                // facts retrieved
+  static constexpr int32_t kMaxWindow = 128;           // CWE turns each fact is encoded after
+  static constexpr int32_t kMaxRecompute = 128;        // first tokens of each fact recomputed
+  static constexpr int32_t kMaxRecomputeLast = kMaxK;  // last placed facts recomputed whole
+
   std::string tenant = kDefaultTenant;
   std::string user;
   int32_t k = -1;                 // -1: MemoryOptions::default_k
@@ -39,6 +46,9 @@ struct MemoryRequest {
   std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
                                     // against the facts' client vectors and `query` is unused
 };
+
+// kInvalidInput naming the field unless each value (defaults resolved) is in [0, its kMax].
+void check_memory_limits(int32_t k, int32_t window, int32_t recompute, int32_t recompute_last);
 
 struct ComposedPrompt {
   std::vector<int32_t> tokens;

@@ -12,7 +12,6 @@
 namespace inferscale {
 namespace {
 
-constexpr const char* kMarker = "\x1e<inferscale-memory>\x1e";
 constexpr const char* kFingerprintSetting = "kv.fingerprint";
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -189,44 +188,16 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   }
 }
 
-std::pair<std::string, std::string> MemoryService::render_around_facts(const std::vector<ChatMessage>& messages,
-                                                                       bool with_memory, const ChatRenderOptions& chat) const {
-  const std::string block = with_memory ? opts_.header + kMarker + opts_.footer : std::string();
-  std::vector<ChatMessage> msgs = messages;
-  if (with_memory) {
-    if (!msgs.empty() && msgs[0].role == "system") {
-      msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + block;
-    } else {
-      // The system prompt the template would have written (SmolLM2's ChatML has one) stays: the
-      // memory follows it, as it follows a system prompt the client gives.
-      const std::string& def = model_.chat_template.default_system();
-      msgs.insert(msgs.begin(), ChatMessage{"system", def.empty() ? block : def + "\n\n" + block});
-    }
-  }
-  const std::string text = render_chat(model_.chat_template, msgs, chat);
-  if (!with_memory) return {text, {}};
-  const size_t at = text.find(kMarker);
-  IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
-  return {text.substr(0, at), text.substr(at + std::string(kMarker).size())};
-}
-
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
-                                   const ChatRenderOptions& chat) {
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt) {
   store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
   sync();
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t w = req.window < 0 ? opts_.default_window : req.window;
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
-  IS_REQUIRE(recompute <= 1000, kInvalidInput, "memory.recompute must be at most 1000, got {}", recompute);
-  IS_REQUIRE(recompute_last <= 1000, kInvalidInput, "memory.recompute_last must be at most 1000, got {}", recompute_last);
-  IS_REQUIRE(k <= 1000, kInvalidInput, "memory.k must be at most 1000, got {}", k);
-  IS_REQUIRE(w <= 1000, kInvalidInput, "memory.window must be at most 1000, got {}", w);
-  IS_REQUIRE(!messages.empty(), kInvalidInput, "a request with memory needs at least one message");
+  check_memory_limits(k, w, recompute, recompute_last);
+  IS_REQUIRE(!prompt.chat || !prompt.messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   const Tokenizer& tok = *model_.tokenizer;
-  // The text before the facts starts the prompt (BOS where the template wants one); the rest follows.
-  const EncodeOptions first_opts = model_.chat_template.encode_options(tok);
-  const EncodeOptions rest_opts{.add_special = false, .parse_special = first_opts.parse_special};
 
   MemoryPrompt out;
   std::vector<ScoredFact> hits;
@@ -236,9 +207,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
     if (!req.query_vector.empty()) {
       hits = retriever_.search_vector(req.tenant, req.user, req.query_vector, static_cast<size_t>(k));
     } else {
-      std::string query = req.query;
-      for (auto it = messages.rbegin(); query.empty() && it != messages.rend(); ++it)
-        if (it->role == "user") query = it->content;
+      const std::string query = req.query.empty() ? prompt.default_query(tok) : req.query;
       hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
     }
     out.retrieve_ms = ms_since(t0);
@@ -248,7 +217,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
     out.scores.push_back(h.score);
   }
   if (out.facts.empty()) {  // no memory at all: exactly the plain prompt
-    out.tokens = tok.encode(render_around_facts(messages, false, chat).first, first_opts);
+    out.tokens = frame_prompt(prompt, tok, model_.chat_template, nullptr).before;
     return out;
   }
   // Placement order: rank puts the best-ranked fact last (closest to the question).
@@ -273,8 +242,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const std::vector<
 
   std::vector<std::vector<int32_t>> fact_toks;
   for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
-  const auto [before, after] = render_around_facts(messages, true, chat);
-  ComposedPrompt c = compose_tokens(tok.encode(before, first_opts), fact_toks, tok.encode(after, rest_opts));
+  const FactsBlock block{opts_.header, opts_.footer};
+  const PromptFrame frame = frame_prompt(prompt, tok, model_.chat_template, &block);
+  ComposedPrompt c = compose_tokens(frame.before, fact_toks, frame.after);
   out.tokens = std::move(c.tokens);
   if (req.mode != MemoryMode::kInject) return out;
 

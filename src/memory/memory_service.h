@@ -4,14 +4,14 @@
 // reads is thread-safe and may be written from any thread (deletes and updates reach the pool
 // through a queue drained by sync()).
 //
-//   chat messages + memory request
+//   prompt source (chat messages or a completion's prompt: prompt_layout.h) + memory request
 //     -> retrieve top-k (Retriever over the user's facts; a text query or a client query vector)
 //     -> order (rank: best-ranked fact last; time: chronological)
 //     -> render each fact "[{date}] {speaker}: {text}\n" and tokenize it alone (no BOS)
 //     -> inject mode: pool entry per fact, keyed (id, version, w, hash of the window's tokens):
 //        found, read from its KV file, or encoded now ([w preceding turns][fact], pre-RoPE K and V
 //        captured into the pool)
-//     -> [prefix ... header][f_k ... f_1][footer ... question], span = the facts' range
+//     -> [prefix ... header][f_k ... f_1][footer ... question] (prompt_layout.h), span = the facts' range
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -31,6 +31,7 @@
 #include "memory/fact_store.h"
 #include "memory/kv_file.h"
 #include "memory/kv_pool.h"
+#include "memory/prompt_layout.h"
 #include "memory/retriever.h"
 #include "model/model.h"
 
@@ -74,13 +75,18 @@ class MemoryService : private FactStoreListener {
                 BlockManager& cache_blocks, MemoryOptions opts = {});
   ~MemoryService() override;
 
-  // Builds the prompt of a chat request with memory. Messages hold the system prompt (optional)
-  // and the conversation; the memory block goes at the end of the system message. Mode inject
+  // Builds the prompt of a request with memory, laid out by frame_prompt (prompt_layout.h): a
+  // chat's block of facts at the end of its system message, a completion's before its prompt;
+  // with no fact placed (mode off, k = 0, nothing retrieved) exactly the plain prompt. Mode inject
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
-  // lack of room: the request is served, only slower. `chat` renders the conversation as a plain
-  // request with the same options would (tokenizer/chat_render.h).
+  // lack of room: the request is served, only slower. Throws kInvalidInput for values past the
+  // MemoryRequest limits (memory/compose.h).
+  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt);
+  // A chat: `chat` renders the conversation as a plain request with the same options would.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
-                       const ChatRenderOptions& chat = {});
+                       const ChatRenderOptions& chat = {}) {
+    return prepare(req, PromptSource::of_chat(messages, chat));
+  }
   // Unpins the facts of a finished request.
   void release(const MemoryPrompt& p);
 
@@ -119,9 +125,6 @@ class MemoryService : private FactStoreListener {
   // The tokens a fact is encoded after: [BOS with sink][the w preceding turns' tokens].
   std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
   KvFileKey file_key(const Fact& f, int32_t w) const;
-  // Prefix text of the chat prompt up to the facts, and the text after them.
-  std::pair<std::string, std::string> render_around_facts(const std::vector<ChatMessage>& messages, bool with_memory,
-                                                          const ChatRenderOptions& chat) const;
 
   FactStore& store_;
   const Retriever& retriever_;

@@ -156,7 +156,8 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
     }
     try {
       if (p.sub.prepare) p.sub.prepare(*engine_, p.sub);
-      const int64_t id = engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::move(p.sub.injected));
+      const int64_t id =
+          engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::move(p.sub.injected), p.sub.cache_salt);
       live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
       p.stream->accept();
     } catch (...) {

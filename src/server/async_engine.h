@@ -46,6 +46,8 @@ struct Submission {
   // hold and sampling: memory retrieval and injection need the engine's backend and KV blocks,
   // which only that thread may touch. What it throws rejects the request.
   std::function<void(Engine&, Submission&)> prepare;
+  // The prefix-cache salt (Engine::add_request): the server's is the request's tenant.
+  uint64_t cache_salt = 0;
 };
 
 struct AsyncEngineStats {

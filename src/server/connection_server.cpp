@@ -94,7 +94,26 @@ class DeadlineStream final : public httplib::Stream {
   size_t have_ = 0, got_ = 0;  // buf_[have_, got_) is read but not yet consumed
 };
 
+// Set by close_after_answer() on the thread running process_request; read right after it.
+thread_local bool t_close_after_answer = false;
+
+// A lingering close (as HTTP servers do, RFC 9112 section 9.6): after an answer sent without
+// reading the request's body, send FIN, then read and drop what the client still sends, until it
+// closes or `limit` passes. Closing with unread bytes would send a RST, which can make the client
+// lose the answer before reading it.
+void drain_before_close(int fd, std::chrono::milliseconds limit) {
+  ::shutdown(fd, SHUT_WR);
+  const auto deadline = Clock::now() + limit;
+  char buf[16384];
+  while (wait_fd(fd, POLLIN, deadline)) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0 || (n < 0 && errno != EINTR)) return;
+  }
+}
+
 }  // namespace
+
+void ConnectionServer::close_after_answer() { t_close_after_answer = true; }
 
 ConnectionServer::ConnectionServer(ConnectionLimits limits) : limits_(limits) {}
 
@@ -146,11 +165,16 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     }
     DeadlineStream stream(sock, Clock::now() + limits_.read_timeout, limits_.write_timeout);
     bool connection_closed = false;
+    t_close_after_answer = false;
     ok = process_request(stream, last, connection_closed, nullptr);
     {
       std::lock_guard lk(mu_);
       open_[sock] = false;
       last = last || stopping_;
+    }
+    if (t_close_after_answer) {
+      drain_before_close(sock, std::chrono::milliseconds(1000));
+      break;
     }
     if (!ok || connection_closed || last) break;
   }

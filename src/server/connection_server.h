@@ -44,6 +44,13 @@ class ConnectionServer final : public httplib::Server {
   void begin_stop(std::chrono::milliseconds drain);
   size_t open_connections() const;
 
+  // Called from a handler (on the thread serving the request): the connection closes once this
+  // answer is written, however the client asked. For answers sent without reading the request's
+  // body (a rejection before routing), whose unread bytes must not be parsed as a next request:
+  // the close lingers (FIN sent, what the client still sends read and dropped, up to a second) so
+  // that the client gets the answer rather than a reset.
+  static void close_after_answer();
+
  private:
   bool process_and_close_socket(socket_t sock) override;
   // Waits for the first byte of the next request: false on timeout, close or stop.

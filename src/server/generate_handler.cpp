@@ -127,6 +127,9 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
   auto served = std::make_shared<std::vector<int32_t>>();
   Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}};
+  // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
+  // what another sent, through its latency.
+  sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
   if (prompt.prepare) {
     // Memory: the prompt exists only once the engine thread has retrieved and composed it.
     sub.prepare = [build = std::move(prompt.prepare), g, limits, served, keep = outputs.needs_prompt()](

@@ -7,7 +7,8 @@
 // JSON errors with their status; an error after a stream started is sent as an SSE event holding
 // the same JSON error, followed by "data: [DONE]" (shutdown past --shutdown-timeout, a failed step).
 //
-// Memory: the X-InferScale-Tenant header sets the memory object's tenant (tenant.h); a request
+// Tenants: the request's tenant (tenant.h) salts its prefix-cache blocks, so tenants never share
+// them; the X-InferScale-Tenant header sets the memory object's tenant. Memory: a request
 // with a memory object answers with a "memory" report (api_response.h), which this thread reads
 // only once the engine accepted the request (memory_provider.h says why that is the sync point).
 #pragma once

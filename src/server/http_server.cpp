@@ -16,6 +16,7 @@
 
 #include "server/api_error.h"
 #include "server/api_response.h"
+#include "server/auth.h"
 #include "server/connection_pool.h"
 #include "server/connection_server.h"
 #include "server/generate_handler.h"
@@ -141,6 +142,20 @@ void HttpServer::routes() {
   s.set_socket_options(listen_socket_options);
   s.set_payload_max_length(opts_.max_body_bytes);
 
+  // Authentication (auth.h), before any route matches: every route is behind it, also unknown
+  // ones and those registered below in the future. httplib passes the handlers this same Request
+  // (its own, non-const object), so the tenant header the layer rewrites is what they read.
+  s.set_pre_routing_handler([keys = opts_.api_keys](const httplib::Request& req, httplib::Response& res) {
+    const std::optional<ApiError> rejected = authenticate(const_cast<httplib::Request&>(req), keys.get());
+    if (!rejected) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, *rejected);
+    if (rejected->status == 401) res.set_header("WWW-Authenticate", kAuthChallenge);
+    // The body was not read: the connection must not be read again for a next request.
+    res.set_header("Connection", "close");
+    ConnectionServer::close_after_answer();
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
   auto gen = std::make_shared<GenerateHandler>(model_, engine_, metrics_, memory_);
   s.Post("/v1/chat/completions", guarded([gen](const httplib::Request& req, httplib::Response& res) {
     gen->handle(req, res, ApiKind::kChat);
@@ -225,6 +240,9 @@ int HttpServer::start() {
     port_ = opts_.port;
   }
   svr_->apply_backlog();
+  if (!opts_.api_keys && !is_loopback_host(opts_.host))
+    spdlog::warn("listening on {}:{} without API keys: anyone who can reach it can read, change and delete every "
+                 "tenant's memory; give --api-keys FILE, or listen on 127.0.0.1", opts_.host, port_);
   thread_ = std::thread([this] {
     if (!svr_->listen_after_bind()) spdlog::error("the HTTP server stopped with an error");
   });

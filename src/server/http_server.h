@@ -5,6 +5,10 @@
 //   GET  /health                GET  /metrics (Prometheus text)
 //   /v1/memory/...              the memory REST API (memory_handler.h)
 //
+// Authentication runs before routing, for every route (auth.h): with API keys, a request without
+// a valid key gets 401 and the tenant is the key's; without keys the server is open, and start()
+// warns when it listens on a non-loopback address.
+//
 // Every error is an OpenAI-style JSON error (api_error.h): unknown routes 404, a wrong method on a
 // known route 405, bodies over max_body_bytes 413, the rest as mapped by api_error_from.
 //
@@ -20,6 +24,7 @@
 #include <string>
 #include <thread>
 
+#include "server/api_keys.h"
 #include "server/async_engine.h"
 #include "server/memory_provider.h"
 #include "server/metrics.h"
@@ -42,6 +47,9 @@ struct HttpServerOptions {
   double read_timeout_s = 10;       // a request's headers and body must arrive in full within this
   double write_timeout_s = 10;      // each write of an answer (a client not reading a stream)
   int listen_backlog = 1024;        // connections the kernel queues before the server accepts them
+  // API keys and their tenants (auth.h); null: no keys, every route open. Shared so that the
+  // owner can reload() them (SIGHUP) while the server runs.
+  std::shared_ptr<const ApiKeys> api_keys;
 };
 
 class HttpServer {

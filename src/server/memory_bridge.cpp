@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "server/api_error.h"
+#include "server/prompt_builder.h"
 
 namespace inferscale::server {
 namespace {
@@ -33,21 +33,15 @@ MemoryService& MemoryBridge::service(Engine& engine) {
 
 PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
   MemoryRequest mr = req.memory->resolved();
-  std::vector<ChatMessage> messages;
-  if (req.kind == ApiKind::kChat) {
-    messages = req.messages;
-  } else {
-    if (req.prompt_ids) throw bad_request("memory needs a text prompt, not token ids", "prompt");
-    messages.push_back(ChatMessage{"user", req.prompt_text});
-  }
   PreparedPrompt p;
   p.report = std::make_shared<MemoryReport>();
   p.report->mode = mr.mode;
-  const ChatRenderOptions chat = req.kind == ApiKind::kChat ? req.chat_render : ChatRenderOptions{};
-  p.prepare = [this, mr = std::move(mr), messages = std::move(messages), chat, report = p.report](Engine& engine,
-                                                                                                 PreparedPrompt& out) {
+  // The same source a plain request is built from (prompt_builder.h): without facts placed, the
+  // service's prompt is exactly the plain one, on both endpoints.
+  p.prepare = [this, mr = std::move(mr), source = prompt_source(req), report = p.report](Engine& engine,
+                                                                                        PreparedPrompt& out) {
     MemoryService& svc = service(engine);
-    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, messages, chat));
+    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source));
     out.ids = prepared->tokens;
     out.injected = prepared->injected;
     fill_report(*prepared, mr.mode, *report);

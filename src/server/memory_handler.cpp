@@ -287,7 +287,7 @@ void search(Call& c) {
   const auto vector = f.floats("vector", MemorySpec::kMaxVectorDim);
   if (query && vector) f.fail("vector", "give 'query' or 'vector', not both");
   if (!vector && (!query || query->empty())) f.fail("query", "is required (a non-empty string), or give 'vector'");
-  const auto k = static_cast<size_t>(f.integer("k", 1, MemorySpec::kMaxK).value_or(kDefaultSearchK));
+  const auto k = static_cast<size_t>(f.integer("k", 1, MemoryRequest::kMaxK).value_or(kDefaultSearchK));
   require_user(c);
   c.store.refresh();  // another process's writes reach the retriever's indexes first
   const std::vector<ScoredFact> hits =

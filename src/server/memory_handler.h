@@ -1,5 +1,5 @@
 // The memory REST API (InferScale's extension): per-user facts, inside the request's tenant
-// (header X-InferScale-Tenant, see tenant.h).
+// (the API key's with --api-keys, else the header X-InferScale-Tenant: tenant.h).
 //
 //   GET    /v1/memory/users                        users of the tenant, with their fact counts
 //   GET    /v1/memory/users/{user}                 one user's fact count

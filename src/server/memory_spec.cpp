@@ -29,10 +29,10 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
     if (f.get("query")) f.fail("query_vector", "give 'memory.query' or 'memory.query_vector', not both");
     s.query_vector = std::move(*v);
   }
-  if (auto k = f.integer("k", 0, MemorySpec::kMaxK)) s.k = static_cast<int32_t>(*k);
-  if (auto w = f.integer("w", 0, MemorySpec::kMaxW)) s.window = static_cast<int32_t>(*w);
-  if (auto r = f.integer("recompute", 0, MemorySpec::kMaxW)) s.recompute = static_cast<int32_t>(*r);
-  if (auto r = f.integer("recompute_last", 0, MemorySpec::kMaxK)) s.recompute_last = static_cast<int32_t>(*r);
+  if (auto k = f.integer("k", 0, MemoryRequest::kMaxK)) s.k = static_cast<int32_t>(*k);
+  if (auto w = f.integer("w", 0, MemoryRequest::kMaxWindow)) s.window = static_cast<int32_t>(*w);
+  if (auto r = f.integer("recompute", 0, MemoryRequest::kMaxRecompute)) s.recompute = static_cast<int32_t>(*r);
+  if (auto r = f.integer("recompute_last", 0, MemoryRequest::kMaxRecomputeLast)) s.recompute_last = static_cast<int32_t>(*r);
   // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.
   auto named = [&f](const char* key, auto parse) {
     try {

@@ -2,17 +2,22 @@
 // types on the HTTP thread:
 //
 //   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h)
-//              "tenant": "acme",         optional (default "default")
-//              "k": 10,                  facts to retrieve, 0..kMaxK            (default: the server's)
-//              "w": 2,                   context-window turns per fact, 0..kMaxW (default: the server's)
-//              "query": "...",           retrieval query (default: the last user message)
+//              "tenant": "acme",         optional (default: the request's, tenant.h; with API keys
+//                                        it must be the key's)
+//              "k": 10,                  facts to retrieve, 0..256               (default: the server's)
+//              "w": 2,                   context-window turns per fact, 0..128   (default: the server's)
+//              "query": "...",           retrieval query (default: the last user message, or a
+//                                        completion's prompt)
 //              "query_vector": [0.1, ...], or a query vector the client computed, matched against
 //                                        the vectors it supplied with the facts (not with "query")
 //              "mode": "inject",         inject | text | off                     (default inject)
 //              "order": "rank",          rank | time                             (default rank)
 //              "recompute": 2,           inject: the first r tokens of each fact are computed at
-//                                        serving time instead of injected, 0..kMaxW (default: the server's)
-//              "recompute_last": 1}      inject: the last m placed facts are computed whole, 0..kMaxK
+//                                        serving time instead of injected, 0..128 (default: the server's)
+//              "recompute_last": 1}      inject: the last m placed facts are computed whole, 0..256
+//
+// The limits are the memory module's (MemoryRequest::kMax*, memory/compose.h): one set for the
+// API, the server's defaults and the service.
 //
 // mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
 // fact last, right before the question; time orders them by time.
@@ -38,8 +43,6 @@ namespace inferscale::server {
 // stays "" until the object or the X-InferScale-Tenant header names one (tenant.h); resolved()
 // turns "" into the default tenant.
 struct MemorySpec : MemoryRequest {
-  static constexpr int32_t kMaxK = 256;
-  static constexpr int32_t kMaxW = 128;
   static constexpr size_t kMaxVectorDim = 16384;
 
   MemorySpec() { tenant.clear(); }

@@ -8,26 +8,24 @@
 
 namespace inferscale::server {
 
+PromptSource prompt_source(const GenerateRequest& req) {
+  if (req.kind == ApiKind::kChat) return PromptSource::of_chat(req.messages, req.chat_render);
+  return req.prompt_ids ? PromptSource::of_ids(*req.prompt_ids) : PromptSource::of_text(req.prompt_text);
+}
+
 PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, const ChatTemplate& tmpl,
                             MemoryProvider* memory) {
+  if (req.prompt_ids) {
+    const int32_t vocab = tok.vocab_size();
+    for (int32_t id : *req.prompt_ids)
+      if (id >= vocab) throw bad_request(fmt::format("'prompt': token id {} is outside the vocabulary of {}", id, vocab), "prompt");
+  }
   if (req.memory && req.memory->mode != MemoryMode::kOff) {
     if (!memory) throw bad_request("memory is not enabled on this server", "memory", "memory_disabled");
     return memory->prepare(req);
   }
   PreparedPrompt p;
-  if (req.kind == ApiKind::kChat) {
-    // A family writes special tokens (and BOS where it wants one) as text; the plain fallback none.
-    const std::string text = render_chat(tmpl, req.messages, req.chat_render);
-    p.ids = tok.encode(text, tmpl.encode_options(tok));
-  } else if (req.prompt_ids) {
-    p.ids = *req.prompt_ids;
-    const int32_t vocab = tok.vocab_size();
-    for (int32_t id : p.ids)
-      if (id >= vocab) throw bad_request(fmt::format("'prompt': token id {} is outside the vocabulary of {}", id, vocab), "prompt");
-  } else {
-    // Client text is never parsed for special tokens: "<|eot_id|>" typed by a user stays text.
-    p.ids = tok.encode(req.prompt_text, EncodeOptions{.add_special = true, .parse_special = false});
-  }
+  p.ids = frame_prompt(prompt_source(req), tok, tmpl, nullptr).before;
   if (p.ids.empty()) throw bad_request("the prompt is empty after tokenization", req.kind == ApiKind::kChat ? "messages" : "prompt");
   return p;
 }

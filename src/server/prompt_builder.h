@@ -1,9 +1,12 @@
-// From a parsed request to what the engine takes: prompt ids (chat template + tokenizer, or the
-// completion's text / token ids; memory through the MemoryProvider) and a max_tokens that fits the
-// context. Runs on HTTP threads; the tokenizer and chat template are only read.
+// From a parsed request to what the engine takes: prompt ids and a max_tokens that fits the
+// context. Every prompt, chat or completion, is laid out by the one builder (memory/
+// prompt_layout.h): here without facts, or through the MemoryProvider, whose preparation places
+// the retrieved facts in the same layout on the engine thread. Runs on HTTP threads; the
+// tokenizer and chat template are only read.
 #pragma once
 #include <cstdint>
 
+#include "memory/prompt_layout.h"
 #include "server/api_request.h"
 #include "server/memory_provider.h"
 #include "tokenizer/chat_template.h"
@@ -15,6 +18,9 @@ struct PromptLimits {
   int32_t max_model_len = 0;       // prompt + output tokens of one request
   int64_t kv_capacity_tokens = 0;  // what the whole KV cache holds
 };
+
+// What the request's prompt is made of (its messages, or its completion prompt).
+PromptSource prompt_source(const GenerateRequest& req);
 
 // `memory` may be null (memory not enabled). Throws ApiError / inferscale::Error.
 PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, const ChatTemplate& tmpl,

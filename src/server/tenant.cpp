@@ -1,6 +1,7 @@
 #include "server/tenant.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include "memory/fact_store.h"
 #include "server/api_error.h"
@@ -24,10 +25,22 @@ std::string request_tenant(const httplib::Request& req) {
 void apply_tenant_header(const httplib::Request& req, MemorySpec& spec) {
   if (!req.has_header(kTenantHeader)) return;
   const std::string t = request_tenant(req);
-  if (!spec.tenant.empty() && spec.tenant != t)
+  if (!spec.tenant.empty() && spec.tenant != t) {
+    if (req.has_header(kTenantFromKeyHeader))
+      throw ApiError(403, "invalid_request_error",
+                     fmt::format("'memory.tenant' is '{}' but the API key belongs to tenant '{}'", spec.tenant, t),
+                     "memory.tenant", "tenant_mismatch");
     throw bad_request(fmt::format("'memory.tenant' is '{}' but the {} header says '{}'", spec.tenant, kTenantHeader, t),
                       "memory.tenant");
+  }
   spec.tenant = t;
 }
+
+std::string generation_tenant(const httplib::Request& req, const MemorySpec* memory) {
+  if (memory) return memory->resolved().tenant;
+  return req.has_header(kTenantHeader) ? req.get_header_value(kTenantHeader) : std::string(kDefaultTenant);
+}
+
+uint64_t tenant_cache_salt(std::string_view tenant) { return XXH3_64bits(tenant.data(), tenant.size()) | 1; }
 
 }  // namespace inferscale::server

@@ -1,0 +1,90 @@
+#include "memory/prompt_layout.h"
+
+#include "util/check.h"
+
+namespace inferscale {
+namespace {
+
+// Stands for the facts in the chat text, so the template renders the block where it puts the
+// system message; the text is then cut there. Control characters keep it out of any real text.
+constexpr std::string_view kMarker = "\x1e<inferscale-memory>\x1e";
+
+// Client text as text: no special tokens parsed (BOS added where asked).
+constexpr EncodeOptions kTextFirst{.add_special = true, .parse_special = false};
+constexpr EncodeOptions kTextRest{.add_special = false, .parse_special = false};
+
+void append(std::vector<int32_t>& to, const std::vector<int32_t>& from) { to.insert(to.end(), from.begin(), from.end()); }
+
+PromptFrame frame_chat(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block) {
+  // The text before the facts starts the prompt (BOS where the template wants one); the rest follows.
+  const EncodeOptions first = tmpl.encode_options(tok);
+  if (!block) return {tok.encode(render_chat(tmpl, src.messages, src.render), first), {}};
+  const std::string marked = block->header + std::string(kMarker) + block->footer;
+  std::vector<ChatMessage> msgs = src.messages;
+  if (!msgs.empty() && msgs[0].role == "system") {
+    msgs[0].content += (msgs[0].content.empty() ? "" : "\n\n") + marked;
+  } else {
+    // The system prompt the template would have written (SmolLM2's ChatML has one) stays: the
+    // memory follows it, as it follows a system prompt the client gives.
+    const std::string& def = tmpl.default_system();
+    msgs.insert(msgs.begin(), ChatMessage{"system", def.empty() ? marked : def + "\n\n" + marked});
+  }
+  const std::string text = render_chat(tmpl, msgs, src.render);
+  const size_t at = text.find(kMarker);
+  IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
+  const EncodeOptions rest{.add_special = false, .parse_special = first.parse_special};
+  return {tok.encode(text.substr(0, at), first), tok.encode(text.substr(at + kMarker.size()), rest)};
+}
+
+PromptFrame frame_completion(const PromptSource& src, const Tokenizer& tok, const FactsBlock* block) {
+  if (src.ids) {
+    if (!block) return {*src.ids, {}};
+    const std::vector<int32_t>& ids = *src.ids;
+    const bool bos_first = !ids.empty() && tok.bos_id() && ids[0] == *tok.bos_id();
+    PromptFrame f;
+    if (bos_first) f.before.push_back(ids[0]);
+    append(f.before, tok.encode(block->header, kTextRest));
+    f.after = tok.encode(block->footer, kTextRest);
+    f.after.insert(f.after.end(), ids.begin() + (bos_first ? 1 : 0), ids.end());
+    return f;
+  }
+  if (!block) return {tok.encode(src.text, kTextFirst), {}};
+  return {tok.encode(block->header, kTextFirst), tok.encode(block->footer + src.text, kTextRest)};
+}
+
+}  // namespace
+
+PromptSource PromptSource::of_chat(std::vector<ChatMessage> messages, ChatRenderOptions render) {
+  PromptSource s;
+  s.chat = true;
+  s.messages = std::move(messages);
+  s.render = render;
+  return s;
+}
+
+PromptSource PromptSource::of_text(std::string text) {
+  PromptSource s;
+  s.chat = false;
+  s.text = std::move(text);
+  return s;
+}
+
+PromptSource PromptSource::of_ids(std::vector<int32_t> ids) {
+  PromptSource s;
+  s.chat = false;
+  s.ids = std::move(ids);
+  return s;
+}
+
+std::string PromptSource::default_query(const Tokenizer& tok) const {
+  if (!chat) return ids ? tok.decode(*ids) : text;
+  for (auto it = messages.rbegin(); it != messages.rend(); ++it)
+    if (it->role == "user") return it->content;
+  return {};
+}
+
+PromptFrame frame_prompt(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block) {
+  return src.chat ? frame_chat(src, tok, tmpl, block) : frame_completion(src, tok, block);
+}
+
+}  // namespace inferscale
