@@ -4,6 +4,7 @@
 //   GET  /v1/models             GET  /v1/models/{id}
 //   GET  /health                GET  /metrics (Prometheus text)
 //   /v1/memory/...              the memory REST API (memory_handler.h)
+//   /memories, /search, /v1/ping/, /v1|v2|v3/memories/...   Mem0's APIs (mem0_handler.h)
 //
 // Every error is an OpenAI-style JSON error (api_error.h): unknown routes 404, a wrong method on a
 // known route 405, bodies over max_body_bytes 413, the rest as mapped by api_error_from.

@@ -1,9 +1,11 @@
 // The `memory` object of a request (InferScale's extension to the OpenAI API), parsed into native
 // types on the HTTP thread:
 //
-//   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h)
+//   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h);
+//                                        Mem0's name "user_id" is the same field
 //              "tenant": "acme",         optional (default "default")
-//              "k": 10,                  facts to retrieve, 0..kMaxK            (default: the server's)
+//              "k": 10,                  facts to retrieve, 0..kMaxK            (default: the server's);
+//                                        Mem0's name "top_k" is the same field
 //              "w": 2,                   context-window turns per fact, 0..kMaxW (default: the server's)
 //              "query": "...",           retrieval query (default: the last user message)
 //              "query_vector": [0.1, ...], or a query vector the client computed, matched against
@@ -12,7 +14,10 @@
 //              "order": "rank",          rank | time                             (default rank)
 //              "recompute": 2,           inject: the first r tokens of each fact are computed at
 //                                        serving time instead of injected, 0..kMaxW (default: the server's)
-//              "recompute_last": 1}      inject: the last m placed facts are computed whole, 0..kMaxK
+//              "recompute_last": 1,      inject: the last m placed facts are computed whole, 0..kMaxK
+//              "store": true,            chat: the user's last message and the reply are appended to
+//                                        the user's memory as turns (memory_writeback.h); not with mode off
+//              "conversation": "chat"}   with store: the conversation they go to (default "chat")
 //
 // mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
 // fact last, right before the question; time orders them by time.
@@ -41,6 +46,9 @@ struct MemorySpec : MemoryRequest {
   static constexpr int32_t kMaxK = 256;
   static constexpr int32_t kMaxW = 128;
   static constexpr size_t kMaxVectorDim = 16384;
+
+  bool store = false;        // write the exchange back (memory_writeback.h)
+  std::string conversation;  // with store; "" = kChatConversation
 
   MemorySpec() { tenant.clear(); }
   MemoryRequest resolved() const {

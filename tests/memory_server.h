@@ -1,0 +1,127 @@
+// Test support for the server tests with memory: the demo model in an AsyncEngine + HttpServer
+// with a MemoryBridge over a FactStore in a temporary data dir, on a loopback ephemeral port; a
+// client of one tenant; a chat request body.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/bm25_retriever.h"
+#include "memory/combined_retriever.h"
+#include "server/memory_bridge.h"
+#include "server_http_client.h"
+#include "test_fact_store_util.h"
+
+namespace inferscale::test_support {
+
+// AsyncEngine + HttpServer with memory; torn down engine first, then the bridge, then the store.
+class MemoryServer {
+ public:
+  explicit MemoryServer(size_t max_body_bytes) {
+    store = FactStore::open(dir.path());
+    retriever = std::make_unique<CombinedRetriever>(*store, std::make_unique<Bm25Retriever>(*store));
+    MemoryOptions mo;
+    mo.default_k = 4;
+    mo.default_window = 1;
+    mo.kv_dir = dir.path() / "kv";
+    bridge = std::make_unique<server::MemoryBridge>(*store, *retriever, TestModel::demo(), mo);
+    engine = std::make_unique<server::AsyncEngine>([] {
+      BackendOptions bo;
+      bo.block_size = 16;
+      bo.num_cache_blocks = 128;
+      bo.num_pool_blocks = 128;
+      bo.num_threads = 1;
+      return TestModel().engine(128, make_cpu_backend(TestModel::demo().config, TestModel::demo().weights, bo));
+    });
+    server::HttpServerOptions ho;
+    ho.host = "127.0.0.1";
+    ho.port = 0;
+    ho.max_body_bytes = max_body_bytes;
+    http = std::make_unique<server::HttpServer>(TestModel().served(), *engine, ho, bridge.get());
+    port = http->start();
+  }
+  ~MemoryServer() {
+    engine->shutdown();
+    http->stop();
+  }
+
+  inferscale::testing::TempDir dir;
+  std::unique_ptr<FactStore> store;
+  std::unique_ptr<Retriever> retriever;
+  std::unique_ptr<server::MemoryBridge> bridge;
+  std::unique_ptr<server::AsyncEngine> engine;
+  std::unique_ptr<server::HttpServer> http;
+  int port = 0;
+};
+
+// A client of one tenant ("" = no header: the default tenant).
+struct Api {
+  int port;
+  std::string tenant;
+
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(120, 0);
+    return c;
+  }
+  httplib::Headers headers() const {
+    return tenant.empty() ? httplib::Headers{} : httplib::Headers{{"X-InferScale-Tenant", tenant}};
+  }
+  httplib::Result get(const std::string& p) const { return client().Get(p.c_str(), headers()); }
+  httplib::Result del(const std::string& p) const { return client().Delete(p.c_str(), headers()); }
+  httplib::Result post(const std::string& p, const std::string& body) const {
+    return client().Post(p.c_str(), headers(), body, "application/json");
+  }
+  httplib::Result post(const std::string& p, const json& body) const { return post(p, body.dump()); }
+  httplib::Result patch(const std::string& p, const json& body) const {
+    return client().Patch(p.c_str(), headers(), body.dump(), "application/json");
+  }
+  httplib::Result put(const std::string& p, const json& body) const {
+    return client().Put(p.c_str(), headers(), body.dump(), "application/json");
+  }
+  // Adds facts (texts) for `user`; returns their ids.
+  std::vector<int64_t> add(const std::string& user, const std::vector<std::string>& texts) const {
+    json facts = json::array();
+    for (const std::string& t : texts) facts.push_back({{"text", t}, {"speaker", user}});
+    const json r = ok(post("/v1/memory/users/" + user + "/facts", json{{"facts", facts}}));
+    return r["ids"].get<std::vector<int64_t>>();
+  }
+
+  static json ok(const httplib::Result& r) {
+    if (!r) {
+      ADD_FAILURE() << "no response";
+      return json::object();
+    }
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  }
+  // The "data" array of a list response, by value: a range-for over `ok(r)["data"]` would iterate
+  // a destroyed temporary.
+  static json data(const httplib::Result& r) { return ok(r)["data"]; }
+  // The error object of a response that must have `status`, after checking its OpenAI shape.
+  static json fails(const httplib::Result& r, int status) {
+    if (!r) {
+      ADD_FAILURE() << "no response";
+      return json::object();
+    }
+    EXPECT_EQ(r->status, status) << r->body;
+    const json e = json::parse(r->body).value("error", json::object());
+    for (const char* key : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(key)) << key << " in " << r->body;
+    return e;
+  }
+};
+
+// A greedy chat request body (system "be brief", then `question`), with `memory` unless null.
+inline json chat(const std::string& question, const json& memory, int max_tokens = 8) {
+  json body = {{"model", "demo"},
+               {"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", question}}}},
+               {"max_tokens", max_tokens},
+               {"temperature", 0},
+               {"ignore_eos", true}};
+  if (!memory.is_null()) body["memory"] = memory;
+  return body;
+}
+
+}  // namespace inferscale::test_support
