@@ -25,21 +25,15 @@ os.environ.setdefault("MEM0_TELEMETRY", "false")  # before the import: mem0 read
 from mem0 import MemoryClient  # noqa: E402
 from mem0.exceptions import MemoryNotFoundError, ValidationError  # noqa: E402
 
+from client_checks import Checks  # noqa: E402
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="http://127.0.0.1:8000")
     args = ap.parse_args()
-    results = []
-
-    def check(name, fn):
-        try:
-            detail = fn()
-            results.append(True)
-            print(f"PASS {name}" + (f": {detail}" if detail else ""))
-        except Exception as e:  # report and go on: one failing check must not hide the others
-            results.append(False)
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    checks = Checks()
+    check = checks.check
 
     def raises(exc_type, fn):
         try:
@@ -146,9 +140,7 @@ def main() -> int:
                      ("add without an entity id", add_without_entity),
                      ("chat memory with Mem0's names", chat_reads_the_same_memory), ("delete_all", delete_all)]:
         check(name, fn)
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if passed == len(results) else 1
+    return checks.report()
 
 
 if __name__ == "__main__":

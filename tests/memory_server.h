@@ -113,6 +113,18 @@ struct Api {
   }
 };
 
+// A fixture whose test suite shares one MemoryServer (2 MiB bodies), started before its first test.
+class MemoryServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { s = new MemoryServer(2u << 20); }
+  static void TearDownTestSuite() {
+    delete s;
+    s = nullptr;
+  }
+  static Api api(const std::string& tenant = {}) { return Api{s->port, tenant}; }
+  static inline MemoryServer* s = nullptr;
+};
+
 // A greedy chat request body (system "be brief", then `question`), with `memory` unless null.
 inline json chat(const std::string& question, const json& memory, int max_tokens = 8) {
   json body = {{"model", "demo"},

@@ -15,17 +15,7 @@ using namespace inferscale::test_support;
 
 namespace {
 
-class Mem0Routes : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { s = new MemoryServer(2u << 20); }
-  static void TearDownTestSuite() {
-    delete s;
-    s = nullptr;
-  }
-  static Api api(const std::string& tenant) { return Api{s->port, tenant}; }
-  static MemoryServer* s;
-};
-MemoryServer* Mem0Routes::s = nullptr;
+class Mem0Routes : public MemoryServerTest {};
 
 // A Mem0 error: the server's OpenAI-style error and Mem0's "detail" (what the mem0ai client shows).
 json mem0_fails(const httplib::Result& r, int status) {

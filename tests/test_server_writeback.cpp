@@ -12,17 +12,7 @@ using namespace inferscale::test_support;
 
 namespace {
 
-class WriteBackTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { s = new MemoryServer(2u << 20); }
-  static void TearDownTestSuite() {
-    delete s;
-    s = nullptr;
-  }
-  static Api api(const std::string& tenant = {}) { return Api{s->port, tenant}; }
-  static MemoryServer* s;
-};
-MemoryServer* WriteBackTest::s = nullptr;
+class WriteBackTest : public MemoryServerTest {};
 
 std::vector<int64_t> ids_of(const json& stored) { return stored.get<std::vector<int64_t>>(); }
 

@@ -315,22 +315,11 @@ constexpr Route kRoutes[] = {
 
 void route(MemoryProvider* memory, const httplib::Request& req, httplib::Response& res) {
   const std::vector<std::string> segs = path_segments(req.target);
-  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
-  const Route* found = nullptr;
-  std::vector<std::string_view> allowed;
-  std::vector<std::string> params, bound;
-  for (const Route& r : kRoutes) {
-    if (!match_path(r.shape, segs, bound)) continue;
-    allowed.push_back(r.method);
-    if (r.method == method && !found) {
-      found = &r;
-      params = bound;
-    }
-  }
-  if (!found) throw_unrouted(req, res, allowed);
+  std::vector<std::string> params;
+  const Route& found = find_route(std::span<const Route>(kRoutes), segs, req, res, params);
   if (!memory) throw bad_request("memory is not enabled on this server", {}, "memory_disabled");
   Call c{req, res, memory->store(), memory->retriever(), request_tenant(req), params.empty() ? std::string() : params[0]};
-  found->run(c);
+  found.run(c);
 }
 
 }  // namespace

@@ -317,19 +317,8 @@ void MemoryHandler::handle(const httplib::Request& req, httplib::Response& res) 
   const std::vector<std::string> segs = path_segments(req.target);
   // Registered for /v1/memory(/...)?: the first two segments are "v1", "memory".
   const std::span<const std::string> rest = std::span(segs).subspan(std::min<size_t>(2, segs.size()));
-  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
-  const Route* route = nullptr;
-  std::vector<std::string_view> allowed;
-  std::vector<std::string> params, bound;  // {user} comes before {id} in every shape
-  for (const Route& r : kRoutes) {
-    if (!match_path(r.shape, rest, bound)) continue;
-    allowed.push_back(r.method);
-    if (r.method == method) {
-      route = &r;
-      params = bound;
-    }
-  }
-  if (!route) throw_unrouted(req, res, allowed);
+  std::vector<std::string> params;  // {user} comes before {id} in every shape
+  const Route* route = &find_route(std::span<const Route>(kRoutes), rest, req, res, params);
   if (!memory_) throw bad_request("memory is not enabled on this server", {}, "memory_disabled");
   const bool has_user = route->shape.find("{user}") != std::string_view::npos;
   std::string user = has_user ? params.at(0) : std::string();

@@ -30,4 +30,26 @@ bool match_path(std::string_view shape, std::span<const std::string> segs, std::
 [[noreturn]] void throw_unrouted(const httplib::Request& req, httplib::Response& res,
                                  const std::vector<std::string_view>& allowed);
 
+// The route of a table (each entry with `method` and `shape`, string_views) that has `segs` and the
+// request's method (HEAD as GET; the first such entry), its {parameters} in `params`; throws
+// throw_unrouted's 404 / 405 when none has both.
+template <class Route>
+const Route& find_route(std::span<const Route> routes, std::span<const std::string> segs, const httplib::Request& req,
+                        httplib::Response& res, std::vector<std::string>& params) {
+  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
+  const Route* found = nullptr;
+  std::vector<std::string_view> allowed;
+  std::vector<std::string> bound;
+  for (const Route& r : routes) {
+    if (!match_path(r.shape, segs, bound)) continue;
+    allowed.push_back(r.method);
+    if (!found && r.method == method) {
+      found = &r;
+      params = bound;
+    }
+  }
+  if (!found) throw_unrouted(req, res, allowed);
+  return *found;
+}
+
 }  // namespace inferscale::server
