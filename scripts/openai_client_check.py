@@ -22,6 +22,8 @@ import sys
 
 import openai
 
+from client_checks import Checks
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,16 +33,8 @@ def main() -> int:
     args = ap.parse_args()
 
     client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=120)
-    results = []
-
-    def check(name, fn):
-        try:
-            detail = fn()
-            results.append(True)
-            print(f"PASS {name}" + (f": {detail}" if detail else ""))
-        except Exception as e:  # report and go on: one failing check must not hide the others
-            results.append(False)
-            print(f"FAIL {name}: {type(e).__name__}: {e}")
+    checks = Checks()
+    check = checks.check
 
     def expect_error(exc_type, status, **kwargs):
         try:
@@ -240,9 +234,7 @@ def main() -> int:
           lambda: expect_error(openai.BadRequestError, 400, model=model,
                                messages=[{"role": "user", "content": "x " * 200000}]))
 
-    passed = sum(results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if passed == len(results) else 1
+    return checks.report()
 
 
 if __name__ == "__main__":

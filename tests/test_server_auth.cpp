@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "server/api_keys.h"
-#include "server_memory_util.h"
+#include "memory_server.h"
 
 using namespace inferscale;
 using namespace inferscale::test_support;
@@ -91,6 +91,20 @@ TEST_F(ServerAuth, EveryRouteNeedsAKeyAndKeepsTenantsApart) {
       {"DELETE", fact, nullptr, Cross::kNotFound},
       {"POST", user + "/search", json{{"query", "cat"}, {"k", 4}}, Cross::kNotFound},
       {"DELETE", user, nullptr, Cross::kNotFound},
+      // Mem0's two surfaces (ids are per tenant: globex has no memory with acme's id).
+      {"GET", "/memories?user_id=alice", nullptr, Cross::kOwnData},
+      {"GET", "/memories/" + std::to_string(ids[0]), nullptr, Cross::kNotFound},
+      {"GET", "/memories/" + std::to_string(ids[0]) + "/history", nullptr, Cross::kNotFound},
+      {"PUT", "/memories/" + std::to_string(ids[0]), json{{"text", "globex was here"}}, Cross::kNotFound},
+      {"DELETE", "/memories/" + std::to_string(ids[0]), nullptr, Cross::kNotFound},
+      {"POST", "/search", json{{"query", "cat"}, {"user_id", "alice"}}, Cross::kOwnData},
+      {"GET", "/v1/ping/", nullptr, Cross::kOwnData},
+      {"POST", "/v3/memories/search/", json{{"query", "cat"}, {"filters", {{"user_id", "alice"}}}}, Cross::kOwnData},
+      {"POST", "/v3/memories/", json{{"filters", {{"user_id", "alice"}}}}, Cross::kOwnData},
+      {"GET", "/v1/memories/" + std::to_string(ids[0]) + "/", nullptr, Cross::kNotFound},
+      {"GET", "/v1/memories/" + std::to_string(ids[0]) + "/history/", nullptr, Cross::kNotFound},
+      {"DELETE", "/v1/memories/" + std::to_string(ids[0]) + "/", nullptr, Cross::kNotFound},
+      {"DELETE", "/v1/memories/?user_id=alice", nullptr, Cross::kOwnData},
       {"GET", "/v1/nowhere", nullptr, Cross::kNotFound},  // unknown routes are behind the layer too
       // Last: a write under the same user name creates globex's own alice, apart from acme's.
       {"POST", user + "/facts", json{{"facts", {{{"text", "Globex's Alice owns a bike"}}}}}, Cross::kOwnData},

@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "server_memory_util.h"
+#include "memory_server.h"
 
 using namespace inferscale;
 using namespace inferscale::test_support;
@@ -17,17 +17,7 @@ std::string content(const json& response) { return response["choices"][0]["messa
 const std::vector<std::string> kAliceFacts = {"Alice adopted a cat named Miso", "Alice works as a nurse in Oslo",
                                               "Alice likes hiking in the mountains", "Alice plays the cello on Sundays"};
 
-class ServerMemory : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { s = new MemoryServer(2u << 20); }
-  static void TearDownTestSuite() {
-    delete s;
-    s = nullptr;
-  }
-  static Api api(const std::string& tenant = {}) { return Api{s->port, tenant}; }
-  static MemoryServer* s;
-};
-MemoryServer* ServerMemory::s = nullptr;
+class ServerMemory : public MemoryServerTest {};
 
 }  // namespace
 

@@ -88,6 +88,28 @@ struct ListOptions {
   size_t limit = 100;
 };
 
+// One entry of a fact's history (memory/fact_history.h): what a change did to it.
+enum class FactEventKind { kAdd, kUpdate, kDelete };
+inline const char* fact_event_name(FactEventKind k) {
+  return k == FactEventKind::kAdd ? "ADD" : k == FactEventKind::kUpdate ? "UPDATE" : "DELETE";
+}
+inline std::optional<FactEventKind> parse_fact_event(std::string_view s) {
+  if (s == "ADD") return FactEventKind::kAdd;
+  if (s == "UPDATE") return FactEventKind::kUpdate;
+  if (s == "DELETE") return FactEventKind::kDelete;
+  return std::nullopt;
+}
+struct FactEvent {
+  int64_t seq = 0;  // store-wide order of events
+  std::string tenant;
+  std::string user;
+  int64_t fact_id = 0;  // Fact::id
+  FactEventKind kind = FactEventKind::kAdd;
+  std::optional<std::string> old_text, new_text;          // old: unset for ADD; new: unset for DELETE
+  std::optional<std::string> old_metadata, new_metadata;  // JSON text, "" when none
+  int64_t at_ms = 0;                                      // wall clock, ms since 1970
+};
+
 // One vector for FactStore::put_embeddings.
 struct EmbeddingRow {
   int64_t fact_id = 0;  // Fact::id

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "memory/change_log.h"
+#include "memory/fact_history.h"
 #include "memory/idempotency.h"
 #include "memory/schema.h"
 #include "memory/sqlite.h"
@@ -369,6 +370,7 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
     for (const Fact& f : added) {
       ids.push_back(f.id);
       keys.push_back(f.key);
+      record_locked(f, FactEventKind::kAdd, std::nullopt, std::nullopt, f.created_at_ms);
     }
     change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids, keys);
     if (!put.ids.empty())
@@ -491,6 +493,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
       }
       return f;
     }
+    const std::string old_text = f.text, old_metadata = f.metadata;
     if (text_changed) f.text = *up.text;
     if (meta_changed) f.metadata = *up.metadata;
     f.version += 1;
@@ -505,6 +508,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
         .run();
     IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
     if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, f.key).run();
+    record_locked(f, FactEventKind::kUpdate, old_text, old_metadata, f.updated_at_ms);
     const int64_t ids[1] = {id}, keys[1] = {f.key};
     change_log::append(*db_, text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
                        ids, keys);
@@ -523,6 +527,7 @@ void FactStore::remove(std::string_view tenant, std::string_view user, int64_t i
     const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
     prune_locked();
     db_->prepare("DELETE FROM facts WHERE id = ?")->bind(1, f.key).run();  // cascades to embeddings
+    record_locked(f, FactEventKind::kDelete, f.text, f.metadata, now_ms());
     const int64_t ids[1] = {id}, keys[1] = {f.key};
     change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
     remember_locked(tenant, idem, WriteResult{{}, {}, 1});
@@ -539,23 +544,80 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user, Id
     if (replayed_locked(tenant, idem)) return 0;
     const auto key = find_user_key(tenant, user);
     if (!key) return 0;  // nothing deleted: no answer to remember (a retry finds nothing either)
-    {
-      auto s = db_->prepare("SELECT public_id, id FROM facts WHERE user_key = ? ORDER BY public_id");
-      s->bind(1, *key);
-      while (s->step()) {
-        ids.push_back(s->int64(0));
-        keys.push_back(s->int64(1));
-      }
-    }
+    const std::vector<Fact> facts = list_locked(*key, tenant, user, ListOptions{0, SIZE_MAX});
     prune_locked();
     db_->prepare("DELETE FROM facts WHERE user_key = ?")->bind(1, *key).run();  // cascades to embeddings
     db_->prepare("DELETE FROM users WHERE user_key = ?")->bind(1, *key).run();
+    const int64_t at = now_ms();
+    for (const Fact& f : facts) {
+      ids.push_back(f.id);
+      keys.push_back(f.key);
+      record_locked(f, FactEventKind::kDelete, f.text, f.metadata, at);
+    }
     change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
     remember_locked(tenant, idem, WriteResult{{}, {}, ids.size()});
     tx.commit();
   }
   after_write_locked();
   return ids.size();
+}
+
+size_t FactStore::remove_existing(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) {
+  std::lock_guard lock(mu_);
+  std::vector<int64_t> gone, keys;
+  {
+    sqlite::Transaction tx(*db_);
+    const auto key = find_user_key(tenant, user);
+    if (!key) return 0;
+    prune_locked();
+    const int64_t at = now_ms();
+    for (int64_t id : ids) {
+      const std::optional<Fact> f = find_fact(*key, tenant, user, id);
+      if (!f) continue;
+      db_->prepare("DELETE FROM facts WHERE id = ?")->bind(1, f->key).run();  // cascades to embeddings
+      record_locked(*f, FactEventKind::kDelete, f->text, f->metadata, at);
+      gone.push_back(f->id);
+      keys.push_back(f->key);
+    }
+    if (gone.empty()) return 0;
+    change_log::append(*db_, change_log::Op::kDelete, tenant, user, gone, keys);
+    tx.commit();
+  }
+  after_write_locked();
+  return gone.size();
+}
+
+std::optional<Fact> FactStore::find(std::string_view tenant, int64_t id) const {
+  std::lock_guard lock(mu_);
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
+                         ", u.user FROM facts f JOIN users u ON u.user_key = f.user_key WHERE f.public_id = ? AND "
+                         "u.tenant = ?");
+  s->bind(1, id).bind(2, tenant);
+  if (!s->step()) return std::nullopt;
+  const std::string user = s->text(14);
+  return read_fact(*s, tenant, user);
+}
+
+std::vector<FactEvent> FactStore::history(std::string_view tenant, int64_t id) const {
+  std::lock_guard lock(mu_);
+  return fact_history::of_fact(*db_, tenant, id);
+}
+
+void FactStore::record_locked(const Fact& f, FactEventKind kind, std::optional<std::string> old_text,
+                              std::optional<std::string> old_metadata, int64_t at_ms) {
+  FactEvent e;
+  e.tenant = f.tenant;
+  e.user = f.user;
+  e.fact_id = f.id;
+  e.kind = kind;
+  e.old_text = std::move(old_text);
+  e.old_metadata = std::move(old_metadata);
+  if (kind != FactEventKind::kDelete) {
+    e.new_text = f.text;
+    e.new_metadata = f.metadata;
+  }
+  e.at_ms = at_ms;
+  fact_history::append(*db_, e);
 }
 
 // ---- settings --------------------------------------------------------------------------------

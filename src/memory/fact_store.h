@@ -109,6 +109,16 @@ class FactStore {
   void remove(std::string_view tenant, std::string_view user, int64_t id, Idempotency* idem = nullptr);
   // Deletes every fact of the user; returns how many.
   size_t remove_user(std::string_view tenant, std::string_view user, Idempotency* idem = nullptr);
+  // Deletes those of `ids` that are the user's facts, in one transaction; returns how many.
+  size_t remove_existing(std::string_view tenant, std::string_view user, std::span<const int64_t> ids);
+
+  // ---- by id alone, and history ----------------------------------------------------------------
+  // The tenant's fact `id`, whichever user holds it (ids are per tenant: at most one does).
+  std::optional<Fact> find(std::string_view tenant, int64_t id) const;
+  // Every event of the tenant's fact `id` (memory/fact_history.h), oldest first; a deleted fact
+  // keeps its history, an id never given has none. Every write above records its events in its
+  // own transaction.
+  std::vector<FactEvent> history(std::string_view tenant, int64_t id) const;
 
   // ---- settings (global key/value: KV fingerprint, encoding window, ...) -----------------------
   std::optional<std::string> get_setting(std::string_view key) const;
@@ -151,6 +161,10 @@ class FactStore {
   // Inside a write transaction: whether `idem` (may be null) names an earlier write of this
   // request (its answer is then in idem->answer); throws IdempotencyKeyReused for another request.
   bool replayed_locked(std::string_view tenant, Idempotency* idem);
+  // Inside a write transaction: the history event of what the write did to `f` (as it is now;
+  // for a delete, as it was).
+  void record_locked(const Fact& f, FactEventKind kind, std::optional<std::string> old_text,
+                     std::optional<std::string> old_metadata, int64_t at_ms);
   // Inside the write's transaction, after it: renders and stores its answer under the key.
   void remember_locked(std::string_view tenant, Idempotency* idem, const WriteResult& result);
   // Helpers below run with mu_ held.

@@ -97,6 +97,28 @@ CREATE TABLE idempotency (
 ) WITHOUT ROWID;
 CREATE INDEX idempotency_by_time ON idempotency (created_at_ms);
 )sql",
+    // v5: the history of every fact (fact_history.h), and facts found by their id within a tenant
+    // without naming the user (Mem0's /memories/{id}). Facts that never changed get their ADD
+    // event from what the row holds; a fact changed before v5 has no event for its past.
+    R"sql(
+CREATE TABLE fact_events (
+  seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+  tenant       TEXT NOT NULL,
+  user         TEXT NOT NULL,
+  fact_id      INTEGER NOT NULL,
+  event        TEXT NOT NULL CHECK (event IN ('ADD', 'UPDATE', 'DELETE')),
+  old_text     TEXT,
+  new_text     TEXT,
+  old_metadata TEXT,
+  new_metadata TEXT,
+  at_ms        INTEGER NOT NULL
+);
+CREATE INDEX fact_events_by_fact ON fact_events (tenant, fact_id, seq);
+CREATE INDEX facts_by_public_id_alone ON facts (public_id);
+INSERT INTO fact_events (tenant, user, fact_id, event, new_text, new_metadata, at_ms)
+  SELECT u.tenant, u.user, f.public_id, 'ADD', f.text, f.metadata, f.created_at_ms
+  FROM facts f JOIN users u ON u.user_key = f.user_key WHERE f.version = 1 ORDER BY f.id;
+)sql",
 };
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace sqlite {
 class Db;
 }
 
-inline constexpr int64_t kSchemaVersion = 4;
+inline constexpr int64_t kSchemaVersion = 5;
 
 // The version recorded in the database; 0 for a new, empty one.
 int64_t schema_version(sqlite::Db& db);

@@ -1,5 +1,7 @@
 #include "memory/timestamp.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cctype>
 #include <string>
@@ -18,6 +20,32 @@ int64_t days_from_civil(int64_t y, int m, int d) {
 }
 
 namespace {
+
+struct Civil {
+  int64_t year;
+  int month, day;
+};
+
+// The inverse of days_from_civil (Howard Hinnant's civil_from_days).
+Civil civil_from_days(int64_t z) {
+  z += 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const int64_t doe = z - era * 146097;
+  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  const int64_t mp = (5 * doy + 2) / 153;
+  const int d = static_cast<int>(doy - (153 * mp + 2) / 5 + 1);
+  const int m = static_cast<int>(mp < 10 ? mp + 3 : mp - 9);
+  return Civil{yoe + era * 400 + (m <= 2 ? 1 : 0), m, d};
+}
+
+// "YYYY-MM-DDTHH:MM:SS" of a unix second.
+std::string iso_date_time(int64_t unix_s) {
+  const int64_t days = unix_s >= 0 ? unix_s / 86400 : -((-unix_s + 86399) / 86400);
+  const int64_t secs = unix_s - days * 86400;
+  const Civil c = civil_from_days(days);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}", c.year, c.month, c.day, secs / 3600, secs / 60 % 60, secs % 60);
+}
 
 bool valid_date(int64_t y, int m, int d) {
   static constexpr std::array<int, 12> kDays = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -181,6 +209,13 @@ std::optional<int64_t> parse_timestamp(std::string_view text) {
   if (text.empty()) return std::nullopt;
   if (text.size() >= 10 && text[4] == '-') return parse_iso(text);
   return parse_words(text);
+}
+
+std::string iso_utc_seconds(int64_t unix_s) { return iso_date_time(unix_s) + "Z"; }
+
+std::string iso_utc_micros(int64_t unix_ms) {
+  const int64_t s = unix_ms >= 0 ? unix_ms / 1000 : -((-unix_ms + 999) / 1000);
+  return fmt::format("{}.{:03}000+00:00", iso_date_time(s), unix_ms - s * 1000);
 }
 
 }  // namespace inferscale

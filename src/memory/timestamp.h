@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace inferscale {
@@ -19,5 +20,12 @@ std::optional<int64_t> parse_timestamp(std::string_view text);
 
 // Days since 1970-01-01 of a proleptic Gregorian date (month 1..12, day 1..31).
 int64_t days_from_civil(int64_t year, int month, int day);
+
+// ISO 8601 in UTC, both read back by parse_timestamp():
+//   iso_utc_seconds(1709389567)      "2024-03-02T14:26:07Z"               (a fact's date)
+//   iso_utc_micros(1709389567123)    "2024-03-02T14:26:07.123000+00:00"   (Python's
+//                                    datetime.now(timezone.utc).isoformat(), as Mem0 writes them)
+std::string iso_utc_seconds(int64_t unix_s);
+std::string iso_utc_micros(int64_t unix_ms);
 
 }  // namespace inferscale

@@ -29,6 +29,7 @@ json memory_json(const MemoryReport& r) {
   json j = {{"mode", memory_mode_name(r.mode)}, {"facts", std::move(facts)}, {"injected_tokens", r.injected_tokens},
             {"recomputed_tokens", r.recomputed_tokens}, {"encoded", r.encoded}, {"loaded", r.loaded}, {"retrieve_ms", r.retrieve_ms}, {"kv_ms", r.kv_ms}};
   if (!r.fallback.empty()) j["fallback"] = r.fallback;
+  if (r.stored) j["stored"] = *r.stored;
   return j;
 }
 
@@ -47,7 +48,8 @@ void merge(json& top, json& choice, const ChoiceFields* extra) {
 }
 
 // A streaming chunk with one choice; `delta_or_text` is the chat delta or the completion text.
-std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage, const MemoryReport* memory = nullptr,
+// `memory`: the chunk's "memory" object (null: none).
+std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage, json memory = nullptr,
                          const ChoiceFields* extra = nullptr) {
   json j = base(m, true);
   choice["index"] = 0;
@@ -55,7 +57,7 @@ std::string choice_chunk(const ResponseMeta& m, json choice, bool include_usage,
   merge(j, choice, extra);
   j["choices"] = json::array({std::move(choice)});
   if (include_usage) j["usage"] = nullptr;
-  if (memory) j["memory"] = memory_json(*memory);
+  if (!memory.is_null()) j["memory"] = std::move(memory);
   return "data: " + dump(j) + "\n\n";
 }
 
@@ -91,20 +93,21 @@ std::string response_body(const ResponseMeta& m, const std::string& text, Finish
 std::string sse_first_chunk(const ResponseMeta& m, bool include_usage, const MemoryReport* memory, const ChoiceFields* extra) {
   json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"role", "assistant"}, {"content", ""}}}} : json{{"text", ""}};
   choice["finish_reason"] = nullptr;
-  return choice_chunk(m, std::move(choice), include_usage, memory, extra);
+  return choice_chunk(m, std::move(choice), include_usage, memory ? memory_json(*memory) : json(), extra);
 }
 
 std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage, const ChoiceFields* extra) {
   const std::string all = extra ? extra->echo + text : text;
   json choice = m.kind == ApiKind::kChat ? json{{"delta", {{"content", all}}}} : json{{"text", all}};
   choice["finish_reason"] = nullptr;
-  return choice_chunk(m, std::move(choice), include_usage, nullptr, extra);
+  return choice_chunk(m, std::move(choice), include_usage, json(), extra);
 }
 
-std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage) {
+std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage,
+                             const std::vector<int64_t>* stored) {
   json choice = m.kind == ApiKind::kChat ? json{{"delta", json::object()}} : json{{"text", ""}};
   choice["finish_reason"] = finish_json(finish);
-  return choice_chunk(m, std::move(choice), include_usage);
+  return choice_chunk(m, std::move(choice), include_usage, stored ? json{{"stored", *stored}} : json());
 }
 
 std::string sse_usage_chunk(const ResponseMeta& m, const Usage& u) {

@@ -11,13 +11,15 @@
 //   "memory": {"mode", "facts": [{"id", "score", "text"}] (placement order), "injected_tokens",
 //              "encoded", "loaded", "retrieve_ms", "kv_ms"}
 // in the response body, or when streaming in the first chunk (chat: the role chunk; completion: a
-// leading chunk with empty text, sent only then).
+// leading chunk with empty text, sent only then). With memory.store, "stored": [ids] joins it in the
+// non-streamed body, and a stream's finish chunk carries "memory": {"stored": [ids]}.
 //
 // Logprobs, echo, prompt_logprobs and token ids (choice_outputs.h) arrive as ChoiceFields: merged
 // into the choice and into the response or chunk object; their echo text goes before the text.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/request.h"
 #include "server/api_request.h"
@@ -58,7 +60,9 @@ std::string sse_first_chunk(const ResponseMeta& m, bool include_usage, const Mem
                             const ChoiceFields* extra = nullptr);
 std::string sse_text_chunk(const ResponseMeta& m, const std::string& text, bool include_usage,
                            const ChoiceFields* extra = nullptr);
-std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage);
+// `stored` (may be null): the ids memory.store wrote, sent as "memory": {"stored": [...]}.
+std::string sse_finish_chunk(const ResponseMeta& m, FinishReason finish, bool include_usage,
+                             const std::vector<int64_t>* stored = nullptr);
 std::string sse_usage_chunk(const ResponseMeta& m, const Usage& u);
 std::string sse_error(const std::string& error_body);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";

@@ -1,6 +1,8 @@
 #include "server/connection_server.h"
 
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -145,6 +147,11 @@ bool ConnectionServer::wait_for_request(socket_t sock) {
 }
 
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
+  // No Nagle: httplib writes an answer's headers and its body (and each SSE event) in separate
+  // sends, and Nagle would hold every send after the first until the client's delayed ACK (~40 ms
+  // on Linux), on every answer of a keep-alive connection.
+  const int yes = 1;
+  ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
   {
     std::lock_guard lk(mu_);
     open_[sock] = false;

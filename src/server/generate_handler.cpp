@@ -10,6 +10,7 @@
 #include "server/api_response.h"
 #include "server/choice_outputs.h"
 #include "server/connection_watch.h"
+#include "server/memory_writeback.h"
 #include "server/prompt_builder.h"
 #include "server/tenant.h"
 
@@ -63,7 +64,10 @@ struct StreamingState {
   std::vector<RequestOutput> early;  // outputs that arrived while waiting for acceptance
   std::shared_ptr<const MemoryReport> memory;  // null without a memory object; complete (accepted)
   ChoiceOutputs outputs;                       // logprobs, echo, token ids, chunk by chunk
+  std::optional<WriteBack> writeback;          // memory.store: written before the finish chunk
 };
+
+bool reply_complete(FinishReason r) { return r == FinishReason::kStop || r == FinishReason::kLength; }
 
 // Streams until the request ends. Returns false when the client is gone (httplib then drops the
 // connection; the releaser cancels the request).
@@ -81,7 +85,19 @@ bool stream_events(StreamingState& st, httplib::DataSink& sink) {
       if ((!o.text.empty() || !extra.empty()) && !write(sse_text_chunk(st.meta, o.text, st.include_usage, &extra)))
         return false;
       if (o.finished) {
-        if (!write(sse_finish_chunk(st.meta, o.finish, st.include_usage))) return false;
+        // memory.store: durable before the finish chunk tells the client the reply is complete.
+        std::optional<std::vector<int64_t>> stored;
+        if (st.writeback && reply_complete(o.finish)) {
+          try {
+            stored = st.writeback->write(st.progress.text);
+          } catch (...) {
+            st.progress.end("error");
+            if (write(sse_error(api_error_from(std::current_exception()).body()))) write(kSseDone);
+            sink.done();
+            return true;
+          }
+        }
+        if (!write(sse_finish_chunk(st.meta, o.finish, st.include_usage, stored ? &*stored : nullptr))) return false;
         if (st.include_usage && !write(sse_usage_chunk(st.meta, st.progress.usage))) return false;
         st.progress.end(finish_reason_text(o.finish));
         write(kSseDone);
@@ -113,6 +129,7 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   if (g.model != model_.name)
     throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
                    "model", "model_not_found");
+  std::optional<WriteBack> writeback = WriteBack::of(g, memory_);  // memory.store: 400s before any work
   PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_);
   // The memory report: the provider's preparation fills it on the engine thread; mode "off" asks
   // no provider and reports no facts.
@@ -187,6 +204,14 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
       progress.add(o);
       progress.keep(o);
     }
+    if (writeback && report && reply_complete(progress.finish)) {  // durable before the body is sent
+      try {
+        report->stored = writeback->write(progress.text);
+      } catch (...) {
+        progress.end("error");
+        throw;
+      }
+    }
     progress.end(finish_reason_text(progress.finish));
     const ChoiceFields extra = outputs.next(progress.all);
     res.status = 200;
@@ -196,7 +221,8 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   }
 
   auto st = std::make_shared<StreamingState>(StreamingState{stream, meta, g.include_usage, watch, std::move(progress),
-                                                            std::move(early), std::move(report), std::move(outputs)});
+                                                            std::move(early), std::move(report), std::move(outputs),
+                                                            std::move(writeback)});
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");

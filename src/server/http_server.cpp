@@ -20,6 +20,7 @@
 #include "server/connection_pool.h"
 #include "server/connection_server.h"
 #include "server/generate_handler.h"
+#include "server/mem0_handler.h"
 #include "server/memory_handler.h"
 #include "util/check.h"
 
@@ -174,6 +175,17 @@ void HttpServer::routes() {
   s.Put(memory_routes, memory_api);
   s.Patch(memory_routes, memory_api);
   s.Delete(memory_routes, memory_api);
+
+  // Mem0's two API surfaces over the same store (mem0_handler.h); it writes its own errors.
+  auto mem0 = std::make_shared<Mem0Handler>(memory_);
+  const auto mem0_api = [mem0](const httplib::Request& req, httplib::Response& res) { mem0->handle(req, res); };
+  for (const char* pattern : Mem0Handler::kPathPatterns) {
+    s.Get(pattern, mem0_api);
+    s.Post(pattern, mem0_api);
+    s.Put(pattern, mem0_api);
+    s.Patch(pattern, mem0_api);
+    s.Delete(pattern, mem0_api);
+  }
 
   auto model_json = [this] {
     return json{{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "inferscale"},

@@ -4,6 +4,7 @@
 //   GET  /v1/models             GET  /v1/models/{id}
 //   GET  /health                GET  /metrics (Prometheus text)
 //   /v1/memory/...              the memory REST API (memory_handler.h)
+//   /memories, /search, /v1/ping/, /v1|v2|v3/memories/...   Mem0's APIs (mem0_handler.h)
 //
 // Authentication runs before routing, for every route (auth.h): with API keys, a request without
 // a valid key gets 401 and the tenant is the key's; without keys the server is open, and start()

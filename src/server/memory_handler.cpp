@@ -108,17 +108,6 @@ auto on_fact(F&& f) -> decltype(f()) {
   }
 }
 
-// An integer query parameter in [lo, hi], or nullopt when absent.
-std::optional<int64_t> query_int(const httplib::Request& req, const char* name, int64_t lo, int64_t hi) {
-  if (!req.has_param(name)) return std::nullopt;
-  const std::string s = req.get_param_value(name);
-  int64_t v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
-    throw bad_request(fmt::format("query parameter '{}' must be an integer between {} and {}, got '{}'", name, lo, hi, s), name);
-  return v;
-}
-
 // The records of a "facts" or "turns" array, in the JSON shape of memory/fact_json.h.
 std::vector<NewFact> parse_records(const json& arr, const char* key) {
   if (!arr.is_array() || arr.empty()) throw bad_request(fmt::format("'{}' must be a non-empty array of facts", key), key);
@@ -166,17 +155,8 @@ void delete_user(Call& c) {
       [&](const WriteResult& r) { return ojson{{"user", c.user}, {"deleted", true}, {"facts_deleted", r.deleted}}; }, false);
 }
 
-// After a write: the retriever's work for the new text (dense: embedding) runs on this HTTP thread
-// rather than on the engine thread at the user's next request. The write is already durable, so a
-// failure here only defers that work to the next search.
-void refresh(const Call& c) {
-  try {
-    c.retriever.refresh(c.tenant, c.user);
-  } catch (const Error& e) {
-    spdlog::warn("memory: {} could not index user '{}' after a write (retried at the next search): {}",
-                 c.retriever.name(), c.user, e.what());
-  }
-}
+// After a write (memory_handler.h).
+void refresh(const Call& c) { refresh_retriever(c.retriever, c.tenant, c.user); }
 
 template <class Write, class Answer>
 void write_and_send(Call& c, Write write, Answer answer, bool refresh_after) {
@@ -322,49 +302,27 @@ constexpr Route kRoutes[] = {
     {"POST", "users/{user}/search", search},
 };
 
-// Whether `segs` has the route's shape; then binds {user} and {id}.
-bool matches(std::string_view shape, std::span<const std::string> segs, std::string& user_out, std::string& id_out) {
-  std::string user, id;
-  size_t i = 0;
-  for (size_t start = 0; start <= shape.size(); ++i) {
-    const size_t end = std::min(shape.find('/', start), shape.size());
-    const std::string_view part = shape.substr(start, end - start);
-    if (i >= segs.size()) return false;
-    if (part == "{user}") user = segs[i];
-    else if (part == "{id}") id = segs[i];
-    else if (part != segs[i]) return false;
-    start = end + 1;
-  }
-  if (i != segs.size()) return false;
-  user_out = std::move(user);
-  id_out = std::move(id);
-  return true;
-}
-
 }  // namespace
+
+void refresh_retriever(const Retriever& retriever, std::string_view tenant, std::string_view user) {
+  try {
+    retriever.refresh(tenant, user);
+  } catch (const Error& e) {
+    spdlog::warn("memory: {} could not index user '{}' after a write (retried at the next search): {}", retriever.name(),
+                 user, e.what());
+  }
+}
 
 void MemoryHandler::handle(const httplib::Request& req, httplib::Response& res) const {
   const std::vector<std::string> segs = path_segments(req.target);
   // Registered for /v1/memory(/...)?: the first two segments are "v1", "memory".
   const std::span<const std::string> rest = std::span(segs).subspan(std::min<size_t>(2, segs.size()));
-  const std::string_view method = req.method == "HEAD" ? std::string_view("GET") : std::string_view(req.method);
-  const Route* route = nullptr;
-  std::vector<std::string_view> allowed;
-  std::string user, id;
-  for (const Route& r : kRoutes) {
-    if (!matches(r.shape, rest, user, id)) continue;
-    allowed.push_back(r.method);
-    if (r.method == method) route = &r;
-  }
-  if (allowed.empty())
-    throw ApiError(404, "not_found_error", fmt::format("unknown route: {} {}", req.method, req.path), {}, "unknown_route");
-  if (!route) {
-    res.set_header("Allow", fmt::format("{}", fmt::join(allowed, ", ")));
-    throw ApiError(405, "invalid_request_error",
-                   fmt::format("{} is not allowed on {}; use {}", req.method, req.path, fmt::join(allowed, " or ")), {},
-                   "method_not_allowed");
-  }
+  std::vector<std::string> params;  // {user} comes before {id} in every shape
+  const Route* route = &find_route(std::span<const Route>(kRoutes), rest, req, res, params);
   if (!memory_) throw bad_request("memory is not enabled on this server", {}, "memory_disabled");
+  const bool has_user = route->shape.find("{user}") != std::string_view::npos;
+  std::string user = has_user ? params.at(0) : std::string();
+  std::string id = params.size() > (has_user ? 1u : 0u) ? params.back() : std::string();
   Call c{req, res, memory_->store(), memory_->retriever(), request_tenant(req), std::move(user), std::move(id)};
   if (route->shape.find("{user}") != std::string_view::npos) check_name(c.user, "user");
   route->run(c);

@@ -28,6 +28,11 @@
 
 namespace inferscale::server {
 
+// After a write: the retriever's work for the new text (dense: embedding) runs on this HTTP thread
+// rather than on the engine thread at the user's next request. The write is already durable, so a
+// failure here only defers that work to the next search (logged).
+void refresh_retriever(const Retriever& retriever, std::string_view tenant, std::string_view user);
+
 class MemoryHandler {
  public:
   // `memory` may be null (memory disabled); it must outlive the handler.

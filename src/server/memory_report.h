@@ -3,6 +3,7 @@
 // after (memory_provider.h explains why that needs no lock of its own).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct MemoryReport {
   double retrieve_ms = 0;
   double kv_ms = 0;               // encoding + loading
   std::string fallback;           // inject served as text: why (empty: no fallback)
+  // memory.store, non-streamed: the ids of the turns written back (memory_writeback.h); set on the
+  // HTTP thread after the reply, before the body is made.
+  std::optional<std::vector<int64_t>> stored;
 };
 
 }  // namespace inferscale::server

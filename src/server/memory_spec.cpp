@@ -14,11 +14,17 @@ namespace inferscale::server {
 MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
   const JsonFields f(j, "memory.");
-  f.only({"user", "tenant", "query", "query_vector", "k", "w", "mode", "order", "recompute", "recompute_last"});
+  f.only({"user", "user_id", "tenant", "query", "query_vector", "k", "top_k", "w", "mode", "order", "recompute",
+          "recompute_last", "store", "conversation"});
+  // Mem0's names for two fields: either name, not both.
+  const char* user_key = f.get("user_id") ? "user_id" : "user";
+  const char* k_key = f.get("top_k") ? "top_k" : "k";
+  if (f.get("user_id") && f.get("user")) f.fail("user_id", "is Mem0's name for 'memory.user': give one of them");
+  if (f.get("top_k") && f.get("k")) f.fail("top_k", "is Mem0's name for 'memory.k': give one of them");
   MemorySpec s;
-  auto user = f.string("user");
-  if (!user || user->empty()) f.fail("user", "is required (a non-empty string)");
-  check_name(*user, "memory.user");
+  auto user = f.string(user_key);
+  if (!user || user->empty()) f.fail(user_key, "is required (a non-empty string)");
+  check_name(*user, f.param(user_key));
   s.user = *user;
   if (auto t = f.string("tenant")) {
     check_name(*t, "memory.tenant");
@@ -29,7 +35,7 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
     if (f.get("query")) f.fail("query_vector", "give 'memory.query' or 'memory.query_vector', not both");
     s.query_vector = std::move(*v);
   }
-  if (auto k = f.integer("k", 0, MemoryRequest::kMaxK)) s.k = static_cast<int32_t>(*k);
+  if (auto k = f.integer(k_key, 0, MemoryRequest::kMaxK)) s.k = static_cast<int32_t>(*k);
   if (auto w = f.integer("w", 0, MemoryRequest::kMaxWindow)) s.window = static_cast<int32_t>(*w);
   if (auto r = f.integer("recompute", 0, MemoryRequest::kMaxRecompute)) s.recompute = static_cast<int32_t>(*r);
   if (auto r = f.integer("recompute_last", 0, MemoryRequest::kMaxRecomputeLast)) s.recompute_last = static_cast<int32_t>(*r);
@@ -43,6 +49,14 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   };
   if (f.string("mode")) s.mode = named("mode", parse_memory_mode);
   if (f.string("order")) s.order = named("order", parse_memory_order);
+  s.store = f.boolean("store").value_or(false);
+  if (s.store && s.mode == MemoryMode::kOff)
+    f.fail("store", "cannot be combined with mode 'off' (memory off reads and writes nothing)");
+  if (auto c = f.string("conversation")) {
+    if (!s.store) f.fail("conversation", "names where 'memory.store' writes: it needs \"store\": true");
+    check_name(*c, f.param("conversation"));
+    s.conversation = *c;
+  }
   return s;
 }
 

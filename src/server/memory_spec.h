@@ -1,10 +1,12 @@
 // The `memory` object of a request (InferScale's extension to the OpenAI API), parsed into native
 // types on the HTTP thread:
 //
-//   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h)
+//   "memory": {"user": "alice",          required, 1..256 bytes without control characters (tenant.h);
+//                                        Mem0's name "user_id" is the same field
 //              "tenant": "acme",         optional (default: the request's, tenant.h; with API keys
 //                                        it must be the key's)
-//              "k": 10,                  facts to retrieve, 0..256               (default: the server's)
+//              "k": 10,                  facts to retrieve, 0..256               (default: the server's);
+//                                        Mem0's name "top_k" is the same field
 //              "w": 2,                   context-window turns per fact, 0..128   (default: the server's)
 //              "query": "...",           retrieval query (default: the last user message, or a
 //                                        completion's prompt)
@@ -14,7 +16,10 @@
 //              "order": "rank",          rank | time                             (default rank)
 //              "recompute": 2,           inject: the first r tokens of each fact are computed at
 //                                        serving time instead of injected, 0..128 (default: the server's)
-//              "recompute_last": 1}      inject: the last m placed facts are computed whole, 0..256
+//              "recompute_last": 1,      inject: the last m placed facts are computed whole, 0..256
+//              "store": true,            chat: the user's last message and the reply are appended to
+//                                        the user's memory as turns (memory_writeback.h); not with mode off
+//              "conversation": "chat"}   with store: the conversation they go to (default "chat")
 //
 // The limits are the memory module's (MemoryRequest::kMax*, memory/compose.h): one set for the
 // API, the server's defaults and the service.
@@ -44,6 +49,9 @@ namespace inferscale::server {
 // turns "" into the default tenant.
 struct MemorySpec : MemoryRequest {
   static constexpr size_t kMaxVectorDim = 16384;
+
+  bool store = false;        // write the exchange back (memory_writeback.h)
+  std::string conversation;  // with store; "" = kChatConversation
 
   MemorySpec() { tenant.clear(); }
   MemoryRequest resolved() const {

@@ -1,6 +1,6 @@
 // Test support for the server tests with memory: the demo model in an AsyncEngine + HttpServer
 // with a MemoryBridge over a FactStore in a temporary data dir, on a loopback ephemeral port
-// (optionally behind API keys), and a client of one tenant.
+// (optionally behind API keys); a client of one tenant; a chat request body.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -83,6 +83,9 @@ struct Api {
   httplib::Result patch(const std::string& p, const json& body) const {
     return client().Patch(p.c_str(), headers(), body.dump(), "application/json");
   }
+  httplib::Result put(const std::string& p, const json& body) const {
+    return client().Put(p.c_str(), headers(), body.dump(), "application/json");
+  }
   // Any method; `body` is sent when not null.
   httplib::Result send(const std::string& method, const std::string& p, const json& body = nullptr) const {
     const std::string b = body.is_null() ? std::string() : body.dump();
@@ -124,6 +127,19 @@ struct Api {
   }
 };
 
+// A fixture whose test suite shares one MemoryServer (2 MiB bodies), started before its first test.
+class MemoryServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { s = new MemoryServer(2u << 20); }
+  static void TearDownTestSuite() {
+    delete s;
+    s = nullptr;
+  }
+  static Api api(const std::string& tenant = {}) { return Api{s->port, tenant}; }
+  static inline MemoryServer* s = nullptr;
+};
+
+// A greedy chat request body (system "be brief", then `question`), with `memory` unless null.
 inline json chat(const std::string& question, const json& memory, int max_tokens = 8) {
   json body = {{"model", "demo"},
                {"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", question}}}},
