@@ -19,19 +19,8 @@ cleanup() {
 }
 trap cleanup EXIT
 "$B" memory import-locomo "$ROOT/tests/fixtures/locomo_mini.json" --data-dir "$W/data" >/dev/null || exit 1
-for attempt in 1 2 3 4 5; do
-  PORT=$("$PY" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-  "$B" serve --data-dir "$W/data" --port "$PORT" --threads 1 --kv-cache-mb 64 > "$W/serve.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 1 100); do
-    if "$PY" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" 2>/dev/null; then
-      "$PY" "$ROOT/scripts/openai_client_check.py" --base-url "http://127.0.0.1:$PORT/v1" --memory-user mini-1
-      exit $?
-    fi
-    kill -0 "$PID" 2>/dev/null || break  # exited: the port was taken meanwhile; try another
-    sleep 0.2
-  done
-  kill -TERM "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=""
-done
-echo "the server did not start:"; cat "$W/serve.log"
-exit 1
+source "$ROOT/scripts/test_serve.sh"
+if ! start_test_server "$W/serve.log" "$B" --data-dir "$W/data" --threads 1 --kv-cache-mb 64; then
+  echo "the server did not start:"; cat "$W/serve.log"; exit 1
+fi
+"$PY" "$ROOT/scripts/openai_client_check.py" --base-url "http://127.0.0.1:$PORT/v1" --memory-user mini-1
