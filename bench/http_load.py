@@ -560,6 +560,13 @@ def plots(cells, out_dir):
     colors = {m: "C%d" % i for i, m in enumerate(modes)}
     written = []
 
+    def save(fig, title, name):
+        fig.suptitle(title)
+        fig.tight_layout()
+        written.append(os.path.join(out_dir, name))
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+
     fig, axes = plt.subplots(len(tokens), len(clients), figsize=(3.6 * len(clients), 3.2 * len(tokens)),
                              squeeze=False, sharex=True)
     for ti, tok in enumerate(tokens):
@@ -582,12 +589,7 @@ def plots(cells, out_dir):
             if ti == len(tokens) - 1:
                 ax.set_xlabel("k (facts)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("TTFT against k per mode (client side, over HTTP)")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "ttft_vs_k.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    save(fig, "TTFT against k per mode (client side, over HTTP)", "ttft_vs_k.png")
 
     fig, axes = plt.subplots(1, len(tokens), figsize=(5.0 * len(tokens), 4.0), squeeze=False)
     styles = {m: s for m, s in zip(modes, ["-", "--", ":", "-."])}
@@ -609,13 +611,16 @@ def plots(cells, out_dir):
         ax.set_title("%d output tokens" % tok, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Throughput against clients per mode (over HTTP)")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "reqs_vs_clients.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+    save(fig, "Throughput against clients per mode (over HTTP)", "reqs_vs_clients.png")
     return written
+
+
+def publish(result, out_dir):
+    """results.json and results.md written, the table printed, the plots drawn."""
+    write_outputs(result, out_dir)
+    print(markdown(result["cells"]))
+    for p in plots(result["cells"], out_dir):
+        print("wrote " + p)
 
 
 def write_outputs(result, out_dir):
@@ -660,6 +665,11 @@ class Target:
 
 def start_server(cmd, target, log_path, timeout):
     cmd = cmd.replace("{port}", str(target.port))
+    try:  # a server already there (another run's, still draining) would answer our /health checks
+        target.get("/health", timeout=2)
+        sys.exit("http_load: something already answers on port %d; --serve needs a free --base-url port" % target.port)
+    except OSError:
+        pass
     log = open(log_path, "w")
     sys.stderr.write("http_load: starting %s\n" % cmd)
     p = subprocess.Popen(cmd, shell=True, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -1088,11 +1098,7 @@ def main():
     args = ap.parse_args()
 
     if args.plot_only:
-        result = json.load(open(os.path.join(args.plot_only, RESULTS)))
-        write_outputs(result, args.plot_only)
-        print(markdown(result["cells"]))
-        for p in plots(result["cells"], args.plot_only):
-            print("wrote " + p)
+        publish(json.load(open(os.path.join(args.plot_only, RESULTS))), args.plot_only)
         return 0
     if args.merge:
         if not args.out:
@@ -1104,10 +1110,7 @@ def main():
             for c in p["cells"]:
                 cells[cell_key(c)] = c
         merged["cells"] = list(cells.values())
-        write_outputs(merged, args.out)
-        print(markdown(merged["cells"]))
-        for p in plots(merged["cells"], args.out):
-            print("wrote " + p)
+        publish(merged, args.out)
         return 0
     if args.self_test:
         args.clients = args.clients or [1, 50, 200]
@@ -1124,17 +1127,21 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     target = Target(args.base_url, args.api_key, args.tenant)
     server = None
-    # SIGTERM (a timeout, the device tool's limit) still stops the server we started, below.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("http_load: terminated"))
+
+    def terminated(*_):
+        # SIGTERM (a timeout, the device tool's limit): the server we started goes first, so that
+        # threads waiting on its answers (the warm-up's) fail at once and the exit is not held up.
+        stop_server(server)
+        sys.exit("http_load: terminated")
+
+    signal.signal(signal.SIGTERM, terminated)
     if args.serve:
         server = start_server(args.serve, target, os.path.join(args.out, "serve.log"), args.serve_timeout)
     try:
         result = run_grid(args, target)
     finally:
         stop_server(server)
-    print(markdown(result["cells"]))
-    for p in plots(result["cells"], args.out):
-        print("wrote " + p)
+    publish(result, args.out)
     return 1 if any(c["errors"] for c in result["cells"]) else 0
 
 

@@ -10,13 +10,6 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=$1
 PY=${INFERSCALE_PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=python3  # only the standard library is needed (matplotlib for the plots)
-W=$(mktemp -d)
-PID=""
-cleanup() {
-  [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$W"
-}
-trap cleanup EXIT
 source "$ROOT/scripts/test_serve.sh"
 if ! start_test_server "$W/serve.log" "$B" --data-dir "$W/data" --window 2 --threads 1 --kv-cache-mb 64; then
   echo "the server did not start:"; cat "$W/serve.log"; exit 1

@@ -11,15 +11,8 @@ if ! "$PY" -c "import openai" 2>/dev/null; then
   echo "skipped: no Python with the openai package at $PY (run scripts/setup.sh)"
   exit 77
 fi
-W=$(mktemp -d)
-PID=""
-cleanup() {
-  [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
-  rm -rf "$W"
-}
-trap cleanup EXIT
-"$B" memory import-locomo "$ROOT/tests/fixtures/locomo_mini.json" --data-dir "$W/data" >/dev/null || exit 1
 source "$ROOT/scripts/test_serve.sh"
+"$B" memory import-locomo "$ROOT/tests/fixtures/locomo_mini.json" --data-dir "$W/data" >/dev/null || exit 1
 if ! start_test_server "$W/serve.log" "$B" --data-dir "$W/data" --threads 1 --kv-cache-mb 64; then
   echo "the server did not start:"; cat "$W/serve.log"; exit 1
 fi

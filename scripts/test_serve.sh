@@ -1,5 +1,13 @@
 # Sourced by the CTest scripts that drive a real `inferscale serve` (openai_client_test.sh,
-# http_load_test.sh). Needs $PY (a Python) set.
+# http_load_test.sh). Needs $PY (a Python) set. Sourcing it makes the work folder $W (removed at
+# exit) and stops the server started below at exit.
+W=$(mktemp -d)
+PID=""
+cleanup() {
+  [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
 #
 # start_test_server LOG BINARY SERVE_ARGS...: starts BINARY serve SERVE_ARGS --port PORT in the
 # background on a free loopback port and returns once /health answers, with PORT and PID set; a
