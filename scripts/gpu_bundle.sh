@@ -24,8 +24,11 @@ mkdir -p "$DEST"
 BINS=("$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_cuda_kernels" "$BUILD/bench/bench_cuda_serving"
       "$BUILD/bench/bench_memory_serving")
 cp "${BINS[@]}" "$DEST/"
-cp scripts/gpu_run.sh scripts/gpu_serve_check.sh "$DEST/"
-# The product binary, stripped (22 MB -> ~5 MB), for gpu_serve_check.sh.
+cp scripts/gpu_run.sh scripts/gpu_serve_check.sh scripts/gpu_http_load.sh "$DEST/"
+# The HTTP load benchmark (gpu_http_load.sh runs it) travels as its two files; it also needs
+# `inferscale` and data/ below (the 8B config, the tokenizer, locomo10.json).
+cp bench/http_load.py bench/locomo_eval.py "$DEST/"
+# The product binary, stripped (22 MB -> ~5 MB), for gpu_serve_check.sh and gpu_http_load.sh.
 strip -o "$DEST/inferscale" "$BUILD/inferscale"
 # Inputs of the end-to-end memory benchmark (../shared does not travel to the GPU machine).
 SHARED="$ROOT/../shared/data"

@@ -149,7 +149,8 @@ bool ConnectionServer::wait_for_request(socket_t sock) {
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
   // No Nagle: httplib writes an answer's headers and its body (and each SSE event) in separate
   // sends, and Nagle would hold every send after the first until the client's delayed ACK (~40 ms
-  // on Linux), on every answer of a keep-alive connection.
+  // on Linux), on every answer of a keep-alive connection (a streamed TTFT of 47 ms on the demo
+  // model over loopback, a Mem0 search of 48 ms, before this).
   const int yes = 1;
   ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
   {

@@ -3,7 +3,7 @@
 // per-read timeout that a client trickling bytes keeps resetting, idle keep-alive connections
 // that only notice a stop after their keep-alive timeout):
 //
-//   accept (httplib's loop) -> ConnectionPool thread -> process_and_close_socket (here):
+//   accept (httplib's loop) -> ConnectionPool thread -> process_and_close_socket (here, TCP_NODELAY):
 //     loop:  wait for the next request's first byte   up to keep_alive_timeout, or until stop
 //            read the request (headers and body)      all of it within read_timeout
 //            handler, write the answer                each write within write_timeout
