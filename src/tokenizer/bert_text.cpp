@@ -1,12 +1,8 @@
 #include "tokenizer/bert_text.h"
 
-#include <cstdlib>
-#include <memory>
-
 #include <utf8proc.h>
 
 #include "tokenizer/utf8.h"
-#include "util/check.h"
 
 namespace inferscale {
 namespace {
@@ -22,16 +18,6 @@ bool is_control(uint32_t cp) {
     default:
       return false;  // unassigned code points (Cn) are kept, as HF keeps them
   }
-}
-
-std::string nfd(std::string_view s) {
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE));
-  IS_CHECK(n >= 0, "utf8proc NFD failed: {}", utf8proc_errmsg(n));
-  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> hold(out, &std::free);
-  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
 
 }  // namespace
@@ -86,7 +72,7 @@ std::string bert_normalize(std::string_view text, const BertNormalizerOptions& o
     utf8_append(cp, cur);
   }
   if (o.strip_accents) {
-    const std::string decomposed = nfd(cur);
+    const std::string decomposed = utf8_nfd(cur);
     cur.clear();
     for (size_t i = 0; i < decomposed.size();) {
       const uint32_t cp = utf8_next(decomposed, i);
