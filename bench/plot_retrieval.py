@@ -37,6 +37,7 @@ def main():
     left.set_xscale("log")
     left.set_xticks(series[0][3])
     left.set_xticklabels([str(k) for k in series[0][3]])
+    left.minorticks_off()
     left.set_xlabel("k (facts retrieved)")
     left.set_ylabel("evidence recall@k")
     left.set_ylim(0, 1)
