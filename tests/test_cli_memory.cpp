@@ -188,7 +188,7 @@ TEST_F(CliMemory, SearchWithDemoEmbedderIsDenseAndStoresVectors) {
   ok({"memory", "add", "--data-dir", data, "--user", "bob", "--text", "Bob also has a cat"});
   auto dense = [&](const std::string& query, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"memory", "search", "--data-dir", data, "--user", "alice", "--query", query,
-                                     "--top-k", "5", "--json", "--embedder", "demo"};
+                                     "--top-k", "5", "--json", "--embedder", "demo", "--retrieval", "dense"};
     args.insert(args.end(), extra.begin(), extra.end());
     return json::parse(ok(args));
   };
@@ -221,6 +221,21 @@ TEST_F(CliMemory, SearchWithDemoEmbedderIsDenseAndStoresVectors) {
                           "--embedder-eos", "<|no-such-token|>"});
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.err.find("not a token"), std::string::npos) << bad.err;
+
+  // With --embedder the default is hybrid: RRF scores (1/61 + 1/61 at the top at most), every
+  // fact ranked by the dense half; the query equal to a fact ranks it first in both.
+  std::vector<std::string> hybrid_args = {"memory", "search", "--data-dir", data, "--user", "alice", "--query",
+                                          texts[1], "--top-k", "5", "--json", "--embedder", "demo"};
+  const json fused = json::parse(ok(hybrid_args));
+  ASSERT_EQ(fused.size(), 3u);
+  EXPECT_EQ(fused[0]["text"], texts[1]);
+  EXPECT_NEAR(fused[0]["score"].get<double>(), 2.0 / 61.0, 1e-12);
+  hybrid_args.insert(hybrid_args.end(), {"--retrieval", "bm25"});
+  EXPECT_EQ(json::parse(ok(hybrid_args))[0]["text"], texts[1]);  // BM25 scores, embedder not loaded
+  fails({"memory", "search", "--data-dir", data, "--user", "alice", "--query", "q", "--retrieval", "hybrid"},
+        "--retrieval hybrid needs an embedding model (--embedder)");
+  fails({"memory", "search", "--data-dir", data, "--user", "alice", "--query", "q", "--retrieval", "sparse"},
+        "--retrieval");
 
   // import-locomo --embedder stores every imported turn's vector.
   const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";

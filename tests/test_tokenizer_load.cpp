@@ -155,7 +155,7 @@ TEST(LoadTokenizer, TinyTokenizerJsonWorks) {
 
 TEST(LoadTokenizer, UnsupportedFeaturesAreNamed) {
   const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
-      {[](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; }, "model type 'WordPiece'"},
+      {[](nlohmann::json& j) { j["model"]["type"] = "Unigram"; }, "model type 'Unigram'"},  // WordPiece: wordpiece.h
       {[](nlohmann::json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }, "normalizer type 'Lowercase'"},
       {[](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer type 'Whitespace'"},
       {[](nlohmann::json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, "decoder type 'WordPiece'"},

@@ -14,10 +14,12 @@
 #include "memory/dense_retriever.h"
 #include "memory/hidden_state_embedder.h"
 #include "memory/vector_retriever.h"
+#include "hashing_embedder.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
 using inferscale::testing::expect_error;
+using inferscale::testing::HashingEmbedder;
 using inferscale::testing::expect_top_k;
 
 namespace {
@@ -46,29 +48,6 @@ std::vector<float> random_unit(std::mt19937& rng, int dim) {
 
 // float sums differ from double ones by rounding only.
 constexpr double kTol = 1e-5;
-
-// A model-free embedder for tests: feature hashing of BM25 tokens, L2-normalized.
-class HashingEmbedder final : public Embedder {
- public:
-  explicit HashingEmbedder(int32_t dim) : dim_(dim) {}
-  std::string name() const override { return "hash" + std::to_string(dim_); }
-  int32_t dim() const override { return dim_; }
-  std::vector<float> embed(std::span<const std::string> texts) override {
-    ++calls;
-    if (during_embed) std::exchange(during_embed, nullptr)();  // a writer racing this embedding, once
-    std::vector<float> out(texts.size() * static_cast<size_t>(dim_));
-    for (size_t i = 0; i < texts.size(); ++i)
-      for (const std::string& t : bm25_tokenize(texts[i]))
-        out[i * static_cast<size_t>(dim_) + std::hash<std::string>{}(t) % static_cast<size_t>(dim_)] += 1.f;
-    l2_normalize_rows(out, dim_);
-    return out;
-  }
-  int calls = 0;
-  std::function<void()> during_embed;
-
- private:
-  int32_t dim_;
-};
 
 }  // namespace
 

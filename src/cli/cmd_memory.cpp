@@ -4,7 +4,8 @@
 //   memory import        --data-dir D --user U FILE          (JSON array or JSON Lines of fact records)
 //   memory import-locomo FILE --data-dir D [--window W] [--replace] [--model M ...]  (--model: encode KV files)
 //                        [--embedder E ...]                                     (--embedder: store vectors)
-//   memory search        --data-dir D --user U --query Q [--top-k K] [--json] [--embedder E ...]  (default BM25)
+//   memory search        --data-dir D --user U --query Q [--top-k K] [--json] [--embedder E ...]
+//                        [--retrieval bm25|dense|hybrid]    (default: BM25; hybrid with --embedder)
 //                        or --query-vector '[0.1, ...]' (against the vectors imported with the facts)
 //   memory list          --data-dir D --user U [--after ID] [--limit N] [--json]
 //   memory delete        --data-dir D --user U (--id ID | --all)
@@ -187,7 +188,9 @@ void run_import_locomo(const MemoryCmdArgs& a) {
   if (a.encode) encode_locomo_kv(a, *store, convs);
   if (!a.embedder.model.empty()) {
     const auto t1 = std::chrono::steady_clock::now();
-    const auto retriever = make_retriever(a.embedder, *store, gpu_selected(a.model));
+    EmbedderArgs dense = a.embedder;
+    dense.retrieval = "dense";  // only the vectors matter here: no BM25 index
+    const auto retriever = make_retriever(dense, *store, gpu_selected(a.model));
     const size_t n = embed_all_missing(*retriever, *store);
     const double es = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::printf("embedded %zu facts with %s in %.2f s\n", n, retriever->name().c_str(), es);
@@ -307,7 +310,7 @@ void register_memory(CLI::App& app) {
     run_import_locomo(*a);
   });
 
-  CLI::App* search = subcommand(memory, "search", "Top-k facts of a user for a query (BM25, or dense with --embedder)", *a, true);
+  CLI::App* search = subcommand(memory, "search", "Top-k facts of a user for a query (BM25; hybrid or dense with --embedder)", *a, true);
   auto* query = search->add_option("--query", a->query, "Query text");
   auto* vec = search->add_option("--query-vector", a->query_vector,
                                  "A JSON array: search the vectors imported with the facts instead of text");
@@ -319,6 +322,7 @@ void register_memory(CLI::App& app) {
   search->add_option("--top-k", a->top_k, "How many facts")->capture_default_str();
   search->add_flag("--json", a->json, "Print a JSON array of {id, score, text, source}");
   add_embedder_options(*search, a->embedder);
+  add_retrieval_option(*search, a->embedder);
 
   CLI::App* list = subcommand(memory, "list", "List a user's facts by id", *a, true);
   list->add_option("--after", a->after, "Start after this fact id")->capture_default_str();

@@ -10,6 +10,7 @@
 #include "memory/bm25_retriever.h"
 #include "memory/combined_retriever.h"
 #include "memory/dense_retriever.h"
+#include "memory/hybrid_retriever.h"
 #include "memory/model_embedder.h"
 #include "model/model.h"
 #include "util/check.h"
@@ -26,7 +27,29 @@ void add_embedder_options(CLI::App& cmd, EmbedderArgs& a) {
       ->capture_default_str()->check(CLI::Range(2, 1 << 20));
 }
 
+void add_retrieval_option(CLI::App& cmd, EmbedderArgs& a) {
+  cmd.add_option("--retrieval", a.retrieval,
+                 "how text queries rank facts: bm25 | dense | hybrid (RRF of both, k_rrf 60, depth 100); auto: hybrid "
+                 "with --embedder, else bm25")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "bm25", "dense", "hybrid"}));
+}
+
+RetrievalMode retrieval_mode(const EmbedderArgs& a) {
+  if (a.retrieval == "auto") return a.model.empty() ? RetrievalMode::kBm25 : RetrievalMode::kHybrid;
+  if (a.retrieval == "bm25") return RetrievalMode::kBm25;
+  IS_REQUIRE(a.retrieval == "dense" || a.retrieval == "hybrid", kInvalidInput,
+             "--retrieval must be auto, bm25, dense or hybrid, got '{}'", a.retrieval);
+  IS_REQUIRE(!a.model.empty(), kInvalidInput, "--retrieval {} needs an embedding model (--embedder)", a.retrieval);
+  return a.retrieval == "dense" ? RetrievalMode::kDense : RetrievalMode::kHybrid;
+}
+
 namespace {
+
+// The DenseRetriever inside `r` (plain, or a hybrid's dense half), or null.
+DenseRetriever* dense_part(Retriever& r) {
+  if (auto* hybrid = dynamic_cast<HybridRetriever*>(&r)) return dynamic_cast<DenseRetriever*>(&hybrid->dense());
+  return dynamic_cast<DenseRetriever*>(&r);
+}
 
 std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a, bool cuda) {
   auto model = std::make_shared<const Model>(load_model(a.model));
@@ -59,19 +82,28 @@ std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& stor
 #ifdef INFERSCALE_HAS_CUDA
   if (gpu) make_index = [](int32_t dim) { return make_cuda_vector_index(dim); };
 #endif
+  const RetrievalMode mode = retrieval_mode(a);
+  if (mode == RetrievalMode::kBm25 && !a.model.empty())
+    spdlog::warn("--retrieval bm25: the embedder {} is not loaded and its vectors are not kept up to date", a.model);
   std::unique_ptr<Retriever> text;
-  if (a.model.empty()) {
+  if (mode == RetrievalMode::kBm25) {
     text = std::make_unique<Bm25Retriever>(store);
   } else {
-    text = std::make_unique<DenseRetriever>(store, load_embedder(a, gpu), 32, make_index);
+    auto dense = std::make_unique<DenseRetriever>(store, load_embedder(a, gpu), 32, make_index);
+    if (mode == RetrievalMode::kDense) {
+      text = std::move(dense);
+    } else {
+      text = std::make_unique<HybridRetriever>(std::make_unique<Bm25Retriever>(store), std::move(dense));
+    }
   }
+  spdlog::info("retrieval: {}", text->name());
   return std::make_unique<CombinedRetriever>(store, std::move(text), std::move(make_index));
 }
 
 size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
   Retriever* text = &retriever;
   if (auto* combined = dynamic_cast<CombinedRetriever*>(&retriever)) text = &combined->text();
-  auto* dense = dynamic_cast<DenseRetriever*>(text);
+  DenseRetriever* dense = dense_part(*text);
   if (!dense) return 0;
   int64_t missing = 0;
   for (const UserRef& u : store.users()) missing += static_cast<int64_t>(dense->missing(u.tenant, u.user));
@@ -100,6 +132,7 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
   cmd.add_flag("--sink", a.sink, "encode each fact after a BOS token (its KV discarded)");
   add_embedder_options(cmd, a.embedder);
+  add_retrieval_option(cmd, a.embedder);
 }
 
 MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {

@@ -16,8 +16,10 @@ namespace inferscale::cli {
 // Setting under which the data dir records the encoding window its KV was (or will be) built with.
 inline constexpr const char* kWindowSetting = "kv.window";
 
-// --embedder: dense retrieval with an embedding model run by the engine (default: BM25).
+// --embedder: dense retrieval with an embedding model run by the engine; --retrieval picks how text
+// queries are ranked (bm25 | dense | hybrid; auto: hybrid with --embedder, else bm25).
 struct EmbedderArgs {
+  std::string retrieval = "auto";  // auto | bm25 | dense | hybrid
   std::string model;               // demo, an HF directory or a .gguf; empty: BM25
   std::string pooling = "last";    // last | mean
   std::string eos = "auto";        // auto | none | a token appended to every text
@@ -26,9 +28,18 @@ struct EmbedderArgs {
 };
 
 void add_embedder_options(CLI::App& cmd, EmbedderArgs& args);
+// --retrieval (serve, chat, memory search).
+void add_retrieval_option(CLI::App& cmd, EmbedderArgs& args);
 
-// Text queries: BM25 without --embedder; else a DenseRetriever over a ModelEmbedder (CPU backend),
-// which embeds each user's missing vectors before that user's first search. Query vectors: the
+enum class RetrievalMode { kBm25, kDense, kHybrid };
+// --retrieval resolved: "auto" is hybrid with --embedder, else bm25; dense and hybrid without
+// --embedder are kInvalidInput.
+RetrievalMode retrieval_mode(const EmbedderArgs& args);
+
+// Text queries by retrieval_mode(): BM25; a DenseRetriever over a ModelEmbedder (CPU backend),
+// which embeds each user's missing vectors before that user's first search; or both fused by a
+// HybridRetriever (RRF, hybrid_retriever.h). With --retrieval bm25 an --embedder is not loaded
+// (a warning says so). Query vectors: the
 // vectors the client supplied with the facts (a CombinedRetriever holds both).
 // `gpu` (gpu_selected(--device)): the users' vector indexes live on the GPU and the embedding
 // model runs on the CUDA backend when its shape allows.
@@ -54,7 +65,7 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& args, bool required);
 // Without an explicit --window, the window the data dir was encoded with (setting kv.window) wins.
 MemoryOptions memory_options(const MemoryArgs& args, const FactStore& store);
 
-// The store and its retriever (BM25, or dense with --embedder: missing vectors embedded now),
+// The store and its retriever (make_retriever; with an embedder, missing vectors embedded now),
 // opened together (the retriever listens to the store).
 struct OpenedMemory {
   std::unique_ptr<FactStore> store;

@@ -3,31 +3,13 @@
 #include <fstream>
 #include <functional>
 
+#include "tokenizer/hf_json.h"
 #include "tokenizer/json_file.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "util/check.h"
 
 namespace inferscale {
-namespace {
-
 using nlohmann::json;
-
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
-
-bool flag(const json& j, const char* key) { return j.contains(key) && j[key].is_boolean() && j[key].get<bool>(); }
-
-AddedToken parse_added(const json& t, int32_t id) {
-  AddedToken a;
-  a.id = id;
-  a.content = t.at("content").get<std::string>();
-  a.special = flag(t, "special");
-  a.lstrip = flag(t, "lstrip");
-  a.rstrip = flag(t, "rstrip");
-  a.single_word = flag(t, "single_word");
-  return a;
-}
-
-}  // namespace
 
 std::shared_ptr<HfTokenizer> HfTokenizer::from_file(const std::string& path) {
   return from_json(read_tokenizer_json(path), path);
@@ -46,7 +28,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(key) && m[key].is_string() && !m[key].get<std::string>().empty())
         unsupported(std::string("BPE ") + key);
-    if (flag(m, "byte_fallback")) unsupported("BPE byte_fallback (only byte-level BPE is supported)");
+    if (hf_flag(m, "byte_fallback")) unsupported("BPE byte_fallback (only byte-level BPE is supported)");
 
     const json& vocab = m.at("vocab");
     for (const auto& [token, id_json] : vocab.items()) {
@@ -69,16 +51,16 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       }
     }
-    spec.ignore_merges = flag(m, "ignore_merges");
+    spec.ignore_merges = hf_flag(m, "ignore_merges");
 
     // --- added tokens
     if (j.contains("added_tokens"))
-      for (const json& t : j["added_tokens"]) spec.added.push_back(parse_added(t, t.at("id").get<int32_t>()));
+      for (const json& t : j["added_tokens"]) spec.added.push_back(hf_added_token(t, t.at("id").get<int32_t>()));
 
     // --- normalizer: none or NFC (possibly inside a Sequence)
     std::function<void(const json&)> normalizer = [&](const json& n) {
       if (n.is_null()) return;
-      const std::string type = type_of(n);
+      const std::string type = hf_type_of(n);
       if (type == "NFC") {
         spec.nfc = true;
       } else if (type == "Sequence") {
@@ -92,13 +74,13 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
     // --- pre-tokenizer: Split(regex, Isolated) and ByteLevel steps, possibly inside a Sequence
     bool byte_level = false;
     std::function<void(const json&)> pre = [&](const json& p) {
-      const std::string type = type_of(p);
+      const std::string type = hf_type_of(p);
       if (type == "Sequence") {
         for (const json& c : p.at("pretokenizers")) pre(c);
       } else if (type == "Split") {
         if (p.value("behavior", "") != "Isolated")
           unsupported("Split behavior '" + p.value("behavior", "") + "' (only Isolated)");
-        if (flag(p, "invert")) unsupported("Split invert=true");
+        if (hf_flag(p, "invert")) unsupported("Split invert=true");
         const json& pat = p.at("pattern");
         std::string regex;
         if (pat.contains("Regex")) {
@@ -109,7 +91,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
         spec.splits.push_back(std::move(regex));
       } else if (type == "ByteLevel") {
         byte_level = true;
-        spec.prefix_space = flag(p, "add_prefix_space");
+        spec.prefix_space = hf_flag(p, "add_prefix_space");
         if (p.value("use_regex", true)) spec.splits.push_back(kGpt2SplitRegex);
       } else {
         unsupported("pre_tokenizer type '" + type + "'");
@@ -120,7 +102,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
 
     // --- decoder: ByteLevel only
     std::function<void(const json&)> decoder = [&](const json& d) {
-      const std::string type = type_of(d);
+      const std::string type = hf_type_of(d);
       if (type == "Sequence") {
         for (const json& c : d.at("decoders")) decoder(c);
       } else if (type != "ByteLevel") {
@@ -132,22 +114,11 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
     // --- post-processor: ByteLevel (nothing for ids) and TemplateProcessing (single sequence)
     std::function<void(const json&)> post = [&](const json& p) {
       if (p.is_null()) return;
-      const std::string type = type_of(p);
+      const std::string type = hf_type_of(p);
       if (type == "Sequence") {
         for (const json& c : p.at("processors")) post(c);
       } else if (type == "TemplateProcessing") {
-        bool seen_a = false;
-        for (const json& item : p.at("single")) {
-          if (item.contains("Sequence")) {
-            if (item["Sequence"].at("id") != "A") unsupported("TemplateProcessing single with a second sequence");
-            seen_a = true;
-          } else {
-            const auto name = item.at("SpecialToken").at("id").get<std::string>();
-            const json& ids = p.at("special_tokens").at(name).at("ids");
-            auto& dst = seen_a ? spec.suffix : spec.prefix;
-            for (const json& id : ids) dst.push_back(id.get<int32_t>());
-          }
-        }
+        hf_template_single(p, source, spec.prefix, spec.suffix);
       } else if (type != "ByteLevel") {
         unsupported("post_processor type '" + type + "'");
       }
@@ -188,7 +159,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_qwen2_files(const std::string& vo
   }
   if (config.contains("added_tokens_decoder"))
     for (const auto& [id, t] : config["added_tokens_decoder"].items())
-      spec.added.push_back(parse_added(t, static_cast<int32_t>(std::stoi(id))));
+      spec.added.push_back(hf_added_token(t, static_cast<int32_t>(std::stoi(id))));
   spec.nfc = true;
   spec.splits.push_back(kQwen2SplitRegex);
   return make(std::move(spec), merges_txt);

@@ -8,9 +8,11 @@
 
 #include "model/gguf.h"
 #include "tokenizer/gguf_vocab.h"
+#include "tokenizer/hf_json.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/json_file.h"
 #include "tokenizer/spm_tokenizer.h"
+#include "tokenizer/wordpiece.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -49,9 +51,17 @@ bool looks_like_tiktoken(const std::string& path) {
          std::all_of(line.begin(), line.begin() + sp, [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || c == '='; });
 }
 
+// A tokenizer.json by its model type: WordPiece (BERT family) or byte-level BPE.
+std::shared_ptr<TokenizerBase> load_tokenizer_json(const fs::path& file) {
+  const json j = read_tokenizer_json(file.string());
+  const bool wordpiece = j.is_object() && j.contains("model") && hf_type_of(j["model"]) == "WordPiece";
+  if (wordpiece) return WordPieceTokenizer::from_json(j, file.string());
+  return HfTokenizer::from_json(j, file.string());
+}
+
 std::shared_ptr<TokenizerBase> load_model_file(const fs::path& file) {
   const std::string name = file.filename().string();
-  if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".json") == 0) return HfTokenizer::from_file(file.string());
+  if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".json") == 0) return load_tokenizer_json(file);
   IS_REQUIRE(!looks_like_tiktoken(file.string()), kUnsupported,
              "{} is a tiktoken rank file; use the model's tokenizer.json instead", file.string());
   return SpmTokenizer::from_file(file.string());
@@ -118,7 +128,7 @@ LoadedTokenizer load_tokenizer(const std::string& path) {
   if (!fs::is_directory(p)) {
     tok = load_model_file(p);
   } else if (fs::exists(dir / "tokenizer.json")) {
-    tok = HfTokenizer::from_file((dir / "tokenizer.json").string());
+    tok = load_tokenizer_json(dir / "tokenizer.json");
   } else if (fs::exists(dir / "tokenizer.model")) {
     tok = load_model_file(dir / "tokenizer.model");
   } else if (fs::exists(dir / "tokenizer.model.v3")) {
@@ -146,7 +156,8 @@ LoadedTokenizer load_tokenizer(const std::string& path) {
   if (const auto bos = lookup("bos_token")) s.bos = bos;
   // A tokenizer.json decides BOS by its post-processor (as HF's fast tokenizers do); otherwise the
   // config's add_bos_token does.
-  const bool has_post_processor = dynamic_cast<const HfTokenizer*>(tok.get()) != nullptr &&
+  const bool has_post_processor = (dynamic_cast<const HfTokenizer*>(tok.get()) != nullptr ||
+                                   dynamic_cast<const WordPieceTokenizer*>(tok.get()) != nullptr) &&
                                   (fs::exists(dir / "tokenizer.json") || p.extension() == ".json");
   if (!has_post_processor && config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
     s.add_bos = config["add_bos_token"].get<bool>() && s.bos.has_value();

@@ -125,15 +125,24 @@ size_t utf8_incomplete_tail(std::string_view s) {
   return 0;
 }
 
-std::string utf8_nfc(std::string_view s) {
-  IS_CHECK(utf8_valid(s), "NFC input must be valid UTF-8");
+namespace {
+
+// utf8proc_map with `options`; `form` names the normalization in errors.
+std::string utf8proc_normalize(std::string_view s, int options, const char* form) {
+  IS_CHECK(utf8_valid(s), "{} input must be valid UTF-8", form);
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  IS_CHECK(n >= 0, "utf8proc NFC failed: {}", utf8proc_errmsg(n));
+                   static_cast<utf8proc_option_t>(options));
+  IS_CHECK(n >= 0, "utf8proc {} failed: {}", form, utf8proc_errmsg(n));
   std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> hold(out, &std::free);
   return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
+
+}  // namespace
+
+std::string utf8_nfc(std::string_view s) { return utf8proc_normalize(s, UTF8PROC_STABLE | UTF8PROC_COMPOSE, "NFC"); }
+
+std::string utf8_nfd(std::string_view s) { return utf8proc_normalize(s, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, "NFD"); }
 
 }  // namespace inferscale

@@ -1,6 +1,6 @@
 // UTF-8 helpers shared by the tokenizers: validation, lossy repair (U+FFFD for invalid bytes, one
 // per maximal subpart, as Rust's String::from_utf8_lossy and so HF tokenizers do), the incomplete
-// tail a streaming decoder must hold back, and NFC normalization (utf8proc).
+// tail a streaming decoder must hold back, and NFC / NFD normalization (utf8proc).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -35,5 +35,7 @@ void utf8_append(uint32_t cp, std::string& out);
 
 // Unicode NFC (canonical composition). Input must be valid UTF-8.
 std::string utf8_nfc(std::string_view s);
+// Unicode NFD (canonical decomposition, Hangul included). Input must be valid UTF-8.
+std::string utf8_nfd(std::string_view s);
 
 }  // namespace inferscale

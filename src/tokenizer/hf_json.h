@@ -1,0 +1,25 @@
+// Pieces of HF tokenizer.json that every model type spells the same way, shared by the BPE
+// (hf_tokenizer.h) and WordPiece (wordpiece.h) loaders.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/added_vocab.h"
+
+namespace inferscale {
+
+// The "type" of a component object; "" when absent (or not an object).
+std::string hf_type_of(const nlohmann::json& j);
+// j[key] when it is a boolean, else false.
+bool hf_flag(const nlohmann::json& j, const char* key);
+// One entry of "added_tokens" (content, special, lstrip, rstrip, single_word).
+AddedToken hf_added_token(const nlohmann::json& t, int32_t id);
+
+// The ids TemplateProcessing's single-sequence template puts before and after the sequence.
+// Throws kUnsupported (naming `source`) for a template with a second sequence.
+void hf_template_single(const nlohmann::json& p, const std::string& source, std::vector<int32_t>& prefix,
+                        std::vector<int32_t>& suffix);
+
+}  // namespace inferscale
