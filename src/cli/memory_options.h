@@ -19,7 +19,7 @@ inline constexpr const char* kWindowSetting = "kv.window";
 // --embedder: dense retrieval with an embedding model run by the engine (default: BM25).
 struct EmbedderArgs {
   std::string model;               // demo, an HF directory or a .gguf; empty: BM25
-  std::string pooling = "last";    // last | mean
+  std::string pooling = "auto";    // auto (sentence-transformers config, else last) | last | mean | cls
   std::string eos = "auto";        // auto | none | a token appended to every text
   std::string instruct;            // query task: queries become "Instruct: {task}\nQuery: {query}"
   int32_t max_tokens = 512;        // longer texts are truncated
