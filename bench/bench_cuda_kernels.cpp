@@ -18,7 +18,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/cuda_vector_index.h"
+#include "memory/cuda/cuda_vector_index.h"
 #include "backend/cuda/rope_table.h"
 #include "cuda_bench_common.h"
 #include "memory/cpu_vector_index.h"

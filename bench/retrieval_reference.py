@@ -12,7 +12,8 @@ b = 0.75 and idf = ln(1 + (N - df + 0.5) / (df + 0.5)), RRF with k_rrf = 60 over
 top max(k, 100), and ties broken by turn order. What is not: BM25's tokens here are Python's
 \\w+ runs of the lowercased text (the C++ side splits at every non-alphanumeric ASCII byte), and
 the dense vectors come from sentence-transformers (PyTorch, float32, mean pooling, L2-normalized,
-max_seq_length 256) instead of our encoder. Latency is one query's embedding (each question is
+max_seq_length 256) instead of our encoder. Both embed a turn as "[date] speaker: text" and BM25
+indexes the bare text. Latency is one query's embedding (each question is
 embedded once, timed, and that time is added to the dense and hybrid searches) plus the search;
 throughput embeds every turn in batches of 32.
 """
@@ -42,7 +43,10 @@ def load(path, only):
         c = sample["conversation"]
         keys = sorted((k for k in c if re.fullmatch(r"session_\d+", k) and isinstance(c[k], list)),
                       key=lambda k: int(k.split("_")[1]))
-        turns = [(t["dia_id"], t["text"]) for k in keys for t in c[k] if t.get("text", "").strip(" \t\r\n")]
+        # (dia_id, text, the document the dense side embeds: "[date] speaker: text", as
+        # memory/vector_retriever.h's embedding_document renders a LoCoMo turn)
+        turns = [(t["dia_id"], t["text"], f"[{c.get(k + '_date_time', '')}] {t.get('speaker', '')}: {t['text']}")
+                 for k in keys for t in c[k] if t.get("text", "").strip(" \t\r\n")]
         qs = []
         for qa in sample["qa"]:
             if qa["category"] == 5:
@@ -127,7 +131,7 @@ def main():
         out["embedder"] = f"sentence-transformers {a.model} (max_seq_length {model.max_seq_length}, {a.threads} threads)"
         t0 = time.perf_counter()
         for cid, turns, _ in convs:
-            vecs[cid] = model.encode([t for _, t in turns], batch_size=32, normalize_embeddings=True,
+            vecs[cid] = model.encode([d for _, _, d in turns], batch_size=32, normalize_embeddings=True,
                                      convert_to_numpy=True)
         s = time.perf_counter() - t0
         out["embedding"] = {"turns": n_turns, "seconds": s, "turns_per_s": n_turns / s, "note": ""}
@@ -142,7 +146,7 @@ def main():
                     t0 = time.perf_counter()
                     qvec[question] = model.encode(question, normalize_embeddings=True, convert_to_numpy=True)
                     qsec[question] = time.perf_counter() - t0
-    bm25 = {cid: Bm25([t for _, t in turns]) for cid, turns, _ in convs}
+    bm25 = {cid: Bm25([t for _, t, _ in turns]) for cid, turns, _ in convs}
     for mode in modes:
         found = defaultdict(lambda: defaultdict(int))
         asked = defaultdict(int)

@@ -1,4 +1,4 @@
-// An independent statement of backend/sampling.h's rule for tests: the probability of every id,
+// An independent statement of model/sampling.h's rule for tests: the probability of every id,
 // computed by sorting (not by the thresholds and the id-order walk the implementations use).
 #pragma once
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <numeric>
 #include <vector>
 
-#include "backend/sampling.h"
+#include "model/sampling.h"
 
 namespace inferscale::test {
 

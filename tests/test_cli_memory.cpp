@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "memory/fact_store.h"
 #include "memory/model_embedder.h"
+#include "memory/vector_retriever.h"
 #include "model/model.h"
 #include "cli_process.h"
 #include "test_fact_store_util.h"
@@ -212,8 +213,8 @@ TEST_F(CliMemory, SearchWithDemoEmbedderIsDenseAndStoresVectors) {
     BackendOptions bo;
     bo.num_cache_blocks = embedder_cache_blocks(o, bo.block_size);
     const ModelEmbedder emb(m, make_cpu_backend(m->config, m->weights, bo), o);
-    EXPECT_EQ(store->embeddings("default", "alice", emb.name()).ids.size(), 3u);
-    EXPECT_EQ(store->embeddings("default", "bob", emb.name()).ids.size(), 0u);
+    EXPECT_EQ(store->embeddings("default", "alice", vector_space(emb)).ids.size(), 3u);
+    EXPECT_EQ(store->embeddings("default", "bob", vector_space(emb)).ids.size(), 0u);
   }
   EXPECT_EQ(dense(texts[2])[0]["text"], texts[2]);
   EXPECT_EQ(dense(texts[0], {"--embedder-pooling", "mean"})[0]["text"], texts[0]);

@@ -178,7 +178,7 @@ TEST(EngineLogprobs, SampledTokensAreScoredOnTheRawLogitsTheSamplerSaw) {
 }
 
 // Seeded sampling draws on the backend (kSample: only ids leave it) unless a row needs logits,
-// and gives the same tokens both ways: one rng draw per token, one rule (backend/sampling.h).
+// and gives the same tokens both ways: one rng draw per token, one rule (model/sampling.h).
 TEST(EngineLogprobs, SeededSamplingIsTheSameOnTheBackendAndTheLogitsPath) {
   const auto p = prompt(20, 8);
   for (auto [t, k, tp] : {std::tuple{0.9f, 0, 1.0f}, std::tuple{1.4f, 12, 1.0f}, std::tuple{1.0f, 40, 0.85f}}) {

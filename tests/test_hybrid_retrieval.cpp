@@ -86,7 +86,7 @@ TEST(HybridRetriever, FusesBm25AndDenseAtTheCandidateDepth) {
   for (const size_t depth : {size_t{1}, size_t{3}, size_t{100}}) {
     HybridRetriever hybrid(std::make_unique<Bm25Retriever>(*store), std::make_unique<DenseRetriever>(*store, emb),
                            HybridParams{60.0, depth});
-    EXPECT_EQ(hybrid.name(), "hybrid:bm25+dense:hash32");
+    EXPECT_EQ(hybrid.name(), "hybrid:bm25+dense:hash32+speaker+date");
     for (const std::string q : {"cat recipe", "weather markets", "nothing lexical matches zzz"}) {
       for (const size_t k : {size_t{1}, size_t{2}, size_t{5}}) {
         SCOPED_TRACE(q + " k " + std::to_string(k) + " depth " + std::to_string(depth));
@@ -139,8 +139,8 @@ TEST(DenseRetriever, AnotherEmbedderReembedsInsteadOfMixingVectorSpaces) {
   EXPECT_EQ(dense_b.missing("default", "u"), texts.size());
   EXPECT_EQ(dense_b.refresh_all(), texts.size());
   EXPECT_EQ(b->embedded, texts.size());
-  EXPECT_EQ(store->embeddings("default", "u", "hash16:a").ids.size(), texts.size());
-  EXPECT_EQ(store->embeddings("default", "u", "hash16:b").ids.size(), texts.size());
+  EXPECT_EQ(store->embeddings("default", "u", "hash16:a+speaker+date").ids.size(), texts.size());
+  EXPECT_EQ(store->embeddings("default", "u", "hash16:b+speaker+date").ids.size(), texts.size());
   EXPECT_EQ(dense_b.vectors().indexed("default", "u"), texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
     const auto hits = dense_b.search("default", "u", texts[i], 1);
@@ -154,5 +154,5 @@ TEST(DenseRetriever, AnotherEmbedderReembedsInsteadOfMixingVectorSpaces) {
   dense_b.refresh("default", "u");
   EXPECT_EQ(b->embedded, before + 1);
   EXPECT_EQ(dense_b.search("default", "u", "orange canoe", 1).at(0).id, listed[1].id);
-  EXPECT_EQ(store->embeddings("default", "u", "hash16:a").ids.size(), texts.size() - 1);
+  EXPECT_EQ(store->embeddings("default", "u", "hash16:a+speaker+date").ids.size(), texts.size() - 1);
 }

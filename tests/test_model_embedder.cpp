@@ -226,14 +226,14 @@ TEST(DenseRetriever, ModelEmbedderTopKIsBruteForceCosineAndUsersAreIsolated) {
   o.max_batch_tokens = 96;
   std::shared_ptr<ModelEmbedder> emb = make_embedder("demo", o);
   auto dense = std::make_unique<DenseRetriever>(*store, emb, 4);
-  EXPECT_EQ(dense->name(), "dense:" + emb->name());
+  EXPECT_EQ(dense->name(), "dense:" + vector_space(*emb));
   EXPECT_EQ(dense->missing("default", "alice"), alice.size());
   EXPECT_EQ(dense->refresh_all(), alice.size() + bob.size() + 2);  // "on open": every user
   EXPECT_EQ(dense->missing("default", "alice"), 0u);
   EXPECT_EQ(dense->refresh_all(), 0u);
 
   auto brute_force = [&](const std::string& tenant, const std::string& user, const std::string& query) {
-    const EmbeddingMatrix m = store->embeddings(tenant, user, emb->name());
+    const EmbeddingMatrix m = store->embeddings(tenant, user, vector_space(*emb));
     const std::vector<float> q = emb->embed_query(query);
     std::vector<ScoredFact> all;
     for (size_t i = 0; i < m.ids.size(); ++i) {

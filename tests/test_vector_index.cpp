@@ -292,7 +292,7 @@ TEST(VectorRetriever, DenseEmbedderEmbedsMissingFactsAndRanksByCosine) {
   auto store = FactStore::open(dir.path());
   auto emb = std::make_shared<HashingEmbedder>(64);
   auto dense = make_dense_retriever(*store, emb);
-  EXPECT_EQ(dense->name(), "dense:hash64");
+  EXPECT_EQ(dense->name(), "dense:hash64+speaker+date");
   const std::vector<std::string> texts = {"the cat sat on the mat", "dogs chase cats", "stock markets fell today",
                                           "a recipe for apple pie", "the weather is sunny"};
   std::vector<NewFact> facts;

@@ -1,5 +1,7 @@
 // The backend interface: everything that touches model weights and KV memory. The engine (host
-// code) holds block ids and builds a ForwardBatch; the backend owns the device buffers.
+// code) holds block ids and builds a ForwardBatch; the backend owns the device buffers. A forward
+// is the architecture's (model/architecture.h), run on the backend's ForwardOps: the backend
+// supplies the operations and their fused kernels, not the order of a model's layers.
 //
 // Paged KV cache, per layer, FlashInfer's NHD layout:
 //   K, V: [num_blocks, block_size, num_kv_heads, head_dim]
@@ -13,59 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "backend/sampling.h"
 #include "model/config.h"
+#include "model/forward_batch.h"
 #include "tensor/dtype.h"
 
 namespace inferscale {
 
 struct ModelWeights;
-
-// One forward over the tokens of several sequences. Built once per step on the host and used by
-// every layer (the plan/run split). Tokens of one sequence are contiguous and in position order.
-//
-//   tokens:     | seq 0: t0 t1 t2 | seq 1: t3 | seq 2: t4 t5 |
-//   q_indptr:   [0, 3, 4, 6]
-//   kv_indptr:  CSR over kv_indices, one block list per sequence
-//
-// Token t attends to kv entries [kv_start[s], positions[t]] of its sequence s (causal by
-// position): every entry there is already in the cache (computed earlier or injected) or written
-// by this batch. Positions inside one sequence may jump (a chunk that skips an injected range).
-// kv_start is 0 for served requests; a sequence that starts at position p > 0 with nothing
-// before it (a fact encoded at its serving position, in exactness tests) sets it to p.
-struct ForwardBatch {
-  std::vector<int32_t> token_ids;     // [T]
-  std::vector<int32_t> positions;     // [T] rotary position == index of the token in its sequence
-  std::vector<int64_t> slot_mapping;  // [T] destination cache slot of the token's K and V
-  std::vector<int32_t> q_indptr;      // [S + 1]
-  std::vector<int32_t> kv_indptr;     // [S + 1]
-  std::vector<int32_t> kv_indices;    // [kv_indptr[S]] block ids
-  std::vector<int32_t> kv_start;      // [S] first attended entry; empty = all 0
-
-  // Which tokens produce output rows, in order.
-  std::vector<int32_t> output_tokens;  // [R] indices into token_ids
-  // kLogits: out [R, vocab]. kHidden: out [R, hidden], final-normed hidden states. kArgmax: out [R],
-  // each row's greedy token (its id as a float, exact below 2^24): the largest logit among ids
-  // [0, argmax_vocab), the lowest id on ties, as sample_token's greedy; only R ids leave the device.
-  // kSample: out [R], each row's token drawn by sample_row (backend/sampling.h) with sampling[r]
-  // over the same ids; greedy rows take the argmax. Only R ids and R draws cross PCIe.
-  enum class Output { kLogits, kHidden, kArgmax, kSample } output = Output::kLogits;
-  int32_t argmax_vocab = 0;  // kArgmax, kSample: 0 = the whole vocabulary
-  std::vector<RowSampling> sampling;  // kSample: [R]
-
-  // Write path: keep the pre-RoPE K and the V of some tokens (every layer) in memory-pool slots.
-  std::vector<int32_t> capture_tokens;  // [C] indices into token_ids
-  std::vector<int64_t> capture_slots;   // [C] memory-pool slots
-
-  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
-  int32_t num_seqs() const { return q_indptr.empty() ? 0 : static_cast<int32_t>(q_indptr.size()) - 1; }
-  // Throws kInternal when sizes, ranges or ordering are inconsistent.
-  void validate(int64_t num_cache_slots, int32_t block_size) const;
-};
-
-// kArgmax: how many leading ids compete (argmax_vocab, the whole vocabulary when 0); kInternal
-// when argmax_vocab is outside [0, vocab].
-int64_t argmax_span(const ForwardBatch& b, int64_t vocab);
 
 // Copy of fact KV from the memory pool into a request's cache slots, K rotated to `positions`.
 struct InjectBatch {
@@ -94,7 +50,8 @@ class Backend {
   // are exactly representable in it, so KV files store them in it without loss.
   virtual DType pool_dtype() const = 0;
 
-  // out: [R, vocab] logits or [R, hidden] hidden states, row-major float.
+  // out: [R, vocab] logits or [R, hidden] hidden states, row-major float (forward_model() over the
+  // backend's ForwardOps).
   virtual void forward(const ForwardBatch& batch, std::vector<float>& out) = 0;
   virtual void inject(const InjectBatch& batch) = 0;
 

@@ -5,13 +5,14 @@
 #include <spdlog/spdlog.h>
 
 #ifdef INFERSCALE_HAS_CUDA
-#include "backend/cuda/cuda_vector_index.h"
+#include "memory/cuda/cuda_vector_index.h"
 #endif
 #include "memory/bm25_retriever.h"
 #include "memory/combined_retriever.h"
 #include "memory/dense_retriever.h"
 #include "memory/hybrid_retriever.h"
 #include "memory/model_embedder.h"
+#include "memory/sentence_transformers.h"
 #include "model/model.h"
 #include "util/check.h"
 #include "util/progress.h"
@@ -20,10 +21,12 @@ namespace inferscale::cli {
 
 void add_embedder_options(CLI::App& cmd, EmbedderArgs& a) {
   cmd.add_option("--embedder", a.model, "dense retrieval with this embedding model (demo, HF directory, .gguf); default BM25");
-  cmd.add_option("--embedder-pooling", a.pooling, "last | mean")->capture_default_str()->check(CLI::IsMember({"last", "mean"}));
+  cmd.add_option("--embedder-pooling", a.pooling, "auto (the model's sentence-transformers config, else last) | last | mean | cls")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "last", "mean", "cls"}));
   cmd.add_option("--embedder-eos", a.eos, "auto | none | a token appended to every embedded text")->capture_default_str();
   cmd.add_option("--embedder-instruct", a.instruct, "query task: queries become 'Instruct: TASK\\nQuery: QUERY'");
-  cmd.add_option("--embedder-max-tokens", a.max_tokens, "texts are truncated to this many tokens")
+  cmd.add_option("--embedder-max-tokens", a.max_tokens,
+                 "texts are truncated to this many tokens (and to a sentence-transformers model's max_seq_length)")
       ->capture_default_str()->check(CLI::Range(2, 1 << 20));
 }
 
@@ -55,8 +58,17 @@ std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a, bool cuda) {
   auto model = std::make_shared<const Model>(load_model(a.model));
   const Tokenizer& tok = *model->tokenizer;
   ModelEmbedderOptions o;
-  o.pooling = a.pooling == "mean" ? Pooling::kMean : Pooling::kLastToken;
+  // A sentence-transformers directory (all-MiniLM-L6-v2, bge, e5, gte) says how it pools,
+  // whether it normalizes and how long its inputs may be.
+  const std::optional<SentenceTransformersConfig> st = read_sentence_transformers_config(a.model);
+  if (a.pooling == "auto") {
+    o.pooling = st ? st->pooling : Pooling::kLastToken;
+  } else {
+    o.pooling = a.pooling == "mean" ? Pooling::kMean : a.pooling == "cls" ? Pooling::kCls : Pooling::kLastToken;
+  }
   o.max_tokens = a.max_tokens;
+  if (st && st->max_seq_length > 0) o.max_tokens = std::min(o.max_tokens, st->max_seq_length);
+  if (st && !st->normalize) spdlog::info("embedder {}: no Normalize module; vectors are L2-normalized anyway (cosine search)", a.model);
   if (a.eos == "auto") {
     o.eos_id = default_embedder_eos(tok, o.pooling);
   } else if (a.eos != "none") {
@@ -71,7 +83,7 @@ std::shared_ptr<ModelEmbedder> load_embedder(const EmbedderArgs& a, bool cuda) {
   auto emb = std::make_shared<ModelEmbedder>(model, std::move(be), o);
   spdlog::info("embedder {} ({} layers, dim {}{}), pooling {}, eos {}, max {} tokens, {} backend", emb->name(),
                model->config.num_layers, emb->dim(), model->random_weights ? ", random weights: vectors are meaningless" : "",
-               a.pooling, o.eos_id ? tok.id_to_token(*o.eos_id) : "none", o.max_tokens, backend_name);
+               pooling_name(o.pooling), o.eos_id ? tok.id_to_token(*o.eos_id) : "none", o.max_tokens, backend_name);
   return emb;
 }
 

@@ -21,7 +21,7 @@ inline constexpr const char* kWindowSetting = "kv.window";
 struct EmbedderArgs {
   std::string retrieval = "auto";  // auto | bm25 | dense | hybrid
   std::string model;               // demo, an HF directory or a .gguf; empty: BM25
-  std::string pooling = "last";    // last | mean
+  std::string pooling = "auto";    // auto (sentence-transformers config, else last) | last | mean | cls
   std::string eos = "auto";        // auto | none | a token appended to every text
   std::string instruct;            // query task: queries become "Instruct: {task}\nQuery: {query}"
   int32_t max_tokens = 512;        // longer texts are truncated

@@ -19,8 +19,12 @@ struct Active {
 int64_t packed_prefill(Backend& backend, BlockManager& blocks, int32_t max_batch_tokens,
                        std::span<const std::vector<int32_t>> seqs, const PackedPrefillHooks& hooks) {
   IS_REQUIRE(max_batch_tokens > 0, kInvalidInput, "max_batch_tokens must be positive, got {}", max_batch_tokens);
-  for (size_t s = 0; s < seqs.size(); ++s)
+  for (size_t s = 0; s < seqs.size(); ++s) {
     IS_REQUIRE(!seqs[s].empty(), kInvalidInput, "cannot {}: sequence {} is empty", hooks.purpose, s);
+    IS_REQUIRE(!hooks.whole_sequences || seqs[s].size() <= static_cast<size_t>(max_batch_tokens), kInvalidInput,
+               "cannot {}: sequence {} of {} tokens does not fit one forward of {} tokens", hooks.purpose, s,
+               seqs[s].size(), max_batch_tokens);
+  }
   const int32_t bs = blocks.block_size();
   int64_t forwarded = 0;
   std::vector<Active> active;
@@ -38,6 +42,7 @@ int64_t packed_prefill(Backend& backend, BlockManager& blocks, int32_t max_batch
       for (const Active& a : active) planned += a.len - a.done;
       while (next < seqs.size() && (active.empty() || planned < max_batch_tokens)) {
         const auto len = static_cast<int32_t>(seqs[next].size());
+        if (hooks.whole_sequences && !active.empty() && planned + len > max_batch_tokens) break;
         const int64_t need = (len + bs - 1) / bs;
         if (!blocks.can_allocate(need)) {
           IS_REQUIRE(!active.empty(), kResource, "KV cache too full to {} ({} blocks needed, {} free); retry when requests finish",

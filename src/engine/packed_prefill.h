@@ -11,6 +11,9 @@
 // its last chunk; one longer than the budget is split across forwards, its earlier chunks' KV
 // staying in its blocks. Sequences are admitted in order while the budget and free blocks allow
 // (always at least one per forward). Every block returns to `blocks`, on error too.
+// whole_sequences (encoders, whose attention is bidirectional): a sequence is admitted only when
+// all of it fits in this forward's budget, so none is ever split; one longer than the budget is
+// kInvalidInput.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -40,6 +43,7 @@ struct PackedPrefillHooks {
   std::function<void(std::span<const PackedToken> rows, std::span<const float> out)> on_output;
   // What the caller does, for the error when the cache cannot hold one sequence ("encode a memory fact").
   std::string_view purpose = "prefill a sequence";
+  bool whole_sequences = false;
 };
 
 // Runs every sequence (none may be empty) and returns the number of tokens forwarded. kResource

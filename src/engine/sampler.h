@@ -1,5 +1,5 @@
 // Token sampling from one row of logits: greedy, temperature, top-k, top-p, seeded per request.
-// The rule itself is backend/sampling.h (sample_row), which the backends also run on their own
+// The rule itself is model/sampling.h (sample_row), which the backends also run on their own
 // logits (ForwardBatch::Output::kSample); this layer turns a request's parameters and its rng into
 // a RowSampling. Each non-greedy sampled token takes exactly one draw from the request's rng,
 // whichever path samples it, so a seed gives the same tokens with or without logprobs.
@@ -8,7 +8,7 @@
 #include <random>
 #include <span>
 
-#include "backend/sampling.h"
+#include "model/sampling.h"
 #include "engine/request.h"
 
 namespace inferscale {

@@ -7,6 +7,15 @@
 
 namespace inferscale {
 
+const char* pooling_name(Pooling p) {
+  switch (p) {
+    case Pooling::kLastToken: return "last";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+  }
+  return "?";
+}
+
 std::vector<float> pool_hidden_states(std::span<const float> hidden, std::span<const int64_t> lengths, int32_t dim,
                                       Pooling pooling) {
   IS_REQUIRE(dim > 0, kInvalidInput, "hidden dim must be positive, got {}", dim);
@@ -25,8 +34,8 @@ std::vector<float> pool_hidden_states(std::span<const float> hidden, std::span<c
   for (size_t s = 0; s < lengths.size(); ++s) {
     const auto len = static_cast<size_t>(lengths[s]);
     float* dst = out.data() + s * d;
-    if (pooling == Pooling::kLastToken) {
-      const float* src = hidden.data() + (row + len - 1) * d;
+    if (pooling == Pooling::kLastToken || pooling == Pooling::kCls) {
+      const float* src = hidden.data() + (pooling == Pooling::kCls ? row : row + len - 1) * d;
       std::copy(src, src + d, dst);
     } else {
       std::fill(acc.begin(), acc.end(), 0.0);

@@ -6,7 +6,7 @@
 //
 //   batch:   | seq 0: t0 t1 t2 | seq 1: t3 | seq 2: t4 t5 |
 //   hidden:  [3 + 1 + 2, hidden_dim] row-major, rows in the same order
-//   last:    rows 2, 3, 5          mean: rows 0..2, 3..3, 4..5
+//   last:    rows 2, 3, 5          mean: rows 0..2, 3..3, 4..5          cls: rows 0, 3, 4
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -19,7 +19,9 @@
 
 namespace inferscale {
 
-enum class Pooling { kLastToken, kMean };
+// kCls: the first token ([CLS] of BERT encoders); kMean: every token of the sequence.
+enum class Pooling { kLastToken, kMean, kCls };
+const char* pooling_name(Pooling p);  // "last", "mean", "cls"
 
 // Pools concatenated hidden states ([sum(lengths), dim]) into one row per sequence ([n, dim]).
 // Mean pooling accumulates in double. kInvalidInput for an empty sequence or a size mismatch.

@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "engine/packed_prefill.h"
 #include "model/fingerprint.h"
 #include "util/check.h"
 
 namespace inferscale {
 namespace {
-
-const char* pooling_name(Pooling p) { return p == Pooling::kLastToken ? "last" : "mean"; }
 
 // Sequences handed to one hidden_states() call: bounds the [sum(len), hidden] floats it returns.
 constexpr size_t kSeqsPerCall = 32;
@@ -53,6 +53,11 @@ ModelEmbedder::ModelEmbedder(std::shared_ptr<const Model> model, std::unique_ptr
   IS_REQUIRE(opts_.max_tokens > 0, kInvalidInput, "embedder max_tokens must be positive, got {}", opts_.max_tokens);
   IS_REQUIRE(opts_.max_batch_tokens > 0, kInvalidInput, "embedder max_batch_tokens must be positive, got {}",
              opts_.max_batch_tokens);
+  if (model_->config.is_encoder()) {
+    // An encoder sees whole texts in one forward, inside its learned positions.
+    opts_.max_tokens = static_cast<int32_t>(std::min<int64_t>(opts_.max_tokens, model_->config.max_position_embeddings));
+    opts_.max_batch_tokens = std::max(opts_.max_batch_tokens, opts_.max_tokens);
+  }
   const Tokenizer& tok = *model_->tokenizer;
   IS_REQUIRE(!opts_.eos_id || (*opts_.eos_id >= 0 && *opts_.eos_id < tok.vocab_size()), kInvalidInput,
              "embedder eos id {} is outside the vocabulary of {} ids", opts_.eos_id.value_or(-1), tok.vocab_size());
@@ -92,6 +97,9 @@ std::vector<int32_t> ModelEmbedder::tokenize(std::string_view text) const {
   const bool add_eos = opts_.eos_id && (tail_.empty() || tail_.back() != *opts_.eos_id);
   // Truncation keeps the special tokens: [head][content[:room]][tail][eos] <= max_tokens.
   const auto room = static_cast<size_t>(opts_.max_tokens) - head_.size() - tail_.size() - (add_eos ? 1 : 0);
+  if (content.size() > room)
+    spdlog::info("embedder {}: a text of {} tokens is truncated to {} (max {} tokens with the special ones)", name(),
+                 content.size(), room, opts_.max_tokens);
   ids.insert(ids.end(), content.begin(), content.begin() + static_cast<std::ptrdiff_t>(std::min(room, content.size())));
   ids.insert(ids.end(), tail_.begin(), tail_.end());
   if (add_eos) ids.push_back(*opts_.eos_id);
@@ -99,7 +107,18 @@ std::vector<int32_t> ModelEmbedder::tokenize(std::string_view text) const {
 }
 
 std::vector<float> ModelEmbedder::hidden_states(const std::vector<std::vector<int32_t>>& batch) {
-  const auto H = static_cast<size_t>(model_->config.hidden_size);
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t forwarded = 0;
+  std::vector<float> hidden = embedding_hidden_states(*backend_, blocks_, opts_.max_batch_tokens, batch, opts_.pooling,
+                                                      model_->config.is_encoder(), &forwarded);
+  tokens_ += forwarded;
+  return hidden;
+}
+
+std::vector<float> embedding_hidden_states(Backend& backend, BlockManager& blocks, int32_t max_batch_tokens,
+                                           const std::vector<std::vector<int32_t>>& batch, Pooling pooling,
+                                           bool whole_sequences, int64_t* forwarded) {
+  const auto H = static_cast<size_t>(backend.config().hidden_size);
   std::vector<size_t> first_row(batch.size());  // row of each sequence's first token in `hidden`
   size_t total = 0;
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -110,11 +129,12 @@ std::vector<float> ModelEmbedder::hidden_states(const std::vector<std::vector<in
   PackedPrefillHooks hooks;
   hooks.purpose = "embed a text";
   hooks.output = ForwardBatch::Output::kHidden;
-  // Last-token pooling reads one row per sequence: only those leave the backend (the other rows
-  // of `hidden` stay zero and are never read).
-  const bool last_only = opts_.pooling == Pooling::kLastToken;
+  hooks.whole_sequences = whole_sequences;
+  // Last-token and CLS pooling read one row per sequence: only those leave the backend (the other
+  // rows of `hidden` stay zero and are never read).
   hooks.wants_output = [&](PackedToken t) {
-    return !last_only || static_cast<size_t>(t.pos) + 1 == batch[static_cast<size_t>(t.seq)].size();
+    if (pooling == Pooling::kCls) return t.pos == 0;
+    return pooling != Pooling::kLastToken || static_cast<size_t>(t.pos) + 1 == batch[static_cast<size_t>(t.seq)].size();
   };
   hooks.on_output = [&](std::span<const PackedToken> rows, std::span<const float> out) {
     IS_CHECK(out.size() == rows.size() * H, "hidden states of {} floats for {} rows of {}", out.size(), rows.size(), H);
@@ -123,8 +143,8 @@ std::vector<float> ModelEmbedder::hidden_states(const std::vector<std::vector<in
       std::memcpy(&hidden[row * H], &out[r * H], H * sizeof(float));
     }
   };
-  std::lock_guard<std::mutex> lock(mu_);
-  tokens_ += packed_prefill(*backend_, blocks_, opts_.max_batch_tokens, batch, hooks);
+  const int64_t n = packed_prefill(backend, blocks, max_batch_tokens, batch, hooks);
+  if (forwarded) *forwarded = n;
   return hidden;
 }
 

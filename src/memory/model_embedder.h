@@ -1,6 +1,8 @@
-// An Embedder over a decoder embedding model (Qwen3-Embedding, gte-Qwen2 layout) run by our own
-// backend: texts -> token ids -> packed forwards (packed_prefill.h) -> final-normed hidden states
-// of every token -> pooling (last token or mean) -> L2 normalization (HiddenStateEmbedder).
+// An Embedder over an embedding model run by our own backend: a decoder (Qwen3-Embedding,
+// gte-Qwen2 layout: final-normed hidden states) or a BERT encoder (all-MiniLM-L6-v2, bge, e5, gte:
+// last_hidden_state, each text whole in one forward): texts -> token ids -> packed forwards
+// (packed_prefill.h) -> hidden states -> pooling (last token, mean or CLS) -> L2 normalization
+// (HiddenStateEmbedder). The tokenizer is the model's (Tokenizer interface).
 //
 //   text  -> [head][content, truncated][tail][eos]    head/tail: what the tokenizer adds around a
 //                                                      text (BOS, a post-processor's suffix); eos:
@@ -31,6 +33,7 @@ struct ModelEmbedderOptions {
   Pooling pooling = Pooling::kLastToken;
   bool normalize = true;               // L2: inner product = cosine
   int32_t max_tokens = 512;            // a text's tokens, special tokens included; longer texts are truncated
+                                       // (with a log line); encoders: at most max_position_embeddings
   int32_t max_batch_tokens = 2048;     // tokens per forward; a longer text is split across forwards
   std::optional<int32_t> eos_id;       // appended to every text unless its tokens already end with it
   std::string query_prefix;            // prepended to query texts
@@ -42,6 +45,14 @@ struct ModelEmbedderOptions {
 std::optional<int32_t> default_embedder_eos(const Tokenizer& tok, Pooling pooling);
 // Cache blocks the embedder's backend needs: one forward's budget plus one whole text.
 int64_t embedder_cache_blocks(const ModelEmbedderOptions& opts, int32_t block_size);
+
+// Hidden states ([sum(len), hidden], model_embedder.h's hidden_states()) of `batch` through
+// `backend`, packed into forwards of at most max_batch_tokens tokens; only the rows `pooling`
+// reads leave the backend. whole_sequences: encoders (no text split across forwards).
+// forwarded: tokens run, when non-null.
+std::vector<float> embedding_hidden_states(Backend& backend, BlockManager& blocks, int32_t max_batch_tokens,
+                                           const std::vector<std::vector<int32_t>>& batch, Pooling pooling,
+                                           bool whole_sequences, int64_t* forwarded = nullptr);
 
 class ModelEmbedder final : public Embedder {
  public:
@@ -56,8 +67,9 @@ class ModelEmbedder final : public Embedder {
 
   // The token ids a text is embedded from.
   std::vector<int32_t> tokenize(std::string_view text) const;
-  // Final-normed hidden states of each sequence's tokens, concatenated: [sum(len), hidden]. With
-  // last-token pooling only each sequence's last row is computed; the others are zero.
+  // Hidden states of each sequence's tokens (final-normed for decoders), concatenated:
+  // [sum(len), hidden]. With last-token / CLS pooling only each sequence's last / first row is
+  // computed; the others are zero.
   // Thread-safe.
   std::vector<float> hidden_states(const std::vector<std::vector<int32_t>>& batch);
   int64_t tokens_processed() const;

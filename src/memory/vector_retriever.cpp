@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "memory/compose.h"
 #include "util/check.h"
 #include "util/progress.h"
 
@@ -13,8 +14,8 @@ VectorRetriever::VectorRetriever(FactStore& store, std::string embedder_name,
       embedder_name_(std::move(embedder_name)),
       query_embedder_(std::move(query_embedder)),
       make_index_(std::move(make_index)) {
-  IS_REQUIRE(!query_embedder_ || query_embedder_->name() == embedder_name_, kInvalidInput,
-             "query embedder '{}' differs from the indexed embedder '{}'", query_embedder_->name(), embedder_name_);
+  IS_REQUIRE(!query_embedder_ || vector_space(*query_embedder_) == embedder_name_, kInvalidInput,
+             "query embedder '{}' differs from the indexed embedder '{}'", vector_space(*query_embedder_), embedder_name_);
   IS_CHECK(static_cast<bool>(make_index_), "no vector index factory");
   store_.attach(this);
 }
@@ -83,24 +84,32 @@ std::unique_ptr<VectorRetriever> make_client_vector_retriever(FactStore& store, 
   return std::make_unique<VectorRetriever>(store, kClientEmbedder, nullptr, std::move(make_index));
 }
 
+std::string embedding_document(const Fact& fact) {
+  return render_fact(kEmbedDocumentTemplate, fact.text, fact.source.speaker, fact.timestamp);
+}
+
+std::string vector_space(const Embedder& embedder) {
+  return embedder.name() + "+speaker+date";  // the document form: embedding_document()
+}
+
 std::unique_ptr<VectorRetriever> make_dense_retriever(FactStore& store, std::shared_ptr<Embedder> embedder,
                                                       VectorIndexFactory make_index) {
   IS_CHECK(embedder != nullptr, "null embedder");
-  std::string name = embedder->name();
+  std::string name = vector_space(*embedder);
   return std::make_unique<VectorRetriever>(store, std::move(name), std::move(embedder), std::move(make_index));
 }
 
 size_t embed_missing(FactStore& store, Embedder& embedder, std::string_view tenant, std::string_view user,
                      size_t batch, Progress* progress) {
   IS_REQUIRE(batch > 0, kInvalidInput, "embedding batch must be positive");
-  const std::string name = embedder.name();
+  const std::string name = vector_space(embedder);
   const auto dim = static_cast<size_t>(embedder.dim());
   size_t stored = 0;
   for (;;) {
     const std::vector<Fact> facts = store.facts_missing_embedding(tenant, user, name, batch);
     if (facts.empty()) break;
     std::vector<std::string> texts;
-    for (const Fact& f : facts) texts.push_back(f.text);
+    for (const Fact& f : facts) texts.push_back(embedding_document(f));
     const std::vector<float> vecs = embedder.embed(texts);
     IS_REQUIRE(vecs.size() == facts.size() * dim, kInternal, "embedder '{}' returned {} floats for {} texts of dim {}",
                name, vecs.size(), facts.size(), dim);

@@ -19,6 +19,7 @@ std::string arch_name(Arch a) {
     case Arch::kQwen2: return "qwen2";
     case Arch::kQwen3: return "qwen3";
     case Arch::kMistral: return "mistral";
+    case Arch::kBert: return "bert";
   }
   return "?";
 }
@@ -109,6 +110,7 @@ constexpr ArchInfo kArchs[] = {
     {"Qwen2ForCausalLM", Arch::kQwen2},
     {"Qwen3ForCausalLM", Arch::kQwen3},
     {"MistralForCausalLM", Arch::kMistral},
+    {"BertModel", Arch::kBert},
 };
 
 Arch parse_architecture(const json& j, std::string& name) {
@@ -121,7 +123,7 @@ Arch parse_architecture(const json& j, std::string& name) {
     if (name == a.hf_class) return a.arch;
   IS_THROW(kUnsupported,
            "unsupported architecture '{}' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "MistralForCausalLM)",
+           "MistralForCausalLM, BertModel)",
            name);
 }
 
@@ -240,12 +242,35 @@ std::vector<int32_t> parse_eos(const json& j) {
   return ids;
 }
 
+// BertModel (all-MiniLM, bge, e5, gte): the keys of transformers' BertConfig.
+ModelConfig bert_from_hf_json(const json& j, ModelConfig c) {
+  c.hidden_size = req_int(j, "hidden_size");
+  c.intermediate_size = req_int(j, "intermediate_size");
+  c.num_layers = req_int(j, "num_hidden_layers");
+  c.num_heads = req_int(j, "num_attention_heads");
+  c.num_kv_heads = c.num_heads;
+  c.vocab_size = req_int(j, "vocab_size");
+  c.max_position_embeddings = opt_int(j, "max_position_embeddings", 512);
+  c.type_vocab_size = opt_int(j, "type_vocab_size", 2);
+  c.layer_norm_eps = opt_double(j, "layer_norm_eps", 1e-12);
+  c.torch_dtype = opt_string(j, "torch_dtype", opt_string(j, "dtype", "float32"));
+  const std::string act = opt_string(j, "hidden_act", "gelu");
+  IS_REQUIRE(act == "gelu", kUnsupported, "unsupported hidden_act '{}' for BertModel (only gelu, the erf form)", act);
+  const std::string pos = opt_string(j, "position_embedding_type", "absolute");
+  IS_REQUIRE(pos == "absolute", kUnsupported, "unsupported position_embedding_type '{}' (only absolute)", pos);
+  IS_REQUIRE(c.type_vocab_size > 0, kInvalidInput, "type_vocab_size must be positive, got {}", c.type_vocab_size);
+  IS_REQUIRE(c.layer_norm_eps > 0, kInvalidInput, "layer_norm_eps must be positive, got {}", c.layer_norm_eps);
+  c.finalize();
+  return c;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_hf_json(const json& j) {
   IS_REQUIRE(j.is_object(), kInvalidInput, "config must be a JSON object");
   ModelConfig c;
   c.arch = parse_architecture(j, c.architecture);
+  if (c.arch == Arch::kBert) return bert_from_hf_json(j, c);
   IS_REQUIRE(find(j, "quantization_config") == nullptr, kUnsupported,
              "quantized checkpoints (quantization_config) are not supported");
 
@@ -281,6 +306,7 @@ ModelConfig ModelConfig::from_hf_json(const json& j) {
                  "attention_bias=true is not supported for {} (it adds an o_proj bias)", c.architecture);
       break;
     case Arch::kMistral:
+    case Arch::kBert:
       break;
   }
   parse_rope(j, c);
@@ -352,6 +378,7 @@ std::string ModelConfig::fingerprint() const {
       arch_name(arch), hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim, vocab_size,
       rms_norm_eps, rope_theta, int(tie_word_embeddings), int(attention_bias), int(qk_norm), int(rope_interleaved),
       rope_type_name(rope_scaling.type));
+  if (arch == Arch::kBert) s += fmt::format(" ln_eps={} type_vocab={} max_pos={}", layer_norm_eps, type_vocab_size, max_position_embeddings);
   const RopeScaling& r = rope_scaling;
   switch (r.type) {
     case RopeType::kDefault:
@@ -415,6 +442,10 @@ json ModelConfig::to_json() const {
 
 int64_t ModelConfig::num_parameters() const {
   const int64_t h = hidden_size;
+  if (arch == Arch::kBert) {
+    const int64_t layer = 4 * (h * h + h) + 2 * h * intermediate_size + intermediate_size + h + 4 * h;
+    return (vocab_size + max_position_embeddings + type_vocab_size) * h + 2 * h + num_layers * layer;
+  }
   int64_t layer = 2 * h                       // attn_norm, ffn_norm
                   + h * q_size() + 2 * h * kv_size() + q_size() * h  // q, k, v, o
                   + 3 * h * intermediate_size;                      // gate, up, down

@@ -10,7 +10,8 @@
 
 namespace inferscale {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral };
+// kBert: BertModel encoders (model/bert.cpp); the others are the Llama family (model/llama.cpp).
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kBert };
 std::string arch_name(Arch a);
 
 enum class RopeType { kDefault, kLinear, kLlama3, kYarn };
@@ -52,6 +53,11 @@ struct ModelConfig {
   int32_t bos_token_id = -1;      // -1 = none
   std::vector<int32_t> eos_token_ids;
   std::string torch_dtype = "float32";
+  // BERT (Arch::kBert): LayerNorm epsilon, token-type vocabulary (segment embeddings); learned
+  // absolute positions up to max_position_embeddings; exact (erf) GELU.
+  double layer_norm_eps = 1e-12;
+  int64_t type_vocab_size = 0;
+  bool is_encoder() const { return arch == Arch::kBert; }
 
   // Derived (finalize()).
   int64_t q_size() const { return num_heads * head_dim; }

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "model/byte_spans.h"
+#include "tensor/byte_spans.h"
 #include "model/json_file.h"
 #include "util/check.h"
 #include "util/mapped_file.h"

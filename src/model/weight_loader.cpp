@@ -60,7 +60,9 @@ const LayerRole kLayerRoles[] = {
 
 // Names a checkpoint may carry that the forward never needs (non-persistent buffers saved by old
 // transformers versions).
-bool harmless(const std::string& name) { return name.ends_with("rotary_emb.inv_freq"); }
+bool harmless(const std::string& name) {
+  return name.ends_with("rotary_emb.inv_freq") || name.ends_with("embeddings.position_ids");
+}
 
 class Mapper {
  public:
@@ -93,10 +95,34 @@ class Mapper {
   std::set<std::string> used_;
 };
 
+
+// BertModel: "embeddings.*", "encoder.layer.{i}.*", all under "bert." when saved from a BertFor*
+// head; the pooler (BertModel's tanh dense over [CLS]) is not used by sentence encoders.
+ModelWeights map_bert_weights(const ModelConfig& cfg, const TensorSource& src) {
+  IS_REQUIRE(!src.names.empty(), kNotFound, "no tensors in {}", src.where);
+  Mapper m(cfg, src);
+  const std::string root = src.find("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+  ModelWeights w;
+  for (const BertEmbeddingRole& r : bert_embedding_roles()) w.bert.*r.field = m.take(root + "embeddings." + r.hf, r.shape(cfg));
+  w.bert.layers.resize(static_cast<size_t>(cfg.num_layers));
+  for (int64_t i = 0; i < cfg.num_layers; ++i)
+    for (const BertLayerRole& r : bert_layer_roles())
+      w.bert.layers[static_cast<size_t>(i)].*r.field =
+          m.take(root + "encoder.layer." + std::to_string(i) + "." + r.hf, r.shape(cfg));
+  for (const std::string& n : src.names)
+    if (n.starts_with(root + "pooler.")) m.mark_used(n);
+  m.warn_unused();
+  return w;
+}
+
 }  // namespace
 
 ModelWeights map_weights(const ModelConfig& cfg, WeightNaming naming, const TensorSource& src) {
   const bool hf = naming == WeightNaming::kHF;
+  if (cfg.arch == Arch::kBert) {
+    IS_REQUIRE(hf, kUnsupported, "BERT encoders load from HF safetensors, not {}", src.where);
+    return map_bert_weights(cfg, src);
+  }
   Mapper m(cfg, src);
   ModelWeights w;
   const Shape vocab_by_hidden{cfg.vocab_size, cfg.hidden_size};

@@ -22,6 +22,10 @@ void for_each_weight(const ModelWeights& w, const std::function<void(const std::
   };
   for (size_t i = 0; i < w.layers.size(); ++i)
     for (const auto& [name, field] : kRoles) visit(fmt::format("layers.{}.{}", i, name), w.layers[i].*field);
+  for (const BertEmbeddingRole& r : bert_embedding_roles()) visit(fmt::format("bert.{}", r.role), w.bert.*r.field);
+  for (size_t i = 0; i < w.bert.layers.size(); ++i)
+    for (const BertLayerRole& r : bert_layer_roles())
+      visit(fmt::format("bert.layers.{}.{}", i, r.role), w.bert.layers[i].*r.field);
 }
 
 WeightStats weight_stats(const ModelWeights& w) {

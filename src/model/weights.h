@@ -1,5 +1,6 @@
-// The tensors of a Llama-family decoder, by role, in their stored dtype (f32/f16/bf16, or a GGUF
-// block-quantized type that the backends dequantize when they take the weights).
+// The tensors of a model, by role, in their stored dtype (f32/f16/bf16, or a GGUF block-quantized
+// type that the backends dequantize when they take the weights): a Llama-family decoder's in
+// embed / final_norm / lm_head / layers, a BERT encoder's in `bert` (model/bert_weights.h).
 // HF layout: linear weights are [out_features, in_features] row-major.
 #pragma once
 #include <functional>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/bert_weights.h"
 #include "tensor/host_tensor.h"
 
 namespace inferscale {
@@ -31,10 +33,12 @@ struct ModelWeights {
   HostTensor lm_head;           // [vocab, hidden]; shares embed's storage when tied; empty for a
                                 // headless embedding backbone (no logits)
   std::vector<LayerWeights> layers;
+  BertWeights bert;             // Arch::kBert only (the decoder fields above stay empty)
 };
 
 // Calls fn(role, tensor) for every non-empty tensor, once per storage: a tied lm_head (embed's
-// storage) is skipped. Roles: "embed", "final_norm", "lm_head", "layers.{i}.wq", ...
+// storage) is skipped. Roles: "embed", "final_norm", "lm_head", "layers.{i}.wq", ...; BERT's
+// "bert.word", ..., "bert.layers.{i}.wq", ...
 void for_each_weight(const ModelWeights& w, const std::function<void(const std::string&, const HostTensor&)>& fn);
 
 // What the weights hold as stored (quantized tensors count their block bytes).

@@ -1,6 +1,6 @@
 // make_gguf_tokenizer: the GgufFile side of the GGUF vocabularies, kept apart from gguf_vocab.cpp
 // and gguf_bpe.cpp so that code building a vocabulary from plain arrays does not need the GGUF reader.
-#include "model/gguf.h"
+#include "tensor/gguf_file.h"
 #include "tokenizer/gguf_bpe.h"
 #include "tokenizer/gguf_vocab.h"
 #include "util/check.h"

@@ -6,7 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "model/gguf.h"
+#include "tensor/gguf_file.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_json.h"
 #include "tokenizer/hf_tokenizer.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "backend/cuda/cuda_vector_index.h"
+#include "memory/cuda/cuda_vector_index.h"
 #include "cuda_test_util.h"
 #include "memory/cpu_vector_index.h"
 #include "util/check.h"

@@ -36,6 +36,10 @@ inline float exp_nonpositive(float x) {
 }  // namespace
 
 void linear(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in, int64_t out) {
+  linear(x, w, bias, y, T, in, out, out);
+}
+
+void linear(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in, int64_t out, int64_t ldy) {
   if (T == 0) return;
   if (T == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(out), static_cast<int>(in), 1.0f, w,
@@ -43,12 +47,39 @@ void linear(const float* x, const float* w, const float* bias, float* y, int64_t
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
                 static_cast<int>(in), 1.0f, x, static_cast<int>(in), w, static_cast<int>(in), 0.0f, y,
-                static_cast<int>(out));
+                static_cast<int>(ldy));
   }
   if (bias != nullptr) {
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t o = 0; o < out; ++o) y[t * out + o] += bias[o];
+      for (int64_t o = 0; o < out; ++o) y[t * ldy + o] += bias[o];
   }
+}
+
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps,
+                ThreadPool* pool) {
+  auto body = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      double sum = 0;
+      for (int64_t i = 0; i < dim; ++i) sum += xr[i];
+      const double mean = sum / static_cast<double>(dim);
+      double ss = 0;
+      for (int64_t i = 0; i < dim; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = static_cast<float>((xr[i] - mean) * inv) * w[i] + b[i];
+    }
+  };
+  if (pool) pool->parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, dim)), body);
+  else body(0, rows);
+}
+
+void gelu(float* x, int64_t n, ThreadPool* pool) {
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+  };
+  if (pool) pool->parallel_for(n, 32768, body);
+  else body(0, n);
 }
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps, ThreadPool* pool) {
@@ -100,6 +131,8 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
     const int64_t j0 = a.kv_start ? a.kv_start[s] : 0;
     int64_t L = 0;  // entries [j0, L) are read by some token of this sequence
     for (int32_t t = t0; t < t1; ++t) L = std::max<int64_t>(L, static_cast<int64_t>(a.positions[t]) + 1);
+    // The last entry token t reads: its own (causal) or the sequence's last in this batch.
+    auto last = [&](int64_t t) { return a.causal ? static_cast<int64_t>(a.positions[t]) : L - 1; };
     kp.resize(static_cast<size_t>((L - j0) * D));
     vp.resize(static_cast<size_t>((L - j0) * D));
     for (int32_t g = 0; g < a.num_kv_heads; ++g) {
@@ -118,14 +151,14 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
           std::memcpy(&qp[static_cast<size_t>(r * D)], a.q + (t * a.num_heads + h) * D, static_cast<size_t>(D) * 4);
         }
         // Columns past the chunk's last position are masked for every row in it: skip them.
-        const int64_t n = static_cast<int64_t>(a.positions[t0 + (r0 + nr - 1) / group]) + 1 - j0;
+        const int64_t n = last(t0 + (r0 + nr - 1) / group) + 1 - j0;
         sc.resize(static_cast<size_t>(nr * n));
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nr), static_cast<int>(n), static_cast<int>(D),
                     a.scale, qp.data(), static_cast<int>(D), kp.data(), static_cast<int>(D), 0.0f, sc.data(), static_cast<int>(n));
         auto softmax_rows = [&](int64_t rb, int64_t re) {
           for (int64_t r = rb; r < re; ++r) {
             const int64_t t = t0 + (r0 + r) / group;
-            const int64_t valid = static_cast<int64_t>(a.positions[t]) + 1 - j0;  // entries j0 .. pos
+            const int64_t valid = last(t) + 1 - j0;  // entries j0 .. last
             float* row = &sc[static_cast<size_t>(r * n)];
             float mx = -INFINITY;
             for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, row[j]);

@@ -8,16 +8,27 @@ namespace inferscale::cpu {
 
 // y[T, out] = x[T, in] @ w[out, in]^T (+ bias[out] when non-null). OpenBLAS sgemm.
 void linear(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in, int64_t out);
+// The same into rows of `ldy` floats (a column slice of a wider output: y[t * ldy + o]).
+void linear(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t in, int64_t out, int64_t ldy);
 
 // Row-wise RMSNorm: y[r, :] = x[r, :] / sqrt(mean(x^2) + eps) * w. In place allowed (y == x).
 void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps, ThreadPool* pool = nullptr);
 
+// Row-wise LayerNorm: y[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b, statistics in
+// double. In place allowed.
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps,
+                ThreadPool* pool = nullptr);
+
+// x = gelu(x) = x / 2 (1 + erf(x / sqrt 2)) in place (BERT's "gelu", not the tanh form).
+void gelu(float* x, int64_t n, ThreadPool* pool = nullptr);
+
 // out[T, inter] = silu(gate[T, inter]) * up[T, inter]
 void silu_mul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool = nullptr);
 
-// Paged attention, causal by position. For token t of sequence s (q_indptr), head h:
+// Paged attention. For token t of sequence s (q_indptr), head h:
 //   out[t, h] = softmax_j(q[t, h] . K[s, j, h / group] * scale) V[s, j, h / group],
-//   j in [kv_start[s], positions[t]]   (kv_start null = all 0)
+//   j in [kv_start[s], positions[t]]   (causal; kv_start null = all 0), or
+//   j in [kv_start[s], the last position of s in this batch]   (!causal: encoders)
 // where entry j of sequence s lives in slot kv_indices[kv_indptr[s] + j / bs] * bs + j % bs.
 //   q:   [T, num_heads, head_dim]
 //   k/v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
@@ -38,6 +49,7 @@ struct PagedAttentionArgs {
   int32_t head_dim;
   int32_t block_size;
   float scale;
+  bool causal = true;
 };
 // Parallel over (token, head) pairs on `pool` (serial when null).
 void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool = nullptr);

@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "backend/sampling.h"
+#include "model/sampling.h"
 #include "model/rope.h"
 
 namespace inferscale::cpu {
@@ -53,7 +53,7 @@ void similarity_topk(const float* matrix, const float* query, int64_t N, int64_t
 void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out);
 
 // Twin of cuda::sample_rows, and the CPU backend's kSample: out[r] = sample_row(logits[r * ld ..],
-// n, params[r]) (backend/sampling.h).   logits: [R, ld]; params, out: [R]
+// n, params[r]) (model/sampling.h).   logits: [R, ld]; params, out: [R]
 void sample_rows(const float* logits, int64_t R, int64_t ld, int64_t n, const RowSampling* params, int32_t* out);
 
 }  // namespace inferscale::cpu

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_plan.h"
-#include "backend/sampling.h"
+#include "model/sampling.h"
 
 namespace inferscale::cuda {
 
@@ -33,7 +33,7 @@ void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t
 //   logits: [R, ld] f32; out: [R]
 void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out, cudaStream_t stream);
 
-// Sampling (backend/sampling.h's rule, CPU twin sample_row): out[r] = the id drawn from
+// Sampling (model/sampling.h's rule, CPU twin sample_row): out[r] = the id drawn from
 // logits[r * ld + 0 .. n) with params[r]; greedy rows get argmax_rows' id.
 //   logits: [R, ld] f32; params: [R] (device); out: [R]
 void sample_rows(const float* logits, int64_t R, int64_t ld, int64_t n, const RowSampling* params, int32_t* out,

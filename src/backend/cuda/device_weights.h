@@ -1,46 +1,36 @@
-// The model's weights on the GPU: matrices bf16 (fused where one GEMM serves several
-// projections), vectors (norm weights, biases) f32. One allocation holds everything.
+// Weights on the GPU as CudaForwardOps prepares them: matrices bf16 (several checkpoint tensors
+// stacked by rows when one GEMM serves several projections: wq; wk; wv), vectors (norm weights,
+// biases) f32. One allocation per weight. Which tensors exist is the architecture's business
+// (model/llama.cpp, model/bert.cpp), not this file's.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <vector>
+#include <deque>
+#include <initializer_list>
 
 #include "backend/cuda/device_buffer.h"
-#include "model/config.h"
+#include "tensor/host_tensor.h"
 
 namespace inferscale {
 
-struct ModelWeights;
-
-struct DeviceLayer {
-  const __nv_bfloat16* wqkv = nullptr;       // [(NH + 2 * NKV) * D, H]  rows: wq, then wk, then wv
-  const __nv_bfloat16* wo = nullptr;         // [H, NH * D]
-  const __nv_bfloat16* w_gate_up = nullptr;  // [2 * I, H]               rows: w_gate, then w_up
-  const __nv_bfloat16* w_down = nullptr;     // [H, I]
-  const float* attn_norm = nullptr;          // [H]
-  const float* ffn_norm = nullptr;           // [H]
-  const float* bqkv = nullptr;               // [(NH + 2 * NKV) * D] or null (attention_bias)
-  const float* q_norm = nullptr;             // [D] or null (qk_norm)
-  const float* k_norm = nullptr;             // [D] or null
-};
-
-class DeviceWeights {
+class DeviceWeightStore {
  public:
-  // Converts (f32/f16/bf16 -> bf16 matrices, f32 vectors) and uploads `w`.
-  static DeviceWeights upload(const ModelConfig& cfg, const ModelWeights& w);
-  // Seeded random weights made on the GPU (benchmarks): matrices normal(0, 0.02), norms 1, biases 0.
-  static DeviceWeights random(const ModelConfig& cfg, uint64_t seed);
-
-  const __nv_bfloat16* embed = nullptr;    // [vocab, H]
-  const __nv_bfloat16* lm_head = nullptr;  // [vocab, H]; == embed when tied; null: no head (embedding backbone)
-  const float* final_norm = nullptr;       // [H]
-  std::vector<DeviceLayer> layers;
-  size_t bytes() const { return arena_.bytes(); }
+  // Converts (f32/f16/bf16/block-quantized -> bf16) and uploads the parts, stacked by rows;
+  // rows/cols: the stacked shape.
+  const __nv_bfloat16* matrix(std::initializer_list<const HostTensor*> parts, int64_t& rows, int64_t& cols);
+  // f32 values of the parts, concatenated.
+  const float* vector(std::initializer_list<const HostTensor*> parts, int64_t& n);
+  // Benchmarks: seeded normal(0, std) bf16 made on the GPU (no host copy) / a vector of one value.
+  const __nv_bfloat16* random_matrix(int64_t rows, int64_t cols, uint64_t seed, float std);
+  const float* filled_vector(int64_t n, float value);
+  size_t bytes() const { return bytes_; }
 
  private:
-  DeviceBuffer arena_;
+  DeviceBuffer& take(size_t bytes);
+  std::deque<DeviceBuffer> buffers_;
+  size_t bytes_ = 0;
 };
 
 }  // namespace inferscale

@@ -1,4 +1,4 @@
-// Sampling on the device (backend/sampling.h's rule; the CPU twin is sample_row): one block per row,
+// Sampling on the device (model/sampling.h's rule; the CPU twin is sample_row): one block per row,
 // so no [R, vocab] logits cross PCIe for a sampled request. Greedy rows keep the argmax that
 // argmax_rows wrote first. The two thresholds are found by bisection over the order-preserving
 // uint32 keys of the logits (32 counting passes for top-k, 32 weighing passes for top-p; no sort),

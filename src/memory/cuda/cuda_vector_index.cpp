@@ -1,4 +1,4 @@
-#include "backend/cuda/cuda_vector_index.h"
+#include "memory/cuda/cuda_vector_index.h"
 
 #include <algorithm>
 #include <mutex>

@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "backend/backend.h"
+#include "model/forward_batch.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -32,6 +32,14 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   IS_CHECK(output != Output::kSample || sampling.size() == output_tokens.size(), "kSample needs one RowSampling per output row");
   for (const RowSampling& r : sampling) check_row_sampling(r);
   for (int32_t c : capture_tokens) IS_CHECK(c >= 0 && static_cast<size_t>(c) < T, "capture token {} out of range", c);
+}
+
+void check_forward_batch(const ForwardBatch& b, int64_t num_cache_slots, int32_t block_size, int64_t num_pool_slots,
+                         int64_t vocab_size) {
+  b.validate(num_cache_slots, block_size);
+  for (int64_t s : b.capture_slots) IS_CHECK(s >= 0 && s < num_pool_slots, "pool slot {} out of range", s);
+  for (int32_t id : b.token_ids)
+    IS_REQUIRE(id >= 0 && id < vocab_size, kInvalidInput, "token id {} outside the vocabulary of {}", id, vocab_size);
 }
 
 int64_t argmax_span(const ForwardBatch& b, int64_t vocab) {

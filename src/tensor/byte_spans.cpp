@@ -1,4 +1,4 @@
-#include "model/byte_spans.h"
+#include "tensor/byte_spans.h"
 
 #include <algorithm>
 

@@ -1,10 +1,10 @@
-#include "model/gguf.h"
+#include "tensor/gguf_file.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cstring>
 
-#include "model/byte_spans.h"
+#include "tensor/byte_spans.h"
 #include "util/check.h"
 #include "util/mapped_file.h"
 

@@ -1,4 +1,4 @@
-#include "backend/sampling.h"
+#include "model/sampling.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,74 @@
+// ForwardOps on the CPU: f32 weights (views of f32 tensors, converted copies of the rest), f32
+// activations (kCompute is f32 too), OpenBLAS GEMMs, the blocking thread pool elsewhere. Stacked
+// matrices stay separate parts, each its own GEMM into its columns of the output, so a fused
+// projection computes exactly what separate ones do.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "model/config.h"
+#include "model/forward_ops.h"
+#include "model/rope.h"
+#include "tensor/host_tensor.h"
+#include "util/thread_pool.h"
+
+namespace inferscale {
+
+// The KV memory the forward writes: per layer, cache [num_blocks * bs, NKV, D] and memory pool
+// [num_pool_blocks * bs, NKV, D] (keys before RoPE), f32.
+struct CpuKv {
+  std::vector<HostTensor> k_cache, v_cache, k_pool, v_pool;
+  int64_t cache_slots = 0, pool_slots = 0;
+};
+
+class CpuForwardOps final : public ForwardOps {
+ public:
+  CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads);
+
+  Weight matrix(std::initializer_list<const HostTensor*> parts) override;
+  Weight vector(std::initializer_list<const HostTensor*> parts) override;
+  Weight random_matrix(int64_t rows, int64_t cols, uint64_t seed, float std) override;
+  Weight filled_vector(int64_t n, float value) override;
+
+  void begin(const ForwardBatch& b, AttnMask mask) override;
+  Act act(int slot, int64_t rows, int64_t cols, ActType type) override;
+  void embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) override;
+  void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) override;
+  void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) override;
+  void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) override;
+  void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
+  void attention(Act q, int32_t layer, Act out) override;
+  void silu_mul(Act gu, Act out) override;
+  void gelu(Act x) override;
+  void gather_output_rows(Act x, Act rows) override;
+  void argmax(Act logits, int64_t n, Act ids) override;
+  void sample(Act logits, int64_t n, Act ids) override;
+  void finish(Act result, bool ids, std::vector<float>& out) override;
+
+  const Rope& rope() const { return rope_; }
+  ThreadPool& threads() { return threads_; }
+
+ private:
+  // A matrix: its parts' f32 rows, stacked (each part [rows[i], cols]).
+  struct Matrix {
+    std::vector<HostTensor> parts;
+  };
+  Weight keep_vector(HostTensor t);
+
+  ModelConfig cfg_;
+  CpuKv& kv_;
+  Rope rope_;
+  int32_t block_size_;
+  ThreadPool threads_;  // attention, norms, activations; GEMMs use OpenBLAS's own threads
+  std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
+  std::deque<HostTensor> vectors_;  // ... of vectors here
+  std::vector<std::vector<float>> acts_;  // per slot
+  std::vector<float> scratch_;      // a linear's product before it is added (accumulate)
+  const ForwardBatch* batch_ = nullptr;
+  AttnMask mask_ = AttnMask::kCausal;
+  std::vector<float> cos_, sin_;    // [T, D / 2] RoPE angles of the batch's positions
+  std::vector<float> capture_;      // [C, NKV D] staging of captured rows
+};
+
+}  // namespace inferscale

@@ -1,0 +1,230 @@
+#include "backend/cuda/cuda_forward_ops.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "util/check.h"
+
+namespace inferscale {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+template <class T>
+T* p(Act a) { return static_cast<T*>(a.data); }
+template <class T>
+const T* w(const Weight& x) { return static_cast<const T*>(x.impl); }
+
+[[noreturn]] void no_gpu_op(const char* op) {
+  IS_THROW(kUnsupported, "the CUDA backend has no {} (BERT encoders run on the CPU backend)", op);
+}
+
+}  // namespace
+
+CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size,
+                               cudaStream_t stream, CudaTiming timing)
+    : cfg_(cfg), kv_(kv), rope_(rope), block_size_(block_size), stream_(stream), timing_(timing),
+      decode_attention_(DecodeAttention::kTensorCore) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+}
+
+Weight CudaForwardOps::matrix(std::initializer_list<const HostTensor*> parts) {
+  Weight x;
+  x.impl = weights_.matrix(parts, x.rows, x.cols);
+  return x;
+}
+
+Weight CudaForwardOps::vector(std::initializer_list<const HostTensor*> parts) {
+  bool any = false;
+  for (const HostTensor* t : parts) any = any || !t->empty();
+  if (!any) return {};
+  Weight x;
+  x.rows = 1;
+  x.impl = weights_.vector(parts, x.cols);
+  return x;
+}
+
+Weight CudaForwardOps::random_matrix(int64_t rows, int64_t cols, uint64_t seed, float std) {
+  return Weight{weights_.random_matrix(rows, cols, seed, std), rows, cols};
+}
+
+Weight CudaForwardOps::filled_vector(int64_t n, float value) { return Weight{weights_.filled_vector(n, value), 1, n}; }
+
+void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
+  check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+  IS_REQUIRE(mask == AttnMask::kCausal, kUnsupported, "the CUDA backend's attention is causal only (encoders run on the CPU backend)");
+  batch_ = &b;
+  const int64_t T = b.num_tokens();
+  if (T == 0) return;
+  const int32_t S = b.num_seqs();
+  const int64_t D = cfg_.head_dim, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads;
+  const int32_t group = static_cast<int32_t>(NH / NKV);
+  int32_t max_pos = 0;
+  for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
+  rope_.ensure(max_pos);
+
+  // Attention plan: the decode kernel (when selected) if every sequence has one query token.
+  bool single_token = true;
+  for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
+  decode_ = single_token && decode_attention_ == DecodeAttention::kSimt && group <= cuda::kDecodeMaxGroup;
+  const AttnPlanOptions po =
+      cuda::attention_plan_options(decode_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
+  const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(),
+                                       b.kv_start.empty() ? nullptr : b.kv_start.data(), group, po);
+
+  std::vector<int64_t> capture(b.capture_tokens.empty() ? 0 : static_cast<size_t>(T), -1);  // [T] pool slot or -1
+  for (size_t c = 0; c < b.capture_tokens.size(); ++c) capture[static_cast<size_t>(b.capture_tokens[c])] = b.capture_slots[c];
+  IS_CHECK(capture.empty() || kv_.pool_slots > 0, "capture needs a memory pool");
+  capture_ = !capture.empty();
+
+  // One upload of every per-forward array.
+  meta_.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
+              MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(b.kv_indices.size()) +
+              MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(plan.items.size()) +
+              MetaUpload::bytes<AttnMergeItem>(plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
+              4096);
+  o_ids_ = meta_.add(b.token_ids);
+  o_pos_ = meta_.add(b.positions);
+  o_slot_ = meta_.add(b.slot_mapping);
+  o_cap_ = meta_.add(capture);
+  const size_t o_kvp = meta_.add(b.kv_indptr), o_kvi = meta_.add(b.kv_indices);
+  o_out_ = meta_.add(b.output_tokens);
+  o_samp_ = meta_.add(b.sampling);
+  const size_t o_items = meta_.add(plan.items), o_merge = meta_.add(plan.merges);
+  part_o_.reserve(static_cast<size_t>(std::max(plan.num_partials, 1)) * NKV * plan.rows_per_tile * D * 4);
+  part_lse_.reserve(static_cast<size_t>(std::max(plan.num_partials, 1)) * NKV * plan.rows_per_tile * 4);
+
+  CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
+  meta_.upload(stream_);
+
+  aa_ = cuda::AttentionArgs{};
+  aa_.positions = meta_.dev<int32_t>(o_pos_);
+  aa_.kv_indptr = meta_.dev<int32_t>(o_kvp);
+  aa_.kv_indices = meta_.dev<int32_t>(o_kvi);
+  aa_.items = meta_.dev<AttnWorkItem>(o_items);
+  aa_.merges = meta_.dev<AttnMergeItem>(o_merge);
+  aa_.partial_o = part_o_.as<float>();
+  aa_.partial_lse = part_lse_.as<float>();
+  aa_.num_items = static_cast<int32_t>(plan.items.size());
+  aa_.num_merges = static_cast<int32_t>(plan.merges.size());
+  aa_.rows_per_tile = plan.rows_per_tile;
+  aa_.merge_rows = plan.max_merge_rows;
+  aa_.num_heads = static_cast<int32_t>(NH);
+  aa_.num_kv_heads = static_cast<int32_t>(NKV);
+  aa_.head_dim = static_cast<int32_t>(D);
+  aa_.block_size = block_size_;
+  aa_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+}
+
+Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
+  IS_CHECK(slot >= 0 && slot < 64, "activation slot {} out of range", slot);
+  if (static_cast<size_t>(slot) >= acts_.size()) acts_.resize(static_cast<size_t>(slot) + 1);
+  const size_t elem = type == ActType::kF32 ? 4 : 2;
+  DeviceBuffer& buf = acts_[static_cast<size_t>(slot)];
+  buf.reserve(std::max<size_t>(static_cast<size_t>(rows * cols) * elem, 256));
+  return Act{buf.data(), rows, cols, type};
+}
+
+void CudaForwardOps::embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) {
+  if (index != EmbedIndex::kTokenIds || accumulate) no_gpu_op("position or token-type embeddings");
+  cuda::embedding(w<bf16>(table), meta_.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
+}
+
+void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool output_rows) {
+  const int32_t* rows = output_rows ? meta_.dev<int32_t>(o_out_) : nullptr;
+  if (y.type == ActType::kCompute) {
+    cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<bf16>(y), y.rows, y.cols, eps, stream_);
+  } else {
+    cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<float>(y), y.rows, y.cols, eps, stream_);
+  }
+}
+
+void CudaForwardOps::layer_norm(Act, const Weight&, const Weight&, Act, float) { no_gpu_op("LayerNorm"); }
+void CudaForwardOps::gelu(Act) { no_gpu_op("GELU"); }
+void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather without a norm"); }
+
+void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
+  if (!bias.empty()) no_gpu_op("linear bias");
+  IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
+           "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
+  if (y.type == ActType::kF32) {
+    gemm_.run(p<bf16>(x), w<bf16>(wt), p<float>(y), x.rows, wt.rows, wt.cols, accumulate, stream_);
+  } else {
+    IS_CHECK(!accumulate, "a GEMM accumulates into f32 outputs only");
+    gemm_.run(p<bf16>(x), w<bf16>(wt), p<bf16>(y), x.rows, wt.rows, wt.cols, stream_);
+  }
+}
+
+void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
+  if (!step.rope) no_gpu_op("attention without RoPE");
+  const int64_t l = layer;
+  cuda::QkvRopeAppendArgs ra;
+  ra.qkv = p<float>(qkv);
+  ra.bias = w<float>(step.bias);
+  ra.q_norm = w<float>(step.q_norm);
+  ra.k_norm = w<float>(step.k_norm);
+  ra.cos_table = rope_.cos();
+  ra.sin_table = rope_.sin();
+  ra.positions = meta_.dev<int32_t>(o_pos_);
+  ra.slot_mapping = meta_.dev<int64_t>(o_slot_);
+  ra.capture_slot = capture_ ? meta_.dev<int64_t>(o_cap_) : nullptr;
+  ra.q_out = p<bf16>(q);
+  ra.k_cache = kv_.k_cache + l * kv_.cache_layer_stride;
+  ra.v_cache = kv_.v_cache + l * kv_.cache_layer_stride;
+  ra.k_pool = kv_.k_pool ? kv_.k_pool + l * kv_.pool_layer_stride : nullptr;
+  ra.v_pool = kv_.v_pool ? kv_.v_pool + l * kv_.pool_layer_stride : nullptr;
+  ra.T = qkv.rows;
+  ra.num_heads = static_cast<int32_t>(cfg_.num_heads);
+  ra.num_kv_heads = static_cast<int32_t>(cfg_.num_kv_heads);
+  ra.head_dim = static_cast<int32_t>(cfg_.head_dim);
+  ra.eps = step.eps;
+  ra.interleaved = rope_.interleaved();
+  cuda::qkv_rope_append(ra, stream_);
+}
+
+void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
+  aa_.q = p<bf16>(q);
+  aa_.out = p<bf16>(out);
+  aa_.k_cache = kv_.k_cache + static_cast<int64_t>(layer) * kv_.cache_layer_stride;
+  aa_.v_cache = kv_.v_cache + static_cast<int64_t>(layer) * kv_.cache_layer_stride;
+  cuda::attention(aa_, decode_, stream_);
+}
+
+void CudaForwardOps::silu_mul(Act gu, Act out) { cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_); }
+
+void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {
+  cuda::argmax_rows(p<float>(logits), logits.rows, logits.cols, n, p<int32_t>(ids), stream_);
+}
+
+void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
+  cuda::sample_rows(p<float>(logits), logits.rows, logits.cols, n, meta_.dev<RowSampling>(o_samp_), p<int32_t>(ids), stream_);
+}
+
+void CudaForwardOps::finish(Act result, bool ids, std::vector<float>& out) {
+  CUDA_CHECK(cudaEventRecord(timing_.stop, stream_));
+  out.resize(static_cast<size_t>(result.rows * result.cols));
+  const size_t out_bytes = out.size() * 4;
+  out_host_.reserve(std::max<size_t>(out_bytes, 4));
+  if (out_bytes > 0)
+    CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // Pinned -> the caller's vector, in parallel (32 rows of logits are 16 MB).
+  const int64_t chunk = 1 << 20, n_chunks = static_cast<int64_t>((out_bytes + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static) if (n_chunks > 1)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const size_t off = static_cast<size_t>(c * chunk);
+    std::memcpy(reinterpret_cast<char*>(out.data()) + off, out_host_.as<char>() + off,
+                std::min<size_t>(static_cast<size_t>(chunk), out_bytes - off));
+  }
+  if (ids)  // [R] int32 ids -> their float values
+    for (float& v : out) v = static_cast<float>(std::bit_cast<int32_t>(v));
+  CUDA_CHECK(cudaEventElapsedTime(timing_.last_ms, timing_.start, timing_.stop));
+}
+
+}  // namespace inferscale

@@ -1,0 +1,65 @@
+// One forward's input: the tokens of several sequences, where their K and V go in the paged
+// cache, which rows come out and what the write path keeps. What the backend does with it is the
+// architecture's forward (model/architecture.h).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/sampling.h"
+
+namespace inferscale {
+
+// One forward over the tokens of several sequences. Built once per step on the host and used by
+// every layer (the plan/run split). Tokens of one sequence are contiguous and in position order.
+//
+//   tokens:     | seq 0: t0 t1 t2 | seq 1: t3 | seq 2: t4 t5 |
+//   q_indptr:   [0, 3, 4, 6]
+//   kv_indptr:  CSR over kv_indices, one block list per sequence
+//
+// Token t of sequence s attends to kv entries [kv_start[s], positions[t]] (causal: decoders) or to
+// [kv_start[s], the sequence's last position in this batch] (bidirectional: encoders, whose
+// sequences are whole in one batch); the architecture decides (forward_ops.h, AttnMask). Every
+// entry there is already in the cache (computed earlier or injected) or written by this batch.
+// Positions inside one sequence may jump (a chunk that skips an injected range).
+// kv_start is 0 for served requests; a sequence that starts at position p > 0 with nothing
+// before it (a fact encoded at its serving position, in exactness tests) sets it to p.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;     // [T]
+  std::vector<int32_t> positions;     // [T] rotary position == index of the token in its sequence
+  std::vector<int64_t> slot_mapping;  // [T] destination cache slot of the token's K and V
+  std::vector<int32_t> q_indptr;      // [S + 1]
+  std::vector<int32_t> kv_indptr;     // [S + 1]
+  std::vector<int32_t> kv_indices;    // [kv_indptr[S]] block ids
+  std::vector<int32_t> kv_start;      // [S] first attended entry; empty = all 0
+
+  // Which tokens produce output rows, in order.
+  std::vector<int32_t> output_tokens;  // [R] indices into token_ids
+  // kLogits: out [R, vocab]. kHidden: out [R, hidden], final-normed hidden states. kArgmax: out [R],
+  // each row's greedy token (its id as a float, exact below 2^24): the largest logit among ids
+  // [0, argmax_vocab), the lowest id on ties, as sample_token's greedy; only R ids leave the device.
+  // kSample: out [R], each row's token drawn by sample_row (model/sampling.h) with sampling[r]
+  // over the same ids; greedy rows take the argmax. Only R ids and R draws cross PCIe.
+  enum class Output { kLogits, kHidden, kArgmax, kSample } output = Output::kLogits;
+  int32_t argmax_vocab = 0;  // kArgmax, kSample: 0 = the whole vocabulary
+  std::vector<RowSampling> sampling;  // kSample: [R]
+
+  // Write path: keep the pre-RoPE K and the V of some tokens (every layer) in memory-pool slots.
+  std::vector<int32_t> capture_tokens;  // [C] indices into token_ids
+  std::vector<int64_t> capture_slots;   // [C] memory-pool slots
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return q_indptr.empty() ? 0 : static_cast<int32_t>(q_indptr.size()) - 1; }
+  // Throws kInternal when sizes, ranges or ordering are inconsistent.
+  void validate(int64_t num_cache_slots, int32_t block_size) const;
+};
+
+// kArgmax: how many leading ids compete (argmax_vocab, the whole vocabulary when 0); kInternal
+// when argmax_vocab is outside [0, vocab].
+int64_t argmax_span(const ForwardBatch& b, int64_t vocab);
+
+// validate(), plus what every backend checks before it runs a forward: capture slots inside its
+// memory pool of `num_pool_slots` (kInternal) and token ids inside the vocabulary (kInvalidInput).
+void check_forward_batch(const ForwardBatch& b, int64_t num_cache_slots, int32_t block_size, int64_t num_pool_slots,
+                         int64_t vocab_size);
+
+}  // namespace inferscale
