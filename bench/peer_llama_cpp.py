@@ -174,7 +174,8 @@ def main():
     name = h.call("GET", "/v1/models")["data"][0]["id"]
     hdr = {"X-InferScale-Tenant": "default"}
     ours_greedy = [greedy_chat(h, p, 64, {"ignore_eos": True}, name) for p in PROMPTS]
-    times, _, usage = h.stream("/v1/completions", {"model": name, "prompt": long_prompt, "max_tokens": 1, "temperature": 0})
+    times, _, usage = h.stream("/v1/completions", {"model": name, "prompt": long_prompt, "max_tokens": 1, "temperature": 0,
+                                                   "stream_options": {"include_usage": True}})
     res["ours_prefill_tok_s"] = usage["prompt_tokens"] / times[0] if usage else None
     res["prefill_prompt_tokens"] = usage["prompt_tokens"] if usage else None
     times, _, _ = h.stream("/v1/chat/completions", {"model": name, "messages": [{"role": "user", "content": PROMPTS[10]}],

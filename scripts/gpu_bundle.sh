@@ -24,6 +24,7 @@ mkdir -p "$DEST"
 BINS=("$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_cuda_kernels" "$BUILD/bench/bench_cuda_serving"
       "$BUILD/bench/bench_memory_serving")
 cp "${BINS[@]}" "$DEST/"
+for b in "${BINS[@]}"; do strip "$DEST/$(basename "$b")"; done  # symbols stay in the build; the carry is 64 MiB
 cp scripts/gpu_run.sh scripts/gpu_serve_check.sh scripts/gpu_http_load.sh "$DEST/"
 # The HTTP load benchmark (gpu_http_load.sh runs it) travels as its two files; it also needs
 # `inferscale` and data/ below (the 8B config, the tokenizer, locomo10.json).

@@ -51,18 +51,23 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
 
 MemoryService::~MemoryService() { store_.detach(this); }
 
+void MemoryService::on_facts_added(std::span<const Fact>) { window_epoch_.fetch_add(1); }
+
 void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
                                      std::span<const int64_t> keys) {
+  window_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stale_mu_);
   stale_.insert(stale_.end(), keys.begin(), keys.end());
 }
 
 void MemoryService::on_fact_updated(const Fact& fact, bool) {
+  window_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stale_mu_);
   stale_.push_back(fact.key);
 }
 
 void MemoryService::on_reset() {
+  window_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stale_mu_);
   reset_ = true;
 }
@@ -109,11 +114,21 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   std::vector<int32_t> out;
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
   if (w <= 0) return out;
+  // The epoch before the read: a write during it moves the epoch, so the entry is stale at once.
+  const uint64_t epoch = window_epoch_.load();
+  if (auto it = window_cache_.find(f.key); it != window_cache_.end() && it->second.version == f.version &&
+                                            it->second.w == w && it->second.epoch == epoch) {
+    out.insert(out.end(), it->second.tokens.begin(), it->second.tokens.end());
+    return out;
+  }
   // By the fact read at retrieval: it may have been deleted since, and is then served as read.
+  std::vector<int32_t> turns;
   for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
     const auto t = fact_tokens(prev);
-    out.insert(out.end(), t.begin(), t.end());
+    turns.insert(turns.end(), t.begin(), t.end());
   }
+  out.insert(out.end(), turns.begin(), turns.end());
+  window_cache_[f.key] = WindowEntry{f.version, w, epoch, std::move(turns)};
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -115,6 +116,7 @@ class MemoryService : private FactStoreListener {
  private:
   void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
                         std::span<const int64_t> keys) override;
+  void on_facts_added(std::span<const Fact> facts) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
   void on_reset() override;
 
@@ -136,6 +138,18 @@ class MemoryService : private FactStoreListener {
   uint64_t fingerprint_ = 0;
   // Rendered tokens per fact key, valid for the cached version (engine thread only).
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
+  // Window tokens per (fact key, version, w) (engine thread only), valid while window_epoch_ is
+  // the one they were read at: every add, update, delete or reset anywhere in the store moves the
+  // epoch (listener thread), since any of them may change some fact's w preceding turns. Saves a
+  // store query per retrieved fact per request (k = 50: ~1 ms of a ~7 ms TTFT on the GPU).
+  struct WindowEntry {
+    int64_t version = 0;
+    int32_t w = 0;
+    uint64_t epoch = 0;
+    std::vector<int32_t> tokens;
+  };
+  mutable std::unordered_map<int64_t, WindowEntry> window_cache_;
+  std::atomic<uint64_t> window_epoch_{0};
   std::mutex stale_mu_;
   std::filesystem::path kv_file_path(int64_t fact_key) const;
   std::vector<int64_t> stale_;  // fact keys whose KV must go (listener thread -> engine thread)
