@@ -94,11 +94,8 @@ TEST(Engine, GreedyTokensEqualWhetherTheStepReturnsIdsOrLogits) {
     if (o.id == g) EXPECT_EQ(o.new_tokens, ids_path);
 }
 
-// The backend's kArgmax output is the argmax of its kLogits output over the first argmax_vocab ids.
-TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
-  BackendOptions bo;
-  bo.num_cache_blocks = 16;
-  auto be = make_cpu_backend(demo().config, demo().weights, bo);
+// A 20-token prompt in one sequence (blocks 0 and 1) with output rows at tokens 3, 11 and 19.
+ForwardBatch three_row_batch() {
   ForwardBatch b;
   const auto toks = prompt(20, 8);
   for (int32_t i = 0; i < 20; ++i) {
@@ -110,6 +107,15 @@ TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
   b.kv_indptr = {0, 2};
   b.kv_indices = {0, 1};
   b.output_tokens = {3, 11, 19};
+  return b;
+}
+
+// The backend's kArgmax output is the argmax of its kLogits output over the first argmax_vocab ids.
+TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
+  BackendOptions bo;
+  bo.num_cache_blocks = 16;
+  auto be = make_cpu_backend(demo().config, demo().weights, bo);
+  const ForwardBatch b = three_row_batch();
   std::vector<float> logits, ids;
   be->forward(b, logits);
   const int64_t V = demo().config.vocab_size;
@@ -132,17 +138,7 @@ TEST(Engine, BackendSampleOutputIsTheRuleOnTheLogits) {
   BackendOptions bo;
   bo.num_cache_blocks = 16;
   auto be = make_cpu_backend(demo().config, demo().weights, bo);
-  ForwardBatch b;
-  const auto toks = prompt(20, 8);
-  for (int32_t i = 0; i < 20; ++i) {
-    b.token_ids.push_back(toks[static_cast<size_t>(i)]);
-    b.positions.push_back(i);
-    b.slot_mapping.push_back(i);
-  }
-  b.q_indptr = {0, 20};
-  b.kv_indptr = {0, 2};
-  b.kv_indices = {0, 1};
-  b.output_tokens = {3, 11, 19};
+  const ForwardBatch b = three_row_batch();
   std::vector<float> logits, ids;
   be->forward(b, logits);
   const int64_t V = demo().config.vocab_size;
