@@ -141,6 +141,24 @@ TEST_F(CliServe, ShutdownEndsWithinTheTimeoutAndCutStreamsEndWithDone) {
   }
 }
 
+// `serve --served-model-name NAME`: the name clients send and /v1/models lists; the model's own
+// name is then a 404 like any other; a name with a control character fails the start.
+TEST_F(CliServe, ServedModelNameIsTheNameClientsUse) {
+  ServeProcess server({"--served-model-name", "gpt-4o-mini"}, tmp.path());
+  const json models = ok(client(server.port()).Get("/v1/models"));
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "gpt-4o-mini");
+  auto complete = [&](const std::string& model) {
+    const json body = {{"model", model}, {"prompt", "hello"}, {"max_tokens", 2}, {"temperature", 0}};
+    const auto r = client(server.port()).Post("/v1/completions", body.dump(), "application/json");
+    return r ? r->status : -1;
+  };
+  EXPECT_EQ(complete("gpt-4o-mini"), 200);
+  EXPECT_EQ(complete("demo"), 404);
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(30), 0) << server.err();
+}
+
 // Issue 8, part 1: `serve --api-keys FILE`; SIGHUP reloads the file, and a bad file keeps the keys
 // in use (the log says why); the server goes on serving throughout.
 TEST_F(CliServe, ApiKeysReloadOnSighupAndABadFileKeepsTheOldKeys) {

@@ -44,6 +44,7 @@ struct ServeArgs {
   server::HttpServerOptions http;  // host and port are set from the fields above
   double shutdown_timeout_s = 5.0;
   std::string api_keys;  // "": no keys, every route open
+  std::string served_model_name;  // "": the model's own name (GGUF file stem, HF directory name)
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -101,9 +102,12 @@ void run_serve(const ServeArgs& a) {
   ho.host = a.host;
   ho.port = a.port;
   ho.api_keys = keys;
-  server::HttpServer http(server::ServedModel::from(model), engine, ho, bridge.get());
+  server::ServedModel served = server::ServedModel::from(model);
+  if (!a.served_model_name.empty()) served.name = a.served_model_name;
+  const std::string served_name = served.name;
+  server::HttpServer http(std::move(served), engine, ho, bridge.get());
   http.start();
-  spdlog::info("serving '{}' at {}/v1 (OpenAI API; GET /health, /metrics); Ctrl-C to stop", server::ServedModel::from(model).name, http.url());
+  spdlog::info("serving '{}' at {}/v1 (OpenAI API; GET /health, /metrics); Ctrl-C to stop", served_name, http.url());
 
   int sig = 0;
   for (;;) {
@@ -140,6 +144,15 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--listen-backlog", a->http.listen_backlog, "Connections the kernel queues before they are accepted")
       ->capture_default_str();
+  s->add_option("--served-model-name", a->served_model_name,
+                 "The name clients send as \"model\" and GET /v1/models lists (default: the model's own name), as "
+                 "vLLM's flag: an application written for another name keeps it")
+      ->check([](const std::string& n) -> std::string {
+        if (n.empty() || n.size() > 256) return "the name must be 1 to 256 bytes";
+        for (unsigned char c : n)
+          if (c < 0x20 || c == 0x7f) return "the name must not hold control characters";
+        return "";
+      });
   s->add_option("--api-keys", a->api_keys,
                  "File of 'KEY TENANT' lines (KEY or sha256:HEX; # comments): every route but GET /health then needs a "
                  "key, and the tenant is the key's; SIGHUP reloads it");
