@@ -2,6 +2,7 @@
 // code, stdout and stderr are checked, including `search --json` and the error exits.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -242,6 +243,26 @@ TEST_F(CliMemory, SearchWithDemoEmbedderIsDenseAndStoresVectors) {
   const std::string fixture = std::string(INFERSCALE_FIXTURES) + "/locomo_mini.json";
   const std::string out = ok({"memory", "import-locomo", fixture, "--data-dir", data + "-locomo", "--embedder", "demo"});
   EXPECT_NE(out.find("embedded 7 facts with dense:demo:last:l2:"), std::string::npos) << out;
+}
+
+// The real sentence encoder end to end through the CLI (WordPiece from tokenizer.json, the BERT
+// forward, the sentence-transformers pooling, hybrid retrieval): a question that shares no word
+// with its answer finds it by meaning, where BM25 finds nothing.
+TEST_F(CliMemory, MiniLmFindsAFactByMeaning) {
+  const std::string minilm = std::string(INFERSCALE_SOURCE_DIR) + "/models/all-MiniLM-L6-v2";
+  if (!std::filesystem::exists(minilm + "/model.safetensors"))
+    GTEST_SKIP() << "all-MiniLM-L6-v2 not fetched (scripts/fetch_models.sh): " << minilm;
+  for (const char* t : {"Alice adopted a kitten named Miso", "Alice works as a nurse in Oslo",
+                        "Alice ran the Berlin marathon in 2019"})
+    ok({"memory", "add", "--data-dir", data, "--user", "alice", "--text", t});
+  const std::string query = "Which pet does she have?";
+  EXPECT_TRUE(search("alice", query, 3).empty()) << "BM25 shares no word with the facts";
+  for (const char* mode : {"dense", "hybrid"}) {
+    const json hits = json::parse(ok({"memory", "search", "--data-dir", data, "--user", "alice", "--query", query,
+                                      "--top-k", "3", "--json", "--embedder", minilm, "--retrieval", mode}));
+    ASSERT_FALSE(hits.empty()) << mode;
+    EXPECT_EQ(hits[0]["text"], "Alice adopted a kitten named Miso") << mode;
+  }
 }
 
 TEST_F(CliMemory, ErrorsAreOneLineAndNonZero) {
