@@ -110,14 +110,24 @@ ForwardBatch three_row_batch() {
   return b;
 }
 
-// The backend's kArgmax output is the argmax of its kLogits output over the first argmax_vocab ids.
-TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
+// A CPU backend over the demo model, that batch, and the logits of its three rows ([3, vocab]).
+struct ThreeRows {
+  std::unique_ptr<Backend> backend;
+  ForwardBatch batch;
+  std::vector<float> logits;
+};
+ThreeRows three_rows() {
   BackendOptions bo;
   bo.num_cache_blocks = 16;
-  auto be = make_cpu_backend(demo().config, demo().weights, bo);
-  const ForwardBatch b = three_row_batch();
-  std::vector<float> logits, ids;
-  be->forward(b, logits);
+  ThreeRows t{make_cpu_backend(demo().config, demo().weights, bo), three_row_batch(), {}};
+  t.backend->forward(t.batch, t.logits);
+  return t;
+}
+
+// The backend's kArgmax output is the argmax of its kLogits output over the first argmax_vocab ids.
+TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
+  auto [be, b, logits] = three_rows();
+  std::vector<float> ids;
   const int64_t V = demo().config.vocab_size;
   for (int32_t n : {0, 200, 7}) {
     ForwardBatch a = b;
@@ -135,12 +145,8 @@ TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
 
 // The backend's kSample output is sample_row (the CPU twin) on its kLogits output, row by row.
 TEST(Engine, BackendSampleOutputIsTheRuleOnTheLogits) {
-  BackendOptions bo;
-  bo.num_cache_blocks = 16;
-  auto be = make_cpu_backend(demo().config, demo().weights, bo);
-  const ForwardBatch b = three_row_batch();
-  std::vector<float> logits, ids;
-  be->forward(b, logits);
+  auto [be, b, logits] = three_rows();
+  std::vector<float> ids;
   const int64_t V = demo().config.vocab_size;
   ForwardBatch a = b;
   a.output = ForwardBatch::Output::kSample;

@@ -17,8 +17,9 @@ void check_row_sampling(const RowSampling& s) {
 int32_t sample_row(const float* logits, int64_t n, const RowSampling& s) {
   IS_CHECK(n >= 1, "sample_row needs at least one id");
   const float* end = logits + n;
-  const float m = *std::max_element(logits, end);
-  if (row_is_greedy(s)) return static_cast<int32_t>(std::max_element(logits, end) - logits);
+  const float* top = std::max_element(logits, end);  // the first maximum: greedy's id on ties
+  if (row_is_greedy(s)) return static_cast<int32_t>(top - logits);
+  const float m = *top;
   // 1. The top-k threshold: the k-th largest logit.
   float lo = -INFINITY;
   if (s.top_k > 0 && s.top_k < n) {

@@ -281,13 +281,8 @@ void history(Call& c) {
 
 // ---- routing ----
 
-struct Route {
-  std::string_view method;
-  std::string_view shape;  // segments after the host; {id} is a memory id
-  void (*run)(Call&);
-};
-
-constexpr Route kRoutes[] = {
+// Shapes are the segments after the host; {id} is a memory id.
+constexpr Route<Call> kRoutes[] = {
     // Mem0's self-hosted server
     {"POST", "memories", add},
     {"GET", "memories", list_memories},
@@ -316,7 +311,7 @@ constexpr Route kRoutes[] = {
 void route(MemoryProvider* memory, const httplib::Request& req, httplib::Response& res) {
   const std::vector<std::string> segs = path_segments(req.target);
   std::vector<std::string> params;
-  const Route& found = find_route(std::span<const Route>(kRoutes), segs, req, res, params);
+  const Route<Call>& found = find_route(std::span<const Route<Call>>(kRoutes), segs, req, res, params);
   if (!memory) throw bad_request("memory is not enabled on this server", {}, "memory_disabled");
   Call c{req, res, memory->store(), memory->retriever(), request_tenant(req), params.empty() ? std::string() : params[0]};
   found.run(c);

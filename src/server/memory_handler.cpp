@@ -284,13 +284,8 @@ void search(Call& c) {
 
 // ---- routing ----
 
-struct Route {
-  std::string_view method;
-  std::string_view shape;  // the path after /v1/memory; {user} and {id} are parameters
-  void (*run)(Call&);
-};
-
-constexpr Route kRoutes[] = {
+// Shapes are the path after /v1/memory; {user} and {id} are parameters.
+constexpr Route<Call> kRoutes[] = {
     {"GET", "users", list_users},
     {"GET", "users/{user}", get_user},
     {"DELETE", "users/{user}", delete_user},
@@ -318,7 +313,7 @@ void MemoryHandler::handle(const httplib::Request& req, httplib::Response& res) 
   // Registered for /v1/memory(/...)?: the first two segments are "v1", "memory".
   const std::span<const std::string> rest = std::span(segs).subspan(std::min<size_t>(2, segs.size()));
   std::vector<std::string> params;  // {user} comes before {id} in every shape
-  const Route* route = &find_route(std::span<const Route>(kRoutes), rest, req, res, params);
+  const Route<Call>* route = &find_route(std::span<const Route<Call>>(kRoutes), rest, req, res, params);
   if (!memory_) throw bad_request("memory is not enabled on this server", {}, "memory_disabled");
   const bool has_user = route->shape.find("{user}") != std::string_view::npos;
   std::string user = has_user ? params.at(0) : std::string();

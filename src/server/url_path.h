@@ -30,6 +30,15 @@ bool match_path(std::string_view shape, std::span<const std::string> segs, std::
 [[noreturn]] void throw_unrouted(const httplib::Request& req, httplib::Response& res,
                                  const std::vector<std::string_view>& allowed);
 
+// One entry of a router's table: a method, a path shape whose {name} segments are parameters, and
+// the handler, which takes the router's own per-request state (its `Call`).
+template <class Call>
+struct Route {
+  std::string_view method;
+  std::string_view shape;
+  void (*run)(Call&);
+};
+
 // The route of a table (each entry with `method` and `shape`, string_views) that has `segs` and the
 // request's method (HEAD as GET; the first such entry), its {parameters} in `params`; throws
 // throw_unrouted's 404 / 405 when none has both.
