@@ -36,6 +36,7 @@ struct BackendOptions {
   int64_t cache_memory_bytes = 512ll << 20;
   int64_t num_pool_blocks = 0;      // memory pool (fact KV); 0 = none
   int32_t num_threads = 0;          // CPU: 0 = all cores
+  bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
 };
 
 class Backend {

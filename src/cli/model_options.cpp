@@ -34,6 +34,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-num-seqs", a.max_num_seqs, "requests per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd.add_option("--max-model-len", a.max_model_len, "longest request in tokens (0 = the model's limit)")->capture_default_str();
   cmd.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  cmd.add_flag("--enforce-eager", a.enforce_eager, "CUDA: launch every kernel, no CUDA graphs for decode steps and short prefills (vLLM's flag)");
 }
 
 Model load_model_from_args(const ModelArgs& a) {
@@ -113,6 +114,7 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   const int64_t block_bytes = cfg.kv_bytes_per_token(gpu ? 2 : 4) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
   bo.num_threads = a.threads;
+  bo.cuda_graphs = !a.enforce_eager;
   return bo;
 }
 

@@ -22,6 +22,7 @@ struct ModelArgs {
   int64_t kv_cache_mb = 0;      // 0: 512 on the CPU, 32768 on a GPU
   int64_t memory_pool_mb = -1;  // -1: 256 on the CPU, 8192 on a GPU
   int32_t threads = 0;
+  bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
   int32_t max_batched_tokens = 2048;
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -361,6 +362,131 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_k", test::compare(kg, kc), gpu ? 4e-3 : 1e-6);
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_v", test::compare(vg, vc), gpu ? 0.0 : 1e-7);
     }
+  }
+}
+
+// Runs `fb` three times through the graph path: a warm-up (or replay), a capture (or replay), a
+// replay; all three give the same numbers (returned in g1). A step rerun is idempotent: it
+// rewrites its own K/V.
+GraphStats run_graphed(CudaBackend& be, const ForwardBatch& fb, std::vector<float>& g1, const std::string& what) {
+  std::vector<float> g2, g3;
+  be.set_cuda_graphs(true);
+  const GraphStats before = be.graph_stats();
+  be.forward(fb, g1);
+  be.forward(fb, g2);
+  be.forward(fb, g3);
+  const GraphStats after = be.graph_stats();
+  EXPECT_GE(after.replays - before.replays, 2) << what << ": the second run captures and launches, the third replays";
+  for (const std::vector<float>* g : {&g2, &g3}) {
+    const test::Err e = test::compare(*g, g1);
+    EXPECT_LE(e.max_abs, 1e-6 * std::max(1.0, e.max_ref)) << what;
+  }
+  return after;
+}
+
+// The kArgmax and kSample graphs of `fb` give the argmax of, and the CPU twin's draws (with
+// `sampling`) from, `logits`: the rows of fb's kLogits graph.
+void check_graphed_ids(CudaBackend& be, const ForwardBatch& fb, const std::vector<float>& logits, int64_t V,
+                       const std::vector<RowSampling>& sampling, const std::string& what) {
+  const size_t n = fb.output_tokens.size();
+  std::vector<float> ids;
+  ForwardBatch ab = fb;
+  ab.output = ForwardBatch::Output::kArgmax;
+  run_graphed(be, ab, ids, what + "/argmax");
+  ASSERT_EQ(ids.size(), n);
+  for (size_t r = 0; r < n; ++r) EXPECT_EQ(static_cast<int32_t>(ids[r]), argmax(&logits[r * V], V)) << what << " row " << r;
+  ForwardBatch sb = fb;
+  sb.output = ForwardBatch::Output::kSample;
+  sb.sampling = sampling;
+  run_graphed(be, sb, ids, what + "/sample");
+  std::vector<int32_t> want(n);
+  cpu::sample_rows(logits.data(), static_cast<int64_t>(n), V, V, sampling.data(), want.data());
+  ASSERT_EQ(ids.size(), n);
+  for (size_t r = 0; r < n; ++r) EXPECT_EQ(static_cast<int32_t>(ids[r]), want[r]) << what << " sampled row " << r;
+}
+
+// CUDA graphs (graph_batch.h): a decode step replayed from its bucket's graph equals the same step
+// run eagerly, through warm-up, capture and replays, with split-KV plans that change between
+// replays, both decode attention kernels, every output kind, and a recapture after a bigger bucket
+// moved the graph workspace.
+TEST(CudaBackend, GraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  for (const Variant& v : kVariants) {
+    Pair p = make_pair(v, 1024, 0);
+    const int64_t V = p.cfg.vocab_size;
+    const std::string tag = std::string("graph/") + v.name;
+    int32_t next_block = 0;
+    std::vector<Seq> seqs(20);
+    Builder pre(v.block_size, &next_block);
+    for (size_t s = 0; s < seqs.size(); ++s)
+      pre.add(seqs[s], random_tokens(1 + (s * 37) % 300, 70 + s, static_cast<int32_t>(V)));
+    std::vector<float> eager, g1;
+    p.gpu->forward(pre.fb, eager);  // several sequences' prompts: eager whatever the setting
+    std::vector<ForwardBatch> steps;
+    for (const DecodeAttention kind : {DecodeAttention::kTensorCore, DecodeAttention::kSimt}) {
+      p.gpu->set_decode_attention(kind);
+      const std::string k = kind == DecodeAttention::kSimt ? "simt" : "tc";
+      for (const size_t n : {1u, 3u, 5u, 13u, 20u}) {  // buckets 1, 4, 8, 16, 24
+        Builder d(v.block_size, &next_block);
+        for (size_t s = 0; s < n; ++s) d.add(seqs[s], random_tokens(1, 90 + s + n, static_cast<int32_t>(V)));
+        steps.push_back(d.fb);
+        const std::string what = tag + "/" + k + "/n" + std::to_string(n);
+        p.gpu->set_cuda_graphs(false);
+        p.gpu->forward(d.fb, eager);
+        run_graphed(*p.gpu, d.fb, g1, what + "/logits");
+        test::record(what + "/logits", test::compare(g1, eager), 5e-3);
+        std::vector<RowSampling> sampling;
+        for (size_t r = 0; r < n; ++r)
+          sampling.push_back({r % 3 == 0 ? 0.0f : 0.8f, static_cast<int32_t>(r % 4) * 5, r % 2 ? 0.9f : 1.0f,
+                              static_cast<float>((r * 0.37 + n * 0.11) - std::floor(r * 0.37 + n * 0.11))});
+        check_graphed_ids(*p.gpu, d.fb, std::vector<float>(g1), V, sampling, what);
+      }
+    }
+    // The first step again (its positions are older; nothing it reads changed): bucket 24 grew the
+    // graph workspace since, so bucket 1 warms up and captures again, with the same numbers.
+    p.gpu->set_decode_attention(DecodeAttention::kTensorCore);
+    p.gpu->set_cuda_graphs(false);
+    p.gpu->forward(steps.front(), eager);
+    const GraphStats before = p.gpu->graph_stats();
+    const GraphStats after = run_graphed(*p.gpu, steps.front(), g1, tag + "/regrown");
+    EXPECT_EQ(after.eager_warmups - before.eager_warmups, 1) << "a moved workspace is warmed up again";
+    EXPECT_EQ(after.captures - before.captures, 1);
+    test::record(tag + "/regrown", test::compare(g1, eager), 5e-3);
+    test::note(tag + "/stats", std::to_string(after.eager_warmups) + " warm-ups, " + std::to_string(after.captures) +
+                                   " captures, " + std::to_string(after.replays) + " replays");
+  }
+}
+
+// Short one-sequence prefills (a question after a cached prefix) replayed from their bucket's
+// graph equal the eager forward, for chunk lengths inside one bucket and across several, and for
+// sampled and greedy outputs.
+TEST(CudaBackend, PrefillGraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  for (const Variant& v : kVariants) {
+    Pair p = make_pair(v, 1024, 0);
+    const int64_t V = p.cfg.vocab_size;
+    const std::string tag = std::string("graph_prefill/") + v.name;
+    int32_t next_block = 0;
+    Seq seq;
+    std::vector<float> eager, g1, cpu;
+    Builder prefix(v.block_size, &next_block);  // 300 tokens: past the buckets, eager
+    prefix.add(seq, random_tokens(300, 399, static_cast<int32_t>(V)));
+    p.cpu->forward(prefix.fb, cpu);
+    p.gpu->forward(prefix.fb, eager);
+    for (const int32_t n : {2, 13, 16, 20, 30, 45, 100, 256}) {
+      Builder b(v.block_size, &next_block);
+      b.add(seq, random_tokens(static_cast<size_t>(n), 400 + n, static_cast<int32_t>(V)));
+      const std::string what = tag + "/n" + std::to_string(n);
+      p.gpu->set_cuda_graphs(false);
+      p.gpu->forward(b.fb, eager);
+      p.cpu->forward(b.fb, cpu);
+      run_graphed(*p.gpu, b.fb, g1, what);
+      test::record(what + "/vs_eager", test::compare(g1, eager), 5e-3);
+      test::record(what + "/vs_cpu", test::compare(g1, cpu), 2e-2);
+      check_graphed_ids(*p.gpu, b.fb, g1, V, {{0.8f, 7, 0.9f, 0.375f}}, what);
+    }
+    const GraphStats st = p.gpu->graph_stats();
+    EXPECT_GE(st.captures, 3) << "buckets 16, 32, 48, 128 and 256 were captured";
   }
 }
 

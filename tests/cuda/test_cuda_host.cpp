@@ -1,4 +1,5 @@
-// Host logic of the CUDA backend that needs no GPU: the attention planner and the RoPE table.
+// Host logic of the CUDA backend that needs no GPU: the attention planner, the CUDA-graph buckets
+// and padding, and the RoPE table.
 // Named Host* so a GPU-less machine can run them: test_cuda --gtest_filter='Host*'.
 #include <gtest/gtest.h>
 
@@ -8,8 +9,11 @@
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
+#include "backend/cuda/graph_batch.h"
 #include "backend/cuda/rope_table.h"
 #include "model/config.h"
+#include "model/sampling.h"
+#include "util/check.h"
 
 namespace inferscale {
 namespace {
@@ -155,6 +159,197 @@ TEST(HostAttentionPlan, KvStartSkipsLeadingEntries) {
     check_plan(b, 4, o, p);
     for (const AttnWorkItem& it : p.items) EXPECT_GE(it.kv_begin, b.kv_start[static_cast<size_t>(it.kv_seq)]);
   }
+}
+
+// The capacity a CUDA graph sizes its attention launches with holds every plan of that many tiles.
+TEST(HostAttentionPlan, CapacityBoundsEveryPlan) {
+  std::mt19937 g(11);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int32_t group = 1 + static_cast<int32_t>(g() % 8), nkv = 1 + static_cast<int32_t>(g() % 8);
+    const bool single = trial % 2 == 0, simt = trial % 4 == 0;
+    Batch b;
+    const int32_t S = 1 + static_cast<int32_t>(g() % 40);
+    for (int32_t s = 0; s < S; ++s) {
+      const int32_t ctx = g() % 5 == 0 ? static_cast<int32_t>(g() % 20000) : static_cast<int32_t>(g() % 600);
+      b.add(ctx, single ? 1 : 1 + static_cast<int32_t>(g() % 70));
+    }
+    AttnPlanOptions o;
+    o.num_kv_heads = nkv;
+    o.num_sms = trial % 3 == 0 ? 1 : 132;
+    o.rows_per_tile = simt ? group : 64;
+    o.kv_granule = simt ? 32 : 64;
+    o.min_split_len = single ? 128 : 256;
+    o.ctas_per_sm = single ? 4 : 2;
+    const AttnPlan p = b.plan(group, o);
+    int32_t tiles = 0;
+    for (int32_t s = 0; s < S; ++s) tiles += ((b.q_indptr[s + 1] - b.q_indptr[s]) * group + o.rows_per_tile - 1) / o.rows_per_tile;
+    const AttnPlanCapacity cap = plan_capacity(tiles, o);
+    EXPECT_LE(static_cast<int32_t>(p.items.size()), cap.items) << "trial " << trial;
+    EXPECT_LE(p.num_partials, cap.partials) << "trial " << trial;
+    EXPECT_LE(static_cast<int32_t>(p.merges.size()), cap.merges) << "trial " << trial;
+  }
+}
+
+// A decode step: `n` sequences of one token each at the given context lengths (block size 4).
+ForwardBatch decode_step(const std::vector<int32_t>& ctx) {
+  ForwardBatch b;
+  b.q_indptr = {0};
+  b.kv_indptr = {0};
+  int32_t next_block = 0;
+  for (int32_t c : ctx) {
+    const int32_t blocks = c / 4 + 1;
+    for (int32_t i = 0; i < blocks; ++i) b.kv_indices.push_back(next_block++);
+    b.token_ids.push_back(c % 97);
+    b.positions.push_back(c);
+    b.slot_mapping.push_back(static_cast<int64_t>(b.kv_indices[b.kv_indices.size() - blocks + c / 4]) * 4 + c % 4);
+    b.output_tokens.push_back(b.num_tokens() - 1);
+    b.q_indptr.push_back(b.num_tokens());
+    b.kv_indptr.push_back(static_cast<int32_t>(b.kv_indices.size()));
+  }
+  b.output = ForwardBatch::Output::kArgmax;
+  return b;
+}
+
+GraphShape decode_shape(int32_t bucket) { return {GraphShape::Kind::kDecode, bucket}; }
+GraphShape prefill_shape(int32_t bucket) { return {GraphShape::Kind::kPrefill, bucket}; }
+
+// One sequence: `n` new tokens after `ctx` cached ones (block size 4), the last one the output row.
+ForwardBatch prefill_step(int32_t ctx, int32_t n) {
+  ForwardBatch b;
+  const int32_t blocks = (ctx + n + 3) / 4;
+  for (int32_t i = 0; i < blocks; ++i) b.kv_indices.push_back(10 + i);
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t p = ctx + i;
+    b.token_ids.push_back(p % 89);
+    b.positions.push_back(p);
+    b.slot_mapping.push_back(static_cast<int64_t>(10 + p / 4) * 4 + p % 4);
+  }
+  b.q_indptr = {0, n};
+  b.kv_indptr = {0, blocks};
+  b.output_tokens = {n - 1};
+  b.output = ForwardBatch::Output::kArgmax;
+  return b;
+}
+
+TEST(HostGraphBatch, ShapesGoToTheNextBucketUp) {
+  EXPECT_EQ(graph_shape(decode_step({5})), decode_shape(1));
+  EXPECT_EQ(graph_shape(decode_step({5, 9, 2})), decode_shape(4));
+  EXPECT_EQ(graph_shape(decode_step(std::vector<int32_t>(17, 3))), decode_shape(24));
+  EXPECT_EQ(graph_shape(decode_step(std::vector<int32_t>(128, 3))), decode_shape(128));
+  EXPECT_EQ(graph_shape(decode_step(std::vector<int32_t>(129, 3))), GraphShape{}) << "past the largest bucket";
+  EXPECT_EQ(graph_shape(prefill_step(0, 2)), prefill_shape(16));
+  EXPECT_EQ(graph_shape(prefill_step(1500, 32)), prefill_shape(32));
+  EXPECT_EQ(graph_shape(prefill_step(7, 33)), prefill_shape(48));
+  EXPECT_EQ(graph_shape(prefill_step(0, 256)), prefill_shape(256));
+  EXPECT_EQ(graph_shape(prefill_step(0, 257)), GraphShape{}) << "a long prefill";
+  ForwardBatch b = decode_step({5, 9});
+  b.output = ForwardBatch::Output::kHidden;
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "hidden states";
+  b = decode_step({5, 9});
+  b.output_tokens.pop_back();
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "a sequence without an output row";
+  b = decode_step({5, 9});
+  b.capture_tokens = {0};
+  b.capture_slots = {3};
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "a capture";
+  b = decode_step({5, 9});
+  b.kv_start = {0, 2};
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "kv_start";
+  b = decode_step({5, 9});  // a two-token chunk beside a decode: a mixed batch
+  b.token_ids.push_back(1);
+  b.positions.push_back(6);
+  b.slot_mapping.push_back(b.slot_mapping[0] + 1);
+  b.q_indptr = {0, 2, 3};
+  b.output_tokens = {1, 2};
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "a mixed batch";
+  b.q_indptr = {0, 0, 2};  // two sequences, two tokens, one of them empty: not a decode step
+  b.output_tokens = {0, 1};
+  EXPECT_EQ(graph_shape(b), GraphShape{});
+  b = prefill_step(3, 10);
+  b.output_tokens = {4, 9};
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "prompt rows (prompt_logprobs)";
+  b.output_tokens = {4};
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "an output row that is not the last token";
+  EXPECT_EQ(graph_shape(ForwardBatch{}), GraphShape{});
+}
+
+TEST(HostGraphBatch, DecodePaddingKeepsTheRealRowsAndValidates) {
+  for (const ForwardBatch::Output out : {ForwardBatch::Output::kArgmax, ForwardBatch::Output::kSample, ForwardBatch::Output::kLogits}) {
+    ForwardBatch b = decode_step({5, 0, 17});
+    b.output = out;
+    b.argmax_vocab = out == ForwardBatch::Output::kLogits ? 0 : 90;
+    if (out == ForwardBatch::Output::kSample) b.sampling = {{0.7f, 5, 0.9f, 0.25f}, {0.0f, 0, 1.0f, 0.5f}, {1.2f, 0, 0.8f, 0.75f}};
+    const int32_t scratch = static_cast<int32_t>(b.kv_indices.size());  // the first block past the cache's
+    ForwardBatch p;
+    p.token_ids = {7, 7, 7, 7, 7, 7, 7, 7, 7};  // stale contents are replaced
+    pad_for_graph(b, decode_shape(8), scratch, 4, p);
+    EXPECT_NO_THROW(p.validate((scratch + graph_scratch_blocks(4)) * 4, 4));
+    ASSERT_EQ(p.num_tokens(), 8);
+    ASSERT_EQ(p.num_seqs(), 8);
+    EXPECT_EQ(graph_shape(p), decode_shape(8)) << "a padded batch is its bucket's shape";
+    for (int32_t t = 0; t < 3; ++t) {
+      EXPECT_EQ(p.token_ids[t], b.token_ids[t]);
+      EXPECT_EQ(p.positions[t], b.positions[t]);
+      EXPECT_EQ(p.slot_mapping[t], b.slot_mapping[t]);
+    }
+    EXPECT_EQ(std::vector<int32_t>(p.kv_indices.begin(), p.kv_indices.begin() + b.kv_indptr.back()), b.kv_indices);
+    for (int32_t t = 3; t < 8; ++t) {
+      EXPECT_EQ(p.token_ids[t], 0);
+      EXPECT_EQ(p.positions[t], 0);
+      EXPECT_EQ(p.slot_mapping[t], static_cast<int64_t>(scratch) * 4) << "dummies write the scratch block only";
+      EXPECT_EQ(p.kv_indices[p.kv_indptr[t]], scratch);
+      EXPECT_EQ(p.kv_indptr[t + 1] - p.kv_indptr[t], 1);
+    }
+    EXPECT_EQ(p.output, out);
+    EXPECT_EQ(p.argmax_vocab, b.argmax_vocab);
+    if (out == ForwardBatch::Output::kSample) {
+      ASSERT_EQ(p.sampling.size(), 8u);
+      EXPECT_EQ(p.sampling[2].top_p, 0.8f);
+      for (int32_t t = 3; t < 8; ++t) EXPECT_TRUE(row_is_greedy(p.sampling[static_cast<size_t>(t)]));
+    } else {
+      EXPECT_TRUE(p.sampling.empty());
+    }
+  }
+  ForwardBatch prefill = decode_step({5});
+  prefill.output_tokens.clear();
+  ForwardBatch p;
+  EXPECT_THROW(pad_for_graph(prefill, decode_shape(4), 9, 4, p), Error) << "only graphable batches are padded";
+  EXPECT_THROW(pad_for_graph(decode_step({5, 6, 7}), decode_shape(2), 9, 4, p), Error) << "a bucket below the batch";
+  EXPECT_THROW(pad_for_graph(decode_step({5, 6, 7}), prefill_shape(16), 9, 4, p), Error) << "another kind";
+}
+
+TEST(HostGraphBatch, PrefillPaddingIsOneDummySequenceInTheScratchBlocks) {
+  for (const int32_t n : {2, 13, 32}) {
+    for (const int32_t bucket : {32, 48, 256}) {
+      ForwardBatch b = prefill_step(1500, n);
+      b.output = ForwardBatch::Output::kSample;
+      b.sampling = {{0.7f, 5, 0.9f, 0.25f}};
+      const int32_t scratch = 10 + b.kv_indptr.back();
+      ForwardBatch p;
+      pad_for_graph(b, prefill_shape(bucket), scratch, 4, p);
+      EXPECT_NO_THROW(p.validate((scratch + graph_scratch_blocks(4)) * 4, 4));
+      ASSERT_EQ(p.num_tokens(), bucket);
+      ASSERT_EQ(p.num_seqs(), 2);
+      EXPECT_EQ(graph_shape(p), GraphShape{}) << "two sequences: not itself a graph shape";
+      EXPECT_EQ(p.output_tokens, std::vector<int32_t>{n - 1});
+      ASSERT_EQ(p.sampling.size(), 1u);
+      EXPECT_EQ(p.sampling[0].top_k, 5);
+      EXPECT_EQ(std::vector<int32_t>(p.kv_indices.begin(), p.kv_indices.begin() + b.kv_indptr.back()), b.kv_indices);
+      for (int32_t i = 0; i < bucket - n; ++i) {
+        EXPECT_EQ(p.positions[n + i], i);
+        EXPECT_EQ(p.slot_mapping[n + i], static_cast<int64_t>(scratch) * 4 + i) << "each dummy its own scratch slot";
+      }
+      EXPECT_EQ(p.kv_indptr[2] - p.kv_indptr[1], (bucket - n + 3) / 4);
+    }
+  }
+  ForwardBatch p;  // a full bucket: an empty dummy sequence
+  pad_for_graph(prefill_step(0, 16), prefill_shape(16), 14, 4, p);
+  EXPECT_NO_THROW(p.validate((14 + graph_scratch_blocks(4)) * 4, 4));
+  EXPECT_EQ(p.num_seqs(), 2);
+  EXPECT_EQ(p.q_indptr[2], p.q_indptr[1]);
+  EXPECT_EQ(p.kv_indptr[2], p.kv_indptr[1]);
+  EXPECT_EQ(graph_scratch_blocks(4), 64);
+  EXPECT_EQ(graph_scratch_blocks(7), 37);
 }
 
 TEST(HostRopeTable, RowsEqualRopeAngles) {

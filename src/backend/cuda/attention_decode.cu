@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
   __shared__ float sm_l[NS][kG];
   __shared__ float sm_acc[NS][kG][D];
 
+  if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
   const AttnWorkItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -139,6 +140,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
 // CTA = one (merge item, row r < merge_rows) x one kv head; one thread per dim (blockDim = D).
 // Every row is its own CTA so a few long-context tiles still spread over the GPU.
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  if (a.counts != nullptr && static_cast<int>(blockIdx.x / a.merge_rows) >= a.counts[1]) return;
   const AttnMergeItem mi = a.merges[blockIdx.x / a.merge_rows];
   const int r = blockIdx.x % a.merge_rows;
   if (r >= mi.row_end - mi.row_begin) return;

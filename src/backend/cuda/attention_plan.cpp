@@ -69,4 +69,9 @@ AttnPlan plan_attention(const int32_t* q_indptr, int32_t num_seqs, const int32_t
   return plan;
 }
 
+AttnPlanCapacity plan_capacity(int32_t num_tiles, const AttnPlanOptions& o) {
+  const int32_t pieces = num_tiles + o.num_sms * o.ctas_per_sm / o.num_kv_heads;
+  return AttnPlanCapacity{pieces, pieces, num_tiles};
+}
+
 }  // namespace inferscale

@@ -65,4 +65,13 @@ struct AttnPlan {
 AttnPlan plan_attention(const int32_t* q_indptr, int32_t num_seqs, const int32_t* positions, const int32_t* kv_start,
                         int32_t group, const AttnPlanOptions& opts);
 
+// Upper bounds of a plan over `num_tiles` tiles, whatever the kv lengths (CUDA graphs size their
+// launches and buffers with them): a split piece is at least total_kv * num_kv_heads / target
+// entries long (target = num_sms * ctas_per_sm), so the pieces number at most
+// num_tiles + target / num_kv_heads.
+struct AttnPlanCapacity {
+  int32_t items = 0, partials = 0, merges = 0;
+};
+AttnPlanCapacity plan_capacity(int32_t num_tiles, const AttnPlanOptions& opts);
+
 }  // namespace inferscale

@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   bf16* sK = sQ + kBM * D;
   bf16* sV = sK + 2 * kBN * D;
 
+  if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
   const AttnWorkItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;

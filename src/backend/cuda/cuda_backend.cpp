@@ -6,12 +6,15 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_forward_ops.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/graph_batch.h"
 #include "backend/cuda/meta_upload.h"
 #include "backend/cuda/rope_table.h"
 #include "model/architecture.h"
@@ -28,17 +31,21 @@ class CudaBackendImpl final : public CudaBackend {
  public:
   // Weights: `weights`, or seeded random ones made on the GPU when null (benchmarks).
   CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts)
-      : cfg_(cfg), rope_(cfg), block_size_(opts.block_size) {
+      : cfg_(cfg), rope_(cfg), block_size_(opts.block_size), graphs_(opts.cuda_graphs) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&ev_start_));
     CUDA_CHECK(cudaEventCreate(&ev_stop_));
+    CUDA_CHECK(cudaEventCreate(&ev_inject_start_));
+    CUDA_CHECK(cudaEventCreate(&ev_inject_stop_));
     row_ = cfg_.kv_size();
     const int64_t bytes_per_block = cfg_.kv_bytes_per_token(2) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks
                                             : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;
-    cache_layer_stride_ = num_blocks_ * block_size_ * row_;
+    // Blocks past the ones requests get: the scratch blocks of graph padding (graph_batch.h).
+    scratch_blocks_ = graph_scratch_blocks(block_size_);
+    cache_layer_stride_ = (num_blocks_ + scratch_blocks_) * block_size_ * row_;
     pool_layer_stride_ = num_pool_blocks_ * block_size_ * row_;
     const size_t cache_bytes = static_cast<size_t>(cfg_.num_layers * cache_layer_stride_) * 2;
     const size_t pool_bytes = static_cast<size_t>(cfg_.num_layers * pool_layer_stride_) * 2;
@@ -57,6 +64,7 @@ class CudaBackendImpl final : public CudaBackend {
     kv.cache_layer_stride = cache_layer_stride_;
     kv.pool_layer_stride = pool_layer_stride_;
     kv.cache_slots = num_blocks_ * block_size_;
+    kv.scratch_slots = scratch_blocks_ * block_size_;
     kv.pool_slots = num_pool_blocks_ * block_size_;
     ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_,
                                             CudaTiming{ev_start_, ev_stop_, &last_gpu_ms_});
@@ -72,6 +80,8 @@ class CudaBackendImpl final : public CudaBackend {
     cudaStreamSynchronize(stream_);
     cudaEventDestroy(ev_start_);
     cudaEventDestroy(ev_stop_);
+    cudaEventDestroy(ev_inject_start_);
+    cudaEventDestroy(ev_inject_stop_);
     cudaStreamDestroy(stream_);
   }
 
@@ -83,13 +93,25 @@ class CudaBackendImpl final : public CudaBackend {
   DType pool_dtype() const override { return DType::kBF16; }
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
-  float last_gpu_ms() const override { return last_gpu_ms_; }
+  void set_cuda_graphs(bool on) override { graphs_ = on; }
+  GraphStats graph_stats() const override { return ops_->graph_stats(); }
+  // A forward's time is ready when it returns (it waited for its output); an injection's events
+  // are recorded without waiting on them, and read here, once.
+  float last_gpu_ms() const override { return last_was_inject_ ? last_inject_gpu_ms() : last_gpu_ms_; }
+  float last_inject_gpu_ms() const override {
+    if (inject_pending_) {
+      CUDA_CHECK(cudaEventSynchronize(ev_inject_stop_));
+      CUDA_CHECK(cudaEventElapsedTime(&inject_ms_, ev_inject_start_, ev_inject_stop_));
+      inject_pending_ = false;
+    }
+    return inject_ms_;
+  }
   int64_t weight_bytes() const override { return static_cast<int64_t>(ops_->weight_bytes()); }
   int64_t kv_bytes() const override {
     return static_cast<int64_t>(k_cache_.bytes() + v_cache_.bytes() + k_pool_.bytes() + v_pool_.bytes());
   }
 
-  void forward(const ForwardBatch& b, std::vector<float>& out) override { arch_->forward(*ops_, b, out); }
+  void forward(const ForwardBatch& b, std::vector<float>& out) override;
   void inject(const InjectBatch& b) override;
   void read_pool(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
@@ -125,13 +147,22 @@ class CudaBackendImpl final : public CudaBackend {
   int32_t block_size_;
   int64_t row_ = 0;  // NKV * D: elements of one slot
   int64_t num_blocks_ = 0, num_pool_blocks_ = 0;
+  int32_t scratch_blocks_ = 0;  // after the num_blocks_ blocks of the cache
   int64_t cache_layer_stride_ = 0, pool_layer_stride_ = 0;  // elements
   DeviceBuffer k_cache_, v_cache_;  // [L][num_blocks * bs, NKV, D] bf16
   DeviceBuffer k_pool_, v_pool_;    // [L][num_pool_blocks * bs, NKV, D] bf16, K before RoPE
 
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;
-  float last_gpu_ms_ = 0.0f;
+  cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;            // forwards (CudaForwardOps)
+  cudaEvent_t ev_inject_start_ = nullptr, ev_inject_stop_ = nullptr;
+  float last_gpu_ms_ = 0.0f;          // of the last forward (CudaTiming)
+  mutable float inject_ms_ = 0.0f;    // of the last injection, once read
+  mutable bool inject_pending_ = false;  // its events are not read yet
+  bool last_was_inject_ = false;
+  // CUDA graphs per (shape kind, bucket, output kind, argmax span, decode attention kernel).
+  bool graphs_ = true;
+  std::map<std::tuple<int, int32_t, int, int64_t, int>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
+  ForwardBatch padded_;  // the padded batch of a graph forward (reused)
   MetaUpload meta_;   // inject and pool copies (the forward has its own, in ops_)
   DeviceBuffer io_;   // staging of pool / cache copies
   std::unique_ptr<CudaForwardOps> ops_;  // declared after the buffers it points into
@@ -152,7 +183,7 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
   rope_.ensure(max_pos);
   meta_.begin(MetaUpload::bytes<int64_t>(N) * 2 + MetaUpload::bytes<int32_t>(N) + 1024);
   const size_t o_src = meta_.add(b.src_slots), o_dst = meta_.add(b.dst_slots), o_pos = meta_.add(b.positions);
-  CUDA_CHECK(cudaEventRecord(ev_start_, stream_));
+  CUDA_CHECK(cudaEventRecord(ev_inject_start_, stream_));
   meta_.upload(stream_);
   cuda::InjectArgs a;
   a.k_pool = k_pool_.as<bf16>();
@@ -172,10 +203,32 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
   a.head_dim = static_cast<int32_t>(cfg_.head_dim);
   a.interleaved = rope_.interleaved();
   cuda::inject(a, stream_);
-  CUDA_CHECK(cudaEventRecord(ev_stop_, stream_));
-  // Waits so that last_gpu_ms() is this injection's time (the next forward would queue behind it anyway).
-  CUDA_CHECK(cudaEventSynchronize(ev_stop_));
-  CUDA_CHECK(cudaEventElapsedTime(&last_gpu_ms_, ev_start_, ev_stop_));
+  CUDA_CHECK(cudaEventRecord(ev_inject_stop_, stream_));
+  inject_pending_ = true;  // the host goes on; the forward after it queues behind it
+  last_was_inject_ = true;
+}
+
+void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
+  last_was_inject_ = false;  // last_gpu_ms() becomes this forward's
+  const GraphShape shape = graphs_ ? graph_shape(b) : GraphShape{};
+  if (shape.kind == GraphShape::Kind::kNone) {
+    arch_->forward(*ops_, b, out);
+    return;
+  }
+  // The real batch against the real cache; the padded one also reaches the scratch blocks.
+  check_forward_batch(b, num_blocks_ * block_size_, block_size_, num_pool_blocks_ * block_size_, cfg_.vocab_size);
+  pad_for_graph(b, shape, static_cast<int32_t>(num_blocks_), block_size_, padded_);
+  const auto key = std::make_tuple(static_cast<int>(shape.kind), shape.bucket, static_cast<int>(b.output),
+                                   argmax_span(b, cfg_.vocab_size), static_cast<int>(ops_->decode_attention()));
+  std::unique_ptr<ForwardGraph>& g = graphs_by_key_[key];
+  if (g == nullptr) g = std::make_unique<ForwardGraph>();
+  ops_->use_graph(g.get(), static_cast<int64_t>(b.output_tokens.size()));
+  try {
+    arch_->forward(*ops_, padded_, out);
+  } catch (...) {
+    ops_->abort_graph();
+    throw;
+  }
 }
 
 void CudaBackendImpl::read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride,

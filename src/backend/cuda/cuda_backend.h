@@ -10,6 +10,9 @@
 //   attention    tensor-core tiles (prefill, mixed batches) or the CUDA-core decode path (every
 //                sequence has one query token), split-KV when the batch cannot fill the GPU
 //   RoPE         cos/sin tables built in double on the host (Rope::angles), indexed by position
+//   graphs       decode steps of up to 128 sequences and one-sequence prefills of up to 256 tokens
+//                replay a CUDA graph per bucket (graph_batch.h), padded with dummy tokens in
+//                scratch blocks past the cache
 #pragma once
 #include <cuda_runtime.h>
 
@@ -27,12 +30,24 @@ enum class DecodeAttention {
   kTensorCore,  // the tensor-core prefill tiles (one token's group rows per tile; idle rows skip the math)
 };
 
+// Forwards of the graph path (CudaBackend::graph_stats): eager runs that sized a bucket's
+// buffers, captures, replays.
+struct GraphStats {
+  int64_t eager_warmups = 0, captures = 0, replays = 0;
+};
+
 class CudaBackend : public Backend {
  public:
   virtual void set_decode_attention(DecodeAttention kind) = 0;
+  // CUDA graphs for decode steps and short prefills (graph_batch.h; on unless
+  // BackendOptions::cuda_graphs is false).
+  virtual void set_cuda_graphs(bool on) = 0;
+  virtual GraphStats graph_stats() const = 0;
   virtual cudaStream_t stream() const = 0;
   // GPU time of the last forward() or inject() (events on the stream), milliseconds.
   virtual float last_gpu_ms() const = 0;
+  // GPU time of the last inject(), readable after later forwards (waits for the injection).
+  virtual float last_inject_gpu_ms() const = 0;
   // Bytes of device memory held for weights, KV cache and memory pool.
   virtual int64_t weight_bytes() const = 0;
   virtual int64_t kv_bytes() const = 0;

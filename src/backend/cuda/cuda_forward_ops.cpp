@@ -56,10 +56,42 @@ Weight CudaForwardOps::random_matrix(int64_t rows, int64_t cols, uint64_t seed, 
 
 Weight CudaForwardOps::filled_vector(int64_t n, float value) { return Weight{weights_.filled_vector(n, value), 1, n}; }
 
+void CudaForwardOps::use_graph(ForwardGraph* g, int64_t output_rows) {
+  graph_ = g;
+  graph_rows_ = output_rows;
+}
+
+void CudaForwardOps::abort_graph() noexcept {
+  if (phase_ == Phase::kCapture) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);  // invalidated or not, the stream leaves capture mode
+    if (g != nullptr) cudaGraphDestroy(g);
+    cudaGetLastError();
+  }
+  if (graph_ != nullptr) {
+    graph_->reset();
+    graph_->warm = false;
+  }
+  graph_ = nullptr;
+  phase_ = Phase::kEager;
+  ws_ = &eager_;
+}
+
+std::vector<const void*> CudaForwardOps::graph_pointers() const {
+  std::vector<const void*> p{graph_ws_.meta.device_data(), graph_ws_.part_o.data(), graph_ws_.part_lse.data(),
+                             rope_.cos(), rope_.sin()};
+  for (const DeviceBuffer& a : graph_ws_.acts) p.push_back(a.data());
+  return p;
+}
+
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
-  check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+  // Graph batches carry dummy sequences in the scratch blocks past the cache's (graph_batch.h).
+  const int64_t cache_slots = kv_.cache_slots + (graph_ != nullptr ? kv_.scratch_slots : 0);
+  check_forward_batch(b, cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
   IS_REQUIRE(mask == AttnMask::kCausal, kUnsupported, "the CUDA backend's attention is causal only (encoders run on the CPU backend)");
   batch_ = &b;
+  ws_ = graph_ != nullptr ? &graph_ws_ : &eager_;
+  phase_ = Phase::kEager;
   const int64_t T = b.num_tokens();
   if (T == 0) return;
   const int32_t S = b.num_seqs();
@@ -77,67 +109,115 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
       cuda::attention_plan_options(decode_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
   const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(),
                                        b.kv_start.empty() ? nullptr : b.kv_start.data(), group, po);
+  // A graph's launches are sized for any plan of its bucket (T tokens in S sequences make at most
+  // T * group / rows_per_tile + S tiles; a one-token tile merges `group` rows); this plan's counts
+  // go to the device.
+  AttnPlanCapacity cap{static_cast<int32_t>(plan.items.size()), plan.num_partials, static_cast<int32_t>(plan.merges.size())};
+  int32_t merge_rows = plan.max_merge_rows;
+  if (graph_ != nullptr) {
+    cap = plan_capacity(static_cast<int32_t>(T * group / po.rows_per_tile) + S, po);
+    IS_CHECK(static_cast<int32_t>(plan.items.size()) <= cap.items && plan.num_partials <= cap.partials &&
+                 static_cast<int32_t>(plan.merges.size()) <= cap.merges,
+             "attention plan of {} items over its capacity {}", plan.items.size(), cap.items);
+    merge_rows = single_token ? std::min(group, po.rows_per_tile) : po.rows_per_tile;
+    graph_launch_ = {T, S, static_cast<int64_t>(b.output_tokens.size()), decode_, po.rows_per_tile, po.min_split_len,
+                     cap.items, cap.partials, cap.merges, merge_rows};
+  }
+  const std::vector<int32_t> counts{static_cast<int32_t>(plan.items.size()), static_cast<int32_t>(plan.merges.size())};
 
   std::vector<int64_t> capture(b.capture_tokens.empty() ? 0 : static_cast<size_t>(T), -1);  // [T] pool slot or -1
   for (size_t c = 0; c < b.capture_tokens.size(); ++c) capture[static_cast<size_t>(b.capture_tokens[c])] = b.capture_slots[c];
   IS_CHECK(capture.empty() || kv_.pool_slots > 0, "capture needs a memory pool");
   capture_ = !capture.empty();
 
-  // One upload of every per-forward array.
-  meta_.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
-              MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(b.kv_indices.size()) +
-              MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(plan.items.size()) +
-              MetaUpload::bytes<AttnMergeItem>(plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
-              4096);
-  o_ids_ = meta_.add(b.token_ids);
-  o_pos_ = meta_.add(b.positions);
-  o_slot_ = meta_.add(b.slot_mapping);
-  o_cap_ = meta_.add(capture);
-  const size_t o_kvp = meta_.add(b.kv_indptr), o_kvi = meta_.add(b.kv_indices);
-  o_out_ = meta_.add(b.output_tokens);
-  o_samp_ = meta_.add(b.sampling);
-  const size_t o_items = meta_.add(plan.items), o_merge = meta_.add(plan.merges);
-  part_o_.reserve(static_cast<size_t>(std::max(plan.num_partials, 1)) * NKV * plan.rows_per_tile * D * 4);
-  part_lse_.reserve(static_cast<size_t>(std::max(plan.num_partials, 1)) * NKV * plan.rows_per_tile * 4);
+  // One upload of every per-forward array; the block table last, so that for a graph every other
+  // offset is the same at any context length (the graph workspace is sized for the whole cache).
+  MetaUpload& meta = ws_->meta;
+  const size_t kv_room = graph_ != nullptr ? std::max<size_t>(b.kv_indices.size(), (kv_.cache_slots + kv_.scratch_slots) / block_size_ + S)
+                                           : b.kv_indices.size();
+  meta.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
+             MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(kv_room) +
+             MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(cap.items) +
+             MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
+             MetaUpload::bytes<int32_t>(2) + 4096);
+  o_ids_ = meta.add(b.token_ids);
+  o_pos_ = meta.add(b.positions);
+  o_slot_ = meta.add(b.slot_mapping);
+  o_cap_ = meta.add(capture);
+  const size_t o_kvp = meta.add(b.kv_indptr);
+  o_out_ = meta.add(b.output_tokens);
+  o_samp_ = meta.add(b.sampling);
+  const size_t o_counts = meta.add(counts);
+  const size_t o_items = meta.add(plan.items, static_cast<size_t>(cap.items));
+  const size_t o_merge = meta.add(plan.merges, static_cast<size_t>(cap.merges));
+  const size_t o_kvi = meta.add(b.kv_indices);
+  ws_->part_o.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * D * 4);
+  ws_->part_lse.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * 4);
 
   CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
-  meta_.upload(stream_);
+  meta.upload(stream_);
 
   aa_ = cuda::AttentionArgs{};
-  aa_.positions = meta_.dev<int32_t>(o_pos_);
-  aa_.kv_indptr = meta_.dev<int32_t>(o_kvp);
-  aa_.kv_indices = meta_.dev<int32_t>(o_kvi);
-  aa_.items = meta_.dev<AttnWorkItem>(o_items);
-  aa_.merges = meta_.dev<AttnMergeItem>(o_merge);
-  aa_.partial_o = part_o_.as<float>();
-  aa_.partial_lse = part_lse_.as<float>();
-  aa_.num_items = static_cast<int32_t>(plan.items.size());
-  aa_.num_merges = static_cast<int32_t>(plan.merges.size());
+  aa_.positions = meta.dev<int32_t>(o_pos_);
+  aa_.kv_indptr = meta.dev<int32_t>(o_kvp);
+  aa_.kv_indices = meta.dev<int32_t>(o_kvi);
+  aa_.items = meta.dev<AttnWorkItem>(o_items);
+  aa_.merges = meta.dev<AttnMergeItem>(o_merge);
+  aa_.partial_o = ws_->part_o.as<float>();
+  aa_.partial_lse = ws_->part_lse.as<float>();
+  aa_.num_items = cap.items;
+  aa_.num_merges = cap.merges;
+  aa_.counts = graph_ != nullptr ? meta.dev<int32_t>(o_counts) : nullptr;
   aa_.rows_per_tile = plan.rows_per_tile;
-  aa_.merge_rows = plan.max_merge_rows;
+  aa_.merge_rows = merge_rows;
   aa_.num_heads = static_cast<int32_t>(NH);
   aa_.num_kv_heads = static_cast<int32_t>(NKV);
   aa_.head_dim = static_cast<int32_t>(D);
   aa_.block_size = block_size_;
   aa_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+
+  // The graph: replay it when nothing it points into has moved; capture it after one eager run
+  // with these buffers (that run sized them all, so the capture allocates nothing); else warm up.
+  if (graph_ != nullptr) {
+    const bool same = graph_->pointers == graph_pointers() && graph_->launch == graph_launch_;
+    if (same && graph_->exec != nullptr) {
+      phase_ = Phase::kReplay;
+    } else if (same && graph_->warm) {
+      graph_->reset();
+      phase_ = Phase::kCapture;
+      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    } else {
+      graph_->reset();
+      graph_->warm = false;
+      phase_ = Phase::kWarm;
+    }
+  }
 }
 
 Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
   IS_CHECK(slot >= 0 && slot < 64, "activation slot {} out of range", slot);
-  if (static_cast<size_t>(slot) >= acts_.size()) acts_.resize(static_cast<size_t>(slot) + 1);
+  std::vector<DeviceBuffer>& acts = ws_->acts;
   const size_t elem = type == ActType::kF32 ? 4 : 2;
-  DeviceBuffer& buf = acts_[static_cast<size_t>(slot)];
-  buf.reserve(std::max<size_t>(static_cast<size_t>(rows * cols) * elem, 256));
+  const size_t need = std::max<size_t>(static_cast<size_t>(rows * cols) * elem, 256);
+  // A capture allocates nothing: the warm-up run before it sized every slot.
+  IS_CHECK((phase_ != Phase::kCapture && phase_ != Phase::kReplay) ||
+               (static_cast<size_t>(slot) < acts.size() && acts[static_cast<size_t>(slot)].bytes() >= need),
+           "activation slot {} grew inside a CUDA graph", slot);
+  if (static_cast<size_t>(slot) >= acts.size()) acts.resize(static_cast<size_t>(slot) + 1);
+  DeviceBuffer& buf = acts[static_cast<size_t>(slot)];
+  buf.reserve(need);
   return Act{buf.data(), rows, cols, type};
 }
 
 void CudaForwardOps::embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) {
+  if (skip()) return;
   if (index != EmbedIndex::kTokenIds || accumulate) no_gpu_op("position or token-type embeddings");
-  cuda::embedding(w<bf16>(table), meta_.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
+  cuda::embedding(w<bf16>(table), ws_->meta.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
 }
 
 void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool output_rows) {
-  const int32_t* rows = output_rows ? meta_.dev<int32_t>(o_out_) : nullptr;
+  if (skip()) return;
+  const int32_t* rows = output_rows ? ws_->meta.dev<int32_t>(o_out_) : nullptr;
   if (y.type == ActType::kCompute) {
     cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<bf16>(y), y.rows, y.cols, eps, stream_);
   } else {
@@ -150,6 +230,7 @@ void CudaForwardOps::gelu(Act) { no_gpu_op("GELU"); }
 void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather without a norm"); }
 
 void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
+  if (skip()) return;
   if (!bias.empty()) no_gpu_op("linear bias");
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
            "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
@@ -162,6 +243,7 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
 }
 
 void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
+  if (skip()) return;
   if (!step.rope) no_gpu_op("attention without RoPE");
   const int64_t l = layer;
   cuda::QkvRopeAppendArgs ra;
@@ -171,9 +253,9 @@ void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
   ra.k_norm = w<float>(step.k_norm);
   ra.cos_table = rope_.cos();
   ra.sin_table = rope_.sin();
-  ra.positions = meta_.dev<int32_t>(o_pos_);
-  ra.slot_mapping = meta_.dev<int64_t>(o_slot_);
-  ra.capture_slot = capture_ ? meta_.dev<int64_t>(o_cap_) : nullptr;
+  ra.positions = ws_->meta.dev<int32_t>(o_pos_);
+  ra.slot_mapping = ws_->meta.dev<int64_t>(o_slot_);
+  ra.capture_slot = capture_ ? ws_->meta.dev<int64_t>(o_cap_) : nullptr;
   ra.q_out = p<bf16>(q);
   ra.k_cache = kv_.k_cache + l * kv_.cache_layer_stride;
   ra.v_cache = kv_.v_cache + l * kv_.cache_layer_stride;
@@ -189,6 +271,7 @@ void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
 }
 
 void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
+  if (skip()) return;
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
   aa_.k_cache = kv_.k_cache + static_cast<int64_t>(layer) * kv_.cache_layer_stride;
@@ -196,19 +279,49 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   cuda::attention(aa_, decode_, stream_);
 }
 
-void CudaForwardOps::silu_mul(Act gu, Act out) { cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_); }
+void CudaForwardOps::silu_mul(Act gu, Act out) {
+  if (skip()) return;
+  cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_);
+}
 
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {
+  if (skip()) return;
   cuda::argmax_rows(p<float>(logits), logits.rows, logits.cols, n, p<int32_t>(ids), stream_);
 }
 
 void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
-  cuda::sample_rows(p<float>(logits), logits.rows, logits.cols, n, meta_.dev<RowSampling>(o_samp_), p<int32_t>(ids), stream_);
+  if (skip()) return;
+  cuda::sample_rows(p<float>(logits), logits.rows, logits.cols, n, ws_->meta.dev<RowSampling>(o_samp_), p<int32_t>(ids), stream_);
 }
 
 void CudaForwardOps::finish(Act result, bool ids, std::vector<float>& out) {
+  if (phase_ == Phase::kCapture) {
+    cudaGraph_t g = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+    phase_ = Phase::kEager;  // the stream is out of capture mode
+    const cudaError_t e = cudaGraphInstantiate(&graph_->exec, g, 0);
+    cudaGraphDestroy(g);
+    CUDA_CHECK(e);
+    graph_->pointers = graph_pointers();
+    graph_->launch = graph_launch_;
+    ++stats_.captures;
+    phase_ = Phase::kReplay;
+  }
+  if (phase_ == Phase::kReplay) {
+    CUDA_CHECK(cudaGraphLaunch(graph_->exec, stream_));
+    ++stats_.replays;
+  } else if (phase_ == Phase::kWarm) {
+    graph_->pointers = graph_pointers();
+    graph_->launch = graph_launch_;
+    graph_->warm = true;
+    ++stats_.eager_warmups;
+  }
+  const int64_t rows = graph_ != nullptr ? std::min(graph_rows_, result.rows) : result.rows;
+  graph_ = nullptr;
+  phase_ = Phase::kEager;
+  ws_ = &eager_;
   CUDA_CHECK(cudaEventRecord(timing_.stop, stream_));
-  out.resize(static_cast<size_t>(result.rows * result.cols));
+  out.resize(static_cast<size_t>(rows * result.cols));
   const size_t out_bytes = out.size() * 4;
   out_host_.reserve(std::max<size_t>(out_bytes, 4));
   if (out_bytes > 0)

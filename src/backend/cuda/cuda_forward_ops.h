@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/device_weights.h"
@@ -35,6 +36,7 @@ struct CudaKv {
   __nv_bfloat16* v_pool = nullptr;
   int64_t cache_layer_stride = 0, pool_layer_stride = 0;  // elements
   int64_t cache_slots = 0, pool_slots = 0;
+  int64_t scratch_slots = 0;  // past cache_slots: the scratch blocks of graph padding (graph_batch.h)
 };
 
 // Where the forward's GPU time goes: events recorded around it on the stream.
@@ -43,7 +45,25 @@ struct CudaTiming {
   float* last_ms = nullptr;
 };
 
-enum class DecodeAttention;
+
+// One bucket's forward as a CUDA graph (graph_batch.h says which forwards have one). A graph holds
+// the addresses of the graph workspace's buffers and the RoPE table; `pointers` is what they were
+// at capture, and a forward finding others (a bigger bucket grew a buffer) runs eagerly once with
+// the new ones, then captures again.
+struct ForwardGraph {
+  ForwardGraph() = default;
+  ForwardGraph(const ForwardGraph&) = delete;
+  ForwardGraph& operator=(const ForwardGraph&) = delete;
+  ~ForwardGraph() { reset(); }
+  void reset() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    exec = nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  std::vector<const void*> pointers;  // at the last eager run (warm) or capture
+  std::vector<int64_t> launch;        // the launches' shape then (tokens, rows, attention plan sizes)
+  bool warm = false;                  // an eager run with `pointers` sized every buffer
+};
 
 class CudaForwardOps final : public ForwardOps {
  public:
@@ -51,6 +71,14 @@ class CudaForwardOps final : public ForwardOps {
                  CudaTiming timing);
 
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
+  DecodeAttention decode_attention() const { return decode_attention_; }
+  // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
+  // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
+  void use_graph(ForwardGraph* g, int64_t output_rows);
+  // After a forward threw: ends a capture in progress (the stream leaves capture mode) and forgets
+  // the graph's warm state.
+  void abort_graph() noexcept;
+  const GraphStats& graph_stats() const { return stats_; }
   size_t weight_bytes() const { return weights_.bytes(); }
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
@@ -84,10 +112,25 @@ class CudaForwardOps final : public ForwardOps {
   DecodeAttention decode_attention_;
   DeviceWeightStore weights_;
   Gemm gemm_;
-  MetaUpload meta_;
+  // Per-forward device memory. Eager forwards and graphs have their own, so that an eager prefill
+  // growing its buffers never moves what a graph points into.
+  struct Workspace {
+    MetaUpload meta;
+    std::vector<DeviceBuffer> acts;  // per slot, grown on demand
+    DeviceBuffer part_o, part_lse;   // split-KV partials
+  };
+  Workspace eager_, graph_ws_;
+  Workspace* ws_ = &eager_;
   PinnedBuffer out_host_;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
-  std::vector<DeviceBuffer> acts_;  // per slot, grown on demand
-  DeviceBuffer part_o_, part_lse_;  // split-KV partials
+  // The graph path (use_graph): what this forward does with its graph.
+  enum class Phase { kEager, kWarm, kCapture, kReplay };
+  std::vector<const void*> graph_pointers() const;
+  std::vector<int64_t> graph_launch_;  // this forward's launch shape (ForwardGraph::launch)
+  bool skip() const { return phase_ == Phase::kReplay; }  // launches come from the graph
+  ForwardGraph* graph_ = nullptr;
+  int64_t graph_rows_ = 0;
+  Phase phase_ = Phase::kEager;
+  GraphStats stats_;
   // Per forward (begin()).
   const ForwardBatch* batch_ = nullptr;
   bool decode_ = false;

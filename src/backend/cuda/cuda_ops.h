@@ -104,8 +104,12 @@ struct AttentionArgs {
   const AttnMergeItem* merges; // [num_merges]
   float* partial_o;            // [num_partials, NKV, rows_per_tile, D]
   float* partial_lse;          // [num_partials, NKV, rows_per_tile]
+  // Launched CTAs. With `counts` (a CUDA graph: the plan changes between replays, the launch does
+  // not) these are capacities (plan_capacity) and counts = device {items, merges} of this plan:
+  // CTAs past them return at once.
   int32_t num_items = 0, num_merges = 0, rows_per_tile = 0;
-  int32_t merge_rows = 0;      // AttnPlan::max_merge_rows
+  const int32_t* counts = nullptr;  // [2] or null
+  int32_t merge_rows = 0;      // AttnPlan::max_merge_rows (a bound of it with counts)
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
 };

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -42,6 +43,16 @@ class MetaUpload {
   size_t add(const std::vector<T>& v) {
     return add(v.data(), v.size());
   }
+  // Appends v in room for `capacity` >= v.size() elements: the offsets of what follows stay the
+  // same for any size up to it (a CUDA graph's launches hold them).
+  template <class T>
+  size_t add(const std::vector<T>& v, size_t capacity) {
+    const size_t off = add(v.data(), v.size());
+    size_ = off + bytes<T>(std::max(capacity, v.size()));
+    return off;
+  }
+  // The device buffer (its address is held by captured graphs).
+  const void* device_data() const { return dev_.data(); }
   // Copies the pack to the device on `stream`.
   void upload(cudaStream_t stream) {
     if (size_ > 0) CUDA_CHECK(cudaMemcpyAsync(dev_.data(), host_.as<char>(), size_, cudaMemcpyHostToDevice, stream));
