@@ -1,6 +1,7 @@
 // Kernel benchmarks at Llama-3.1-8B shapes (32 layers, 8 kv heads, head_dim 128, GQA 4):
 //   ceilings    device-to-device copy (bytes read + written) and an 8192^3 bf16 GEMM (cuBLASLt)
-//   GEMMs       the forward's per-layer GEMMs at M = 1 / 32 / 1532, heuristic vs autotuned
+//   GEMMs       the forward's per-layer GEMMs at M = 1 / 4 / 32 / 1532: cuBLASLt heuristic vs
+//               autotuned, and cuda::gemv at M <= 4
 //   (c) injection kernel bandwidth vs the copy ceiling
 //   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs) and the
 //       decode kernel's KV bandwidth
@@ -8,6 +9,7 @@
 //       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
 // Usage: bench_cuda_kernels [--quick]
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -46,9 +48,10 @@ struct AttnBench {
 };
 
 // S sequences of `q_len` new tokens each after `ctx` cached entries; prefill or decode kernel.
-// decode: the CUDA-core decode kernel (q_len 1); otherwise the tensor-core tiles.
+// decode: the CUDA-core decode kernel (q_len 1); otherwise the tensor-core tiles. min_split > 0
+// overrides the planner's shortest split piece (a sweep of that setting).
 AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, bool decode,
-                          int num_sms, int iters) {
+                          int num_sms, int iters, int32_t min_split = 0) {
   const int32_t bs = 16, group = NH / NKV;
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
   int32_t next = 0;
@@ -66,7 +69,8 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   }
   std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
   const int64_t T = static_cast<int64_t>(positions.size()), slots = static_cast<int64_t>(next) * bs;
-  const AttnPlanOptions po = cuda::attention_plan_options(decode, q_len == 1, group, NKV, num_sms);
+  AttnPlanOptions po = cuda::attention_plan_options(decode, q_len == 1, group, NKV, num_sms);
+  if (min_split > 0) po.min_split_len = min_split;
   const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), nullptr, group, po);
   auto q = random_bf16(T * NH * D, 1), k = random_bf16(slots * NKV * D, 2), v = random_bf16(slots * NKV * D, 3);
   DeviceBuffer out(static_cast<size_t>(T * NH * D) * 2);
@@ -134,8 +138,8 @@ int main(int argc, char** argv) {
   // its top 8 (Gemm's autotuning). A ring of 8 weight copies per shape keeps them out of L2, as in
   // a real forward where 16 GB pass between two uses of one layer.
   std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
-  std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | autotuned GB/s (weights) | autotuned TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | gemv us (M <= 4) | best GB/s (weights) | best TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   {
     struct G {
       const char* name;
@@ -148,12 +152,15 @@ int main(int argc, char** argv) {
                        {"down (+residual)", 4096, 14336, true, true},
                        {"lm_head", 128256, 4096, true, false}};
     constexpr int kRing = 8;
-    Gemm g0, g1;
+    Gemm g0, g1, g2;  // cuBLASLt's first heuristic, autotuned cuBLASLt, cuda::gemv
+    g0.set_gemv_max_rows(0);
+    g1.set_gemv_max_rows(0);
     g1.set_autotune(true);
+    g2.set_gemv_max_rows(cuda::kGemvMaxRows);
     for (const G& gm : gemms) {
       std::vector<DeviceBuffer> ws;
       for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
-      for (int64_t M : {1l, 32l, 1532l}) {
+      for (int64_t M : {1l, 4l, 32l, 1532l}) {
         DeviceBuffer x = random_bf16(M * gm.K, 99);
         DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
         CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
@@ -168,9 +175,14 @@ int main(int argc, char** argv) {
         };
         const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
         const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
-        std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
-                    static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3,
-                    gm.N * gm.K * 2.0 / t1 / 1e6, 2.0 * M * gm.N * gm.K / t1 / 1e9);
+        const bool skinny = M <= cuda::kGemvMaxRows;
+        const double t2 = skinny ? bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g2); }) / kRing : 0.0;
+        const double best = skinny ? std::min({t0, t1, t2}) : std::min(t0, t1);
+        char gemv_us[32] = "-";
+        if (skinny) std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
+        std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %s | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
+                    static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, gemv_us,
+                    gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9);
       }
     }
   }
@@ -228,6 +240,7 @@ int main(int argc, char** argv) {
     const char* label;
     int32_t S, ctx, q, D, NH, NKV;
     bool decode;
+    int32_t min_split = 0;  // 0: the planner's
   };
   const Shape shapes[] = {
       {"prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false},
@@ -237,13 +250,16 @@ int main(int argc, char** argv) {
       {"question over injected facts", 1, 1500, 32, 128, 32, 8, false},
       {"decode, CUDA-core kernel", 1, 1532, 1, 128, 32, 8, true},
       {"decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false},
+      {"decode, tensor-core tiles, pieces >= 64", 1, 1532, 1, 128, 32, 8, false, 64},
+      {"decode, CUDA-core kernel, pieces >= 64", 1, 1532, 1, 128, 32, 8, true, 64},
+      {"decode, CUDA-core kernel, pieces >= 32", 1, 1532, 1, 128, 32, 8, true, 32},
       {"decode, CUDA-core kernel", 32, 1088, 1, 128, 32, 8, true},
       {"decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false},
       {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, true},
       {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
   };
   for (const Shape& s : shapes) {
-    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters);
+    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters, s.min_split);
     std::printf("| %s | S=%d ctx=%d q=%d D=%d | %.3f | %.1f | %.0f |\n", s.label, s.S, s.ctx, s.q, s.D, r.ms, r.tflops,
                 r.gbs);
   }

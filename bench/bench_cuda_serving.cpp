@@ -49,7 +49,7 @@ void add_seq(ForwardBatch& fb, const std::vector<int32_t>& toks, int32_t p0, int
 }
 
 // The greedy token of output row `row` of a kArgmax forward.
-int32_t greedy_id(const std::vector<float>& ids, size_t row) { return static_cast<int32_t>(ids[row]); }
+int32_t greedy_id(const ForwardOutput& out, size_t row) { return out.ids[row]; }
 
 }  // namespace
 }  // namespace inferscale
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s\nmodel: Llama-3.1-8B shapes, random bf16 weights (%.1f GB), KV cache + pool %.1f GB, init %.0f ms\n",
               bench::device_name().c_str(), be->weight_bytes() / 1e9, be->kv_bytes() / 1e9, bench::now_ms() - t_load);
   const int64_t V = cfg.vocab_size;
-  std::vector<float> out;
+  ForwardOutput out;
 
   // Write path: encode 50 facts alone (w = 0), capturing pre-RoPE K and V into the pool.
   const int32_t max_k = 50;

@@ -228,16 +228,17 @@ int main(int argc, char** argv) {
           ib.dst_slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / bs)]) * bs + p % bs);
           ib.positions.push_back(p);
         }
-      std::vector<float> k32, v32;  // the encoded KV, as the f32 pool holds it
+      HostTensor k32, v32;  // the encoded KV, as the f32 pool holds it
       be->read_pool(ib.src_slots, k32, v32);
       std::vector<int32_t> rest{0};
       for (int32_t p = q0; p < n; ++p) rest.push_back(p);
       Rows f32_rows;
       for (size_t di = 0; di < dts.size(); ++di) {
-        std::vector<float> k = k32, v = v32;
+        std::vector<float> k(k32.as<float>(), k32.as<float>() + k32.numel()), v(v32.as<float>(), v32.as<float>() + v32.numel());
         round_through(dts[di], k);
         round_through(dts[di], v);
-        be->write_pool(ib.src_slots, k, v);
+        be->write_pool(ib.src_slots, HostTensor::view(DType::kF32, k32.shape, k.data()),
+                       HostTensor::view(DType::kF32, v32.shape, v.data()));
         be->inject(ib);
         const Rows rows = forward_rows(*be, seq, rest, table, q0);
         inj[wi][di].add(ref, rows);

@@ -18,13 +18,14 @@ class ForwardingBackend : public Backend {
   int64_t num_cache_blocks() const override { return inner_->num_cache_blocks(); }
   int64_t num_pool_blocks() const override { return inner_->num_pool_blocks(); }
   DType pool_dtype() const override { return inner_->pool_dtype(); }
-  void forward(const ForwardBatch& b, std::vector<float>& out) override { inner_->forward(b, out); }
+  using Backend::forward;
+  void forward(const ForwardBatch& b, ForwardOutput& out) override { inner_->forward(b, out); }
   void inject(const InjectBatch& b) override { inner_->inject(b); }
-  void read_pool(const std::vector<int64_t>& s, std::vector<float>& k, std::vector<float>& v) override { inner_->read_pool(s, k, v); }
-  void write_pool(const std::vector<int64_t>& s, const std::vector<float>& k, const std::vector<float>& v) override {
+  void read_pool(const std::vector<int64_t>& s, HostTensor& k, HostTensor& v) override { inner_->read_pool(s, k, v); }
+  void write_pool(const std::vector<int64_t>& s, const HostTensor& k, const HostTensor& v) override {
     inner_->write_pool(s, k, v);
   }
-  void read_cache(const std::vector<int64_t>& s, std::vector<float>& k, std::vector<float>& v) override { inner_->read_cache(s, k, v); }
+  void read_cache(const std::vector<int64_t>& s, HostTensor& k, HostTensor& v) override { inner_->read_cache(s, k, v); }
 
  private:
   std::unique_ptr<Backend> inner_;

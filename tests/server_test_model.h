@@ -25,7 +25,8 @@ class ControlledBackend final : public ForwardingBackend {
   ControlledBackend(std::unique_ptr<Backend> inner, int32_t poison) : ForwardingBackend(std::move(inner)), poison_(poison) {}
   std::atomic<int> delay_ms{0};
   std::string name() const override { return "controlled"; }
-  void forward(const ForwardBatch& b, std::vector<float>& out) override {
+  using ForwardingBackend::forward;
+  void forward(const ForwardBatch& b, ForwardOutput& out) override {
     if (const int ms = delay_ms.load()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     for (int32_t t : b.token_ids)
       if (t == poison_) throw std::runtime_error("poisoned token in the batch");

@@ -13,6 +13,7 @@
 #include "engine/block_manager.h"
 #include "memory/fact_encoder.h"
 #include "model/model.h"
+#include "kv_rows_test_util.h"
 
 using namespace inferscale;
 
@@ -95,13 +96,13 @@ double worst_error(const Case& c) {
     }
     be->inject(ib);
     std::vector<float> ki, vi, kr, vr;
-    be->read_cache(ib.dst_slots, ki, vi);
+    test::read_cache_f32(*be, ib.dst_slots, ki, vi);
     // Reference: prefill [window][fact] so that the fact starts at p.
     std::vector<int32_t> seq = window;
     seq.insert(seq.end(), fact.begin(), fact.end());
     const int32_t w = c.window_len;
     auto slots = prefill_at(*be, seq, p - w, 44, w, w + 23);
-    be->read_cache(slots, kr, vr);
+    test::read_cache_f32(*be, slots, kr, vr);
     const double ek = rel(ki, kr), ev = rel(vi, vr);
     std::printf("%-16s w=%-2d p=%-6d  K rel err %.2e  V rel err %.2e\n", c.fixture.c_str(), w, p, ek, ev);
     worst = std::max({worst, ek, ev});

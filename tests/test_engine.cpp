@@ -127,14 +127,16 @@ ThreeRows three_rows() {
 // The backend's kArgmax output is the argmax of its kLogits output over the first argmax_vocab ids.
 TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
   auto [be, b, logits] = three_rows();
-  std::vector<float> ids;
+  ForwardOutput out;
+  const std::vector<int32_t>& ids = out.ids;
   const int64_t V = demo().config.vocab_size;
   for (int32_t n : {0, 200, 7}) {
     ForwardBatch a = b;
     a.output = ForwardBatch::Output::kArgmax;
     a.argmax_vocab = n;
-    be->forward(a, ids);
+    be->forward(a, out);
     ASSERT_EQ(ids.size(), 3u);
+    EXPECT_TRUE(out.values.empty());
     for (size_t r = 0; r < 3; ++r) {
       const float* row = logits.data() + r * static_cast<size_t>(V);
       const int64_t span = n == 0 ? V : n;
@@ -146,18 +148,21 @@ TEST(Engine, BackendArgmaxOutputIsTheLogitsArgmax) {
 // The backend's kSample output is sample_row (the CPU twin) on its kLogits output, row by row.
 TEST(Engine, BackendSampleOutputIsTheRuleOnTheLogits) {
   auto [be, b, logits] = three_rows();
-  std::vector<float> ids;
+  ForwardOutput out;
+  const std::vector<int32_t>& ids = out.ids;
   const int64_t V = demo().config.vocab_size;
   ForwardBatch a = b;
   a.output = ForwardBatch::Output::kSample;
   a.argmax_vocab = 200;
   a.sampling = {{0.0f, 0, 1.0f, 0.0f}, {5.0f, 0, 1.0f, 0.37f}, {2.0f, 30, 0.8f, 0.91f}};
-  be->forward(a, ids);
+  be->forward(a, out);
   ASSERT_EQ(ids.size(), 3u);
   for (size_t r = 0; r < 3; ++r)
     EXPECT_EQ(static_cast<int32_t>(ids[r]), sample_row(logits.data() + r * static_cast<size_t>(V), 200, a.sampling[r])) << "row " << r;
   a.sampling.pop_back();
-  EXPECT_ANY_THROW(be->forward(a, ids));  // one RowSampling per output row
+  EXPECT_ANY_THROW(be->forward(a, out));  // one RowSampling per output row
+  std::vector<float> values;
+  EXPECT_THROW(be->forward(a, values), Error) << "ids come back as ids, not as floats";
 }
 
 TEST(Engine, ChunkedPrefillEqualsOneShot) {

@@ -18,6 +18,7 @@
 #include "logprobs_test_util.h"
 #include "model/model.h"
 #include "util/check.h"
+#include "kv_rows_test_util.h"
 
 using namespace inferscale;
 
@@ -44,10 +45,11 @@ class RecordingBackend final : public test_support::ForwardingBackend {
   struct Call {
     ForwardBatch::Output output;
     int32_t rows;
-    std::vector<float> out;
+    ForwardOutput out;
   };
   std::vector<Call> calls;
-  void forward(const ForwardBatch& b, std::vector<float>& out) override {
+  using ForwardingBackend::forward;
+  void forward(const ForwardBatch& b, ForwardOutput& out) override {
     ForwardingBackend::forward(b, out);
     calls.push_back({b.output, static_cast<int32_t>(b.output_tokens.size()), out});
   }
@@ -169,7 +171,7 @@ TEST(EngineLogprobs, SampledTokensAreScoredOnTheRawLogitsTheSamplerSaw) {
   for (size_t t = 0; t < 12; ++t) {
     EXPECT_EQ(calls->calls[t].output, ForwardBatch::Output::kLogits);
     ASSERT_EQ(calls->calls[t].rows, 1);
-    expect_entry(o.logprobs[t], calls->calls[t].out.data(), V, o.new_tokens[t], 3);
+    expect_entry(o.logprobs[t], calls->calls[t].out.values.data(), V, o.new_tokens[t], 3);
   }
   // Asking for logprobs does not change what is sampled.
   SamplingParams plain = sp;
@@ -319,7 +321,7 @@ TEST(EngineLogprobs, TokensAfterInjectedPositionsHaveNoPromptLogprobs) {
     k[i] = 0.01f * static_cast<float>(i % 13);
     v[i] = 0.02f * static_cast<float>(i % 7);
   }
-  e->backend().write_pool(slots, k, v);
+  test::write_pool_f32(e->backend(), slots, k, v);
   InjectedSpan span;
   span.start = 10;
   span.end = 20;

@@ -1,13 +1,15 @@
-// KV files: f32 round-trips exactly; bf16 holds bf16-representable values (what a GPU pool reads
-// back) exactly in half the bytes and rounds others to nearest even; f16 (the CPU pool's files)
+// KV files: f32 round-trips exactly; a bf16 pool's KV (what a GPU pool reads back) goes through
+// byte for byte in half the bytes, and an f32 pool's values stored as bf16 round to nearest even; f16 (the CPU pool's files)
 // rounds to nearest even and is chosen only when every value fits; any key mismatch, an old
 // format, truncation, a flipped byte or trailing bytes reads as "no file" (re-encode), never as KV.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 
 #include "memory/kv_file.h"
+#include "util/check.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
@@ -17,20 +19,46 @@ namespace {
 
 KvFileKey key() { return KvFileKey{0xfeedULL, 42, 3, 2, 3, 40}; }
 
+// An f32 pool's KV (kv.pool kF32) stored as `dtype`; bf16_exact: values a bf16 pool could hold.
 FactKv random_kv(int32_t tokens, DType dtype, bool bf16_exact) {
   FactKv kv;
   kv.num_tokens = tokens;
   kv.dtype = dtype;
-  const size_t n = static_cast<size_t>(key().num_layers) * tokens * key().kv_size;
+  kv.pool = DType::kF32;
+  const std::vector<int64_t> shape{key().num_layers, tokens, key().kv_size};
+  kv.k = HostTensor::zeros(DType::kF32, shape);
+  kv.v = HostTensor::zeros(DType::kF32, shape);
   std::mt19937 g(7);
   std::normal_distribution<float> d(0.0f, 2.0f);
-  for (size_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < kv.k.numel(); ++i) {
     float k = d(g), v = d(g);
     if (bf16_exact) k = bf16_to_f32(f32_to_bf16(k)), v = bf16_to_f32(f32_to_bf16(v));
-    kv.k.push_back(k);
-    kv.v.push_back(v);
+    kv.k.as<float>()[i] = k;
+    kv.v.as<float>()[i] = v;
   }
   return kv;
+}
+
+// The same values as a bf16 pool holds them (and its files store them).
+FactKv as_bf16_pool(const FactKv& f32) {
+  FactKv kv = f32;
+  kv.pool = kv.dtype = DType::kBF16;
+  kv.k = HostTensor::zeros(DType::kBF16, f32.k.shape);
+  kv.v = HostTensor::zeros(DType::kBF16, f32.v.shape);
+  for (int64_t i = 0; i < f32.k.numel(); ++i) {
+    kv.k.as<uint16_t>()[i] = f32_to_bf16(f32.k.as<float>()[i]);
+    kv.v.as<uint16_t>()[i] = f32_to_bf16(f32.v.as<float>()[i]);
+  }
+  return kv;
+}
+
+std::vector<float> floats(const HostTensor& t) {
+  const HostTensor f = t.to_f32();
+  return std::vector<float>(f.as<float>(), f.as<float>() + f.numel());
+}
+
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && std::memcmp(a.data, b.data, a.nbytes()) == 0;
 }
 
 void patch(const std::filesystem::path& p, std::streamoff at, char x) {
@@ -50,35 +78,56 @@ TEST(KvFile, F32RoundTripsExactly) {
   ASSERT_TRUE(back);
   EXPECT_EQ(back->num_tokens, 7);
   EXPECT_EQ(back->dtype, DType::kF32);
-  EXPECT_EQ(back->k, kv.k);
-  EXPECT_EQ(back->v, kv.v);
+  EXPECT_TRUE(same_bytes(back->k, kv.k));
+  EXPECT_TRUE(same_bytes(back->v, kv.v));
 }
 
+// A bf16 pool's KV goes to the file and back byte for byte, in half the bytes of f32, and comes
+// back as bf16 (what its write_pool takes); an f32 pool's KV stored as bf16 rounds to nearest even
+// and comes back as f32.
 TEST(KvFile, Bf16HoldsPoolValuesExactlyInHalfTheBytes) {
   TempDir dir;
   const FactKv f32 = random_kv(9, DType::kF32, true);
-  FactKv bf = f32;
-  bf.dtype = DType::kBF16;
+  const FactKv bf = as_bf16_pool(f32);
   write_kv_file(dir.path() / "f.kv", key(), f32);
   write_kv_file(dir.path() / "b.kv", key(), bf);
   const auto back = read_kv_file(dir.path() / "b.kv", key());
   ASSERT_TRUE(back);
   EXPECT_EQ(back->dtype, DType::kBF16);
-  EXPECT_EQ(back->k, f32.k);
-  EXPECT_EQ(back->v, f32.v);
+  EXPECT_EQ(back->pool, DType::kBF16);
+  EXPECT_TRUE(same_bytes(back->k, bf.k));
+  EXPECT_TRUE(same_bytes(back->v, bf.v));
+  EXPECT_EQ(floats(back->k), floats(f32.k));
   const auto payload = [](uintmax_t bytes) { return bytes - 72; };  // header: 72 bytes
   EXPECT_EQ(payload(std::filesystem::file_size(dir.path() / "b.kv")) * 2,
             payload(std::filesystem::file_size(dir.path() / "f.kv")));
 
-  // Values that are not bf16 round to nearest even.
-  FactKv odd = random_kv(2, DType::kBF16, false);
+  // An f32 pool's values that are not bf16 round to nearest even.
+  const FactKv odd = random_kv(2, DType::kBF16, false);
   write_kv_file(dir.path() / "o.kv", key(), odd);
   const auto r = read_kv_file(dir.path() / "o.kv", key());
   ASSERT_TRUE(r);
-  for (size_t i = 0; i < odd.k.size(); ++i) {
-    EXPECT_EQ(r->k[i], bf16_to_f32(f32_to_bf16(odd.k[i])));
-    EXPECT_NEAR(r->k[i], odd.k[i], std::abs(odd.k[i]) / 256);
+  EXPECT_EQ(r->k.dtype, DType::kF32);
+  const std::vector<float> got = floats(r->k), want = floats(odd.k);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i], bf16_to_f32(f32_to_bf16(want[i])));
+    EXPECT_NEAR(got[i], want[i], std::abs(want[i]) / 256);
   }
+}
+
+// KV whose dtype or shape is not the file's pool and key's is refused, not written.
+TEST(KvFile, WritingKvOfAnotherDtypeOrShapeIsAnError) {
+  TempDir dir;
+  FactKv kv = random_kv(3, DType::kF32, false);
+  kv.pool = DType::kBF16;  // says bf16, holds f32
+  EXPECT_THROW(write_kv_file(dir.path() / "a.kv", key(), kv), Error);
+  kv = random_kv(3, DType::kF32, false);
+  kv.num_tokens = 4;
+  EXPECT_THROW(write_kv_file(dir.path() / "a.kv", key(), kv), Error);
+  FactKv bf = as_bf16_pool(random_kv(3, DType::kF32, true));
+  bf.dtype = DType::kF16;  // a bf16 pool rounded to f16: not a pair this format makes
+  EXPECT_THROW(write_kv_file(dir.path() / "a.kv", key(), bf), Error);
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "a.kv"));
 }
 
 // An f32 pool's files are f16 (measured lossless against f32: docs/QUALITY.md), unless a value
@@ -96,17 +145,19 @@ TEST(KvFile, F32PoolsStoreF16WhenEveryValueFits) {
   ASSERT_TRUE(back);
   EXPECT_EQ(back->dtype, DType::kF16);
   EXPECT_EQ(back->pool, DType::kF32);
-  for (size_t i = 0; i < kv.k.size(); ++i) {
-    ASSERT_EQ(back->k[i], f16_to_f32(f32_to_f16(kv.k[i])));
-    ASSERT_EQ(back->v[i], f16_to_f32(f32_to_f16(kv.v[i])));
-    ASSERT_NEAR(back->k[i], kv.k[i], std::abs(kv.k[i]) / 2048 + 6e-8f);
+  EXPECT_EQ(back->k.dtype, DType::kF32) << "widened for the f32 pool";
+  const std::vector<float> bk = floats(back->k), bv = floats(back->v), k = floats(kv.k), v = floats(kv.v);
+  for (size_t i = 0; i < k.size(); ++i) {
+    ASSERT_EQ(bk[i], f16_to_f32(f32_to_f16(k[i])));
+    ASSERT_EQ(bv[i], f16_to_f32(f32_to_f16(v[i])));
+    ASSERT_NEAR(bk[i], k[i], std::abs(k[i]) / 2048 + 6e-8f);
   }
-  FactKv big = kv;
-  big.v[3] = 70000.0f;  // beyond f16's largest finite value: the file stays f32
+  FactKv big = random_kv(6, DType::kF32, false);
+  big.v.as<float>()[3] = 70000.0f;  // beyond f16's largest finite value: the file stays f32
   EXPECT_EQ(kv_file_dtype(DType::kF32, big), DType::kF32);
-  big.v[3] = -65504.0f;
+  big.v.as<float>()[3] = -65504.0f;
   EXPECT_EQ(kv_file_dtype(DType::kF32, big), DType::kF16);
-  big.k[0] = std::nanf("");
+  big.k.as<float>()[0] = std::nanf("");
   EXPECT_EQ(kv_file_dtype(DType::kF32, big), DType::kF32);
 }
 
@@ -114,7 +165,7 @@ TEST(KvFile, EveryMismatchOrDamageReadsAsNoFile) {
   TempDir dir;
   const auto p = dir.path() / "a.kv";
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
-    write_kv_file(p, key(), random_kv(5, dt, true));
+    write_kv_file(p, key(), dt == DType::kBF16 ? as_bf16_pool(random_kv(5, dt, true)) : random_kv(5, dt, true));
     ASSERT_TRUE(read_kv_file(p, key()));
     for (int field = 0; field < 7; ++field) {
       KvFileKey k = key();

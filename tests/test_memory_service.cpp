@@ -20,6 +20,7 @@
 #include "server/prompt_builder.h"
 #include "tensor/dtype.h"
 #include "test_fact_store_util.h"
+#include "kv_rows_test_util.h"
 
 using namespace inferscale;
 using inferscale::testing::expect_error;
@@ -115,7 +116,7 @@ FirstRun first_run(const std::filesystem::path& dir, const std::function<void(St
   add_alice(*s.store);
   FirstRun r;
   r.prompt = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
-  s.engine->backend().read_pool(r.prompt.injected->pool_slots, r.k, r.v);
+  test::read_pool_f32(s.engine->backend(), r.prompt.injected->pool_slots, r.k, r.v);
   s.service->release(r.prompt);
   if (then) then(s, r.prompt);
   return r;
@@ -383,7 +384,7 @@ TEST(MemoryService, TenantsWithTheSameFactIdsGetTheirOwnKv) {
     MemoryPrompt p = s.service->prepare(r, kAsk);
     EXPECT_EQ(p.facts.size(), 1u);
     ServedKv kv{p.encoded, p.loaded, {}, {}};
-    s.engine->backend().read_pool(p.injected->pool_slots, kv.k, kv.v);
+    test::read_pool_f32(s.engine->backend(), p.injected->pool_slots, kv.k, kv.v);
     s.service->release(p);
     return std::make_pair(p.facts.at(0), kv);
   };
@@ -442,7 +443,7 @@ TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
   EXPECT_EQ(p.encoded, 0);
   EXPECT_EQ(p.loaded, static_cast<int32_t>(p.facts.size()));
   std::vector<float> k1, v1;
-  s.engine->backend().read_pool(p.injected->pool_slots, k1, v1);
+  test::read_pool_f32(s.engine->backend(), p.injected->pool_slots, k1, v1);
   EXPECT_EQ(k1, as_stored(k0));  // the files are f16: exactly f16's rounding of what was encoded
   EXPECT_EQ(v1, as_stored(v0));
   for (const Fact& f : p.facts) {
@@ -474,7 +475,7 @@ TEST(MemoryService, CorruptKvFileIsDetectedAndRebuilt) {
   EXPECT_EQ(p.encoded, 1);
   EXPECT_EQ(p.loaded, static_cast<int32_t>(p.facts.size()) - 1);
   std::vector<float> k1, v1;
-  s.engine->backend().read_pool(p.injected->pool_slots, k1, v1);
+  test::read_pool_f32(s.engine->backend(), p.injected->pool_slots, k1, v1);
   // Rebuilt from the text: the same numbers (up to GEMM blocking: it was encoded in another
   // batch); the others loaded, rounded to f16.
   ASSERT_EQ(k0.size(), k1.size());
@@ -517,11 +518,11 @@ TEST(MemoryService, UpdatedFactIsReencodedAndWindowsKeyTheKv) {
   ASSERT_EQ(w0.facts.size(), 1u);
   EXPECT_EQ(w0.facts[0].id, ids[2]);
   std::vector<float> k0, v0, k2, v2;
-  s.engine->backend().read_pool(w0.injected->pool_slots, k0, v0);
+  test::read_pool_f32(s.engine->backend(), w0.injected->pool_slots, k0, v0);
   s.service->release(w0);
   MemoryPrompt w2 = s.service->prepare(cat(2), kAsk);
   EXPECT_EQ(w2.encoded, 1);  // another window is another KV
-  s.engine->backend().read_pool(w2.injected->pool_slots, k2, v2);
+  test::read_pool_f32(s.engine->backend(), w2.injected->pool_slots, k2, v2);
   EXPECT_NE(k0, k2);
   s.service->release(w2);
   s.store->update(kDefaultTenant, "alice", ids[2], FactUpdate{std::string("My cat Miso missed me so much"), {}});
@@ -548,7 +549,7 @@ ServedKv cat_kv(Stack& s) {
   EXPECT_EQ(p.facts.size(), 1u);
   EXPECT_NE(p.facts.at(0).text.find("cat Miso"), std::string::npos);
   ServedKv out{p.encoded, p.loaded, {}, {}};
-  s.engine->backend().read_pool(p.injected->pool_slots, out.k, out.v);
+  test::read_pool_f32(s.engine->backend(), p.injected->pool_slots, out.k, out.v);
   s.service->release(p);
   return out;
 }
@@ -720,8 +721,13 @@ TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
     const KvFileKey key = s.service->file_key(s.service->kv_key(f, 0));
     auto kv = read_kv_file(s.service->kv_path(f), key);
     ASSERT_TRUE(kv);
-    kv->pool = DType::kBF16;  // as a GPU would have written it
+    kv->pool = DType::kBF16;  // as a GPU would have written it: bf16 values from a bf16 pool
     kv->dtype = DType::kBF16;
+    for (HostTensor* t : {&kv->k, &kv->v}) {
+      HostTensor b = HostTensor::uninitialized(DType::kBF16, t->shape);
+      for (int64_t i = 0; i < t->numel(); ++i) b.as<uint16_t>()[i] = f32_to_bf16(t->as<float>()[i]);
+      *t = b;
+    }
     write_kv_file(s.service->kv_path(f), key, *kv);
   });
   const size_t placed = first.prompt.facts.size();
@@ -748,7 +754,7 @@ void prefill_kv(Stack& s, const MemoryPrompt& p, const std::vector<int32_t>& at,
   const int32_t bs = s.engine->backend().block_size();
   std::vector<int64_t> slots;
   for (int32_t i : at) slots.push_back(static_cast<int64_t>(r->block_table[static_cast<size_t>(i / bs)]) * bs + i % bs);
-  s.engine->backend().read_cache(slots, k, v);
+  test::read_cache_f32(s.engine->backend(), slots, k, v);
   s.engine->run_to_completion();
 }
 }  // namespace

@@ -18,6 +18,8 @@
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "tensor/dtype.h"
+#include "tensor/host_tensor.h"
+#include "util/check.h"
 
 namespace inferscale {
 
@@ -51,16 +53,27 @@ class Backend {
   // are exactly representable in it, so KV files store them in it without loss.
   virtual DType pool_dtype() const = 0;
 
-  // out: [R, vocab] logits or [R, hidden] hidden states, row-major float (forward_model() over the
-  // backend's ForwardOps).
-  virtual void forward(const ForwardBatch& batch, std::vector<float>& out) = 0;
+  // The output ForwardBatch::output asks for (the config's architecture over the backend's
+  // ForwardOps).
+  virtual void forward(const ForwardBatch& batch, ForwardOutput& out) = 0;
+  // kLogits / kHidden forwards: their values alone (kInternal for an ids output).
+  void forward(const ForwardBatch& batch, std::vector<float>& values) {
+    IS_CHECK(batch.output == ForwardBatch::Output::kLogits || batch.output == ForwardBatch::Output::kHidden,
+             "an argmax or sampling forward returns ids: call forward(batch, ForwardOutput&)");
+    ForwardOutput out;
+    out.values.swap(values);  // keeps the caller's capacity
+    forward(batch, out);
+    values.swap(out.values);
+  }
   virtual void inject(const InjectBatch& batch) = 0;
 
-  // Host copies of memory-pool slots (KV files, tests). k/v: [layers, N, num_kv_heads, head_dim] float.
-  virtual void read_pool(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) = 0;
-  virtual void write_pool(const std::vector<int64_t>& slots, const std::vector<float>& k, const std::vector<float>& v) = 0;
-  // Host copies of cache slots, same shapes (tests and debugging).
-  virtual void read_cache(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) = 0;
+  // Host copies of memory-pool slots (KV files, tests) in pool_dtype(), never converted:
+  // k, v: [layers, N, num_kv_heads * head_dim] (backend/kv_rows.h).
+  virtual void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) = 0;
+  // k, v as read_pool gives them (their dtype must be pool_dtype()).
+  virtual void write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) = 0;
+  // Host copies of cache slots, same shapes and dtype (tests and debugging).
+  virtual void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) = 0;
 };
 
 // The CPU reference backend (fp32 compute, all cores, OpenBLAS GEMM). Keeps `weights` alive.

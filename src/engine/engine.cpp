@@ -213,8 +213,9 @@ std::vector<RequestOutput> Engine::step() {
     if (!all_greedy)
       for (const Row& w : rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
   }
-  std::vector<float> logits;
-  backend_->forward(fb, logits);
+  ForwardOutput fo;
+  backend_->forward(fb, fo);
+  const std::vector<float>& logits = fo.values;
   scheduler_.finish_step(plan);
   ++stats_.steps;
   stats_.tokens_computed += plan.num_tokens;
@@ -248,7 +249,8 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (error) std::rethrow_exception(error);
   } else {
-    for (size_t i = 0; i < R; ++i) sampled[i] = static_cast<int32_t>(logits[i]);
+    IS_CHECK(fo.ids.size() == R, "the backend returned {} ids for {} rows", fo.ids.size(), R);
+    sampled = std::move(fo.ids);
   }
 
   // 4. Store prompt logprobs, stream, finish.

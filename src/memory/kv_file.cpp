@@ -34,20 +34,42 @@ struct Header {
 };
 #pragma pack(pop)
 
+// One tensor of the payload: `pool`-dtype values into `file` dtype at dst (same: copied; an f32
+// pool's values rounded to nearest even).
+void encode_values(const HostTensor& t, DType file, char* dst) {
+  const size_t n = static_cast<size_t>(t.numel());
+  if (t.dtype == file) {
+    std::memcpy(dst, t.data, n * dtype_size(file));
+    return;
+  }
+  IS_CHECK(t.dtype == DType::kF32 && (file == DType::kF16 || file == DType::kBF16), "KV files store a {} pool as {}? no",
+           dtype_name(t.dtype), dtype_name(file));
+  const auto half = file == DType::kBF16 ? f32_to_bf16 : f32_to_f16;
+  const float* x = t.as<float>();
+  auto* h = reinterpret_cast<uint16_t*>(dst);
+  for (size_t i = 0; i < n; ++i) h[i] = half(x[i]);
+}
+
 // The payload as stored: K then V in `dtype`.
 std::vector<char> encode_payload(const FactKv& kv) {
-  const size_t n = kv.k.size() + kv.v.size();
-  std::vector<char> out(n * dtype_size(kv.dtype));
-  if (kv.dtype == DType::kF32) {
-    std::memcpy(out.data(), kv.k.data(), kv.k.size() * 4);
-    std::memcpy(out.data() + kv.k.size() * 4, kv.v.data(), kv.v.size() * 4);
-    return out;
-  }
-  auto* h = reinterpret_cast<uint16_t*>(out.data());
-  const auto half = kv.dtype == DType::kBF16 ? f32_to_bf16 : f32_to_f16;
-  for (float x : kv.k) *h++ = half(x);
-  for (float x : kv.v) *h++ = half(x);
+  const size_t n = static_cast<size_t>(kv.k.numel()), bytes = n * dtype_size(kv.dtype);
+  std::vector<char> out(2 * bytes);
+  encode_values(kv.k, kv.dtype, out.data());
+  encode_values(kv.v, kv.dtype, out.data() + bytes);
   return out;
+}
+
+// n values of the file's dtype as a tensor of the pool's; false when the file's pair is not one
+// write_kv_file makes (a bf16 pool stores bf16; an f32 pool f32, f16 or bf16).
+bool decode_values(const char* src, DType file, DType pool, HostTensor& t) {
+  const size_t n = static_cast<size_t>(t.numel());
+  if (file == pool) {
+    std::memcpy(t.data, src, n * dtype_size(file));
+    return true;
+  }
+  if (pool != DType::kF32) return false;
+  convert_to_f32(file, src, t.as<float>(), n);
+  return true;
 }
 
 bool stored_dtype(uint32_t d) {
@@ -61,16 +83,20 @@ constexpr float kF16Max = 65504.0f;
 
 DType kv_file_dtype(DType pool, const FactKv& kv) {
   if (pool == DType::kBF16) return DType::kBF16;
-  auto fits = [](const std::vector<float>& x) {
+  IS_CHECK(kv.k.dtype == DType::kF32 && kv.v.dtype == DType::kF32, "an f32 pool's KV is f32");
+  auto fits = [](const HostTensor& t) {
     // Below f16's rounding overflow point (65520 rounds to infinity); NaN fails both tests.
-    return std::all_of(x.begin(), x.end(), [](float v) { return std::fabs(v) <= kF16Max; });
+    const float* x = t.as<float>();
+    return std::all_of(x, x + t.numel(), [](float v) { return std::fabs(v) <= kF16Max; });
   };
   return fits(kv.k) && fits(kv.v) ? DType::kF16 : DType::kF32;
 }
 
 void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, const FactKv& kv) {
-  const size_t n = static_cast<size_t>(key.num_layers) * kv.num_tokens * key.kv_size;
-  IS_CHECK(kv.k.size() == n && kv.v.size() == n, "KV of {} floats for a {}-float file", kv.k.size(), n);
+  const std::vector<int64_t> shape{key.num_layers, kv.num_tokens, key.kv_size};
+  IS_CHECK(kv.k.shape == shape && kv.v.shape == shape && kv.k.dtype == kv.pool && kv.v.dtype == kv.pool,
+           "KV {} {} for a {} file of {} tokens", dtype_name(kv.k.dtype), kv.k.shape_str(), dtype_name(kv.pool),
+           kv.num_tokens);
   IS_CHECK(stored_dtype(static_cast<uint32_t>(kv.dtype)) && stored_dtype(static_cast<uint32_t>(kv.pool)),
            "KV files hold f32, f16 or bf16, not {} (pool {})", dtype_name(kv.dtype), dtype_name(kv.pool));
   const std::vector<char> payload = encode_payload(kv);
@@ -119,10 +145,12 @@ std::optional<FactKv> read_kv_file(const std::filesystem::path& path, const KvFi
   if (!f.read(payload.data(), static_cast<std::streamsize>(payload.size()))) return std::nullopt;
   if (f.peek() != std::char_traits<char>::eof()) return std::nullopt;  // trailing bytes: not our file
   if (XXH3_64bits(payload.data(), payload.size()) != h.checksum) return std::nullopt;
-  kv.k.resize(n);
-  kv.v.resize(n);
-  convert_to_f32(kv.dtype, payload.data(), kv.k.data(), n);
-  convert_to_f32(kv.dtype, payload.data() + n * dtype_size(kv.dtype), kv.v.data(), n);
+  const std::vector<int64_t> shape{h.num_layers, h.num_tokens, h.kv_size};
+  kv.k = HostTensor::uninitialized(kv.pool, shape);
+  kv.v = HostTensor::uninitialized(kv.pool, shape);
+  if (!decode_values(payload.data(), kv.dtype, kv.pool, kv.k) ||
+      !decode_values(payload.data() + n * dtype_size(kv.dtype), kv.dtype, kv.pool, kv.v))
+    return std::nullopt;
   return kv;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "tensor/host_tensor.h"
 
 namespace inferscale {
 
@@ -37,17 +38,19 @@ struct KvFileKey {
 
 struct FactKv {
   int32_t num_tokens = 0;
-  std::vector<float> k;  // [num_layers, num_tokens, kv_size]
-  std::vector<float> v;
+  HostTensor k;  // [num_layers, num_tokens, kv_size] in `pool` (what Backend::read_pool gives)
+  HostTensor v;
   DType dtype = DType::kF32;  // how the file stores them: kF32, kF16 or kBF16 (rounded to nearest even)
-  DType pool = DType::kF32;   // the dtype of the pool that computed them
+  DType pool = DType::kF32;   // the dtype of the pool that computed them (kF32 or kBF16)
 };
 
 // How a file stores the KV of a pool of `pool` dtype: bf16 from a bf16 pool; f16 from an f32 pool
 // when every value is finite and within f16's range, else f32 (nothing is ever clipped).
 DType kv_file_dtype(DType pool, const FactKv& kv);
 
+// Stores kv.k / kv.v (in kv.pool) as kv.dtype: copied when the same, rounded from an f32 pool.
 void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, const FactKv& kv);
+// k / v come back in the file's pool dtype (an f32 pool's f16 file widened), ready for write_pool.
 std::optional<FactKv> read_kv_file(const std::filesystem::path& path, const KvFileKey& key);
 
 }  // namespace inferscale

@@ -24,7 +24,7 @@ class Architecture {
   // Benchmarks: seeded random weights made by the backend (matrices normal(0, 0.02), norms 1, biases 0).
   virtual void load_random(ForwardOps& ops, uint64_t seed) = 0;
   // out: Backend::forward's contract (backend.h).
-  virtual void forward(ForwardOps& ops, const ForwardBatch& b, std::vector<float>& out) = 0;
+  virtual void forward(ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) = 0;
   // Whether a forward attends causally (decoders) or to whole sequences (encoders).
   virtual AttnMask mask() const = 0;
 };

@@ -89,7 +89,7 @@ class Bert final : public Architecture {
     }
   }
 
-  void forward(ForwardOps& ops, const ForwardBatch& b, std::vector<float>& out) override {
+  void forward(ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) override {
     IS_REQUIRE(b.output == ForwardBatch::Output::kHidden, kUnsupported,
                "a BERT encoder yields hidden states, not logits (it has no LM head)");
     IS_REQUIRE(b.capture_tokens.empty(), kUnsupported, "a BERT encoder keeps no KV for memory facts");
@@ -99,7 +99,8 @@ class Bert final : public Architecture {
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
     const float eps = static_cast<float>(cfg_.layer_norm_eps);
     if (T == 0) {
-      out.clear();
+      out.values.clear();
+      out.ids.clear();
       return;
     }
     Act x = ops.act(kX, T, H, ActType::kF32);                // [T, H] hidden states

@@ -34,10 +34,10 @@ struct ForwardBatch {
 
   // Which tokens produce output rows, in order.
   std::vector<int32_t> output_tokens;  // [R] indices into token_ids
-  // kLogits: out [R, vocab]. kHidden: out [R, hidden], final-normed hidden states. kArgmax: out [R],
-  // each row's greedy token (its id as a float, exact below 2^24): the largest logit among ids
+  // kLogits: ForwardOutput::values [R, vocab]. kHidden: values [R, hidden], final-normed hidden
+  // states. kArgmax: ForwardOutput::ids [R], each row's greedy token: the largest logit among ids
   // [0, argmax_vocab), the lowest id on ties, as sample_token's greedy; only R ids leave the device.
-  // kSample: out [R], each row's token drawn by sample_row (model/sampling.h) with sampling[r]
+  // kSample: ids [R], each row's token drawn by sample_row (model/sampling.h) with sampling[r]
   // over the same ids; greedy rows take the argmax. Only R ids and R draws cross PCIe.
   enum class Output { kLogits, kHidden, kArgmax, kSample } output = Output::kLogits;
   int32_t argmax_vocab = 0;  // kArgmax, kSample: 0 = the whole vocabulary
@@ -56,6 +56,13 @@ struct ForwardBatch {
 // kArgmax: how many leading ids compete (argmax_vocab, the whole vocabulary when 0); kInternal
 // when argmax_vocab is outside [0, vocab].
 int64_t argmax_span(const ForwardBatch& b, int64_t vocab);
+
+// What a forward returns (ForwardBatch::output says which): values (kLogits, kHidden), row-major
+// f32, or token ids (kArgmax, kSample) as int32; the other one is empty.
+struct ForwardOutput {
+  std::vector<float> values;  // [R, vocab] or [R, hidden]
+  std::vector<int32_t> ids;   // [R]
+};
 
 // validate(), plus what every backend checks before it runs a forward: capture slots inside its
 // memory pool of `num_pool_slots` (kInternal) and token ids inside the vocabulary (kInvalidInput).

@@ -97,8 +97,9 @@ class ForwardOps {
   virtual void argmax(Act logits, int64_t n, Act ids) = 0;
   // ids[r] = sample_row(logits[r, 0 .. n), batch.sampling[r]) (model/sampling.h).
   virtual void sample(Act logits, int64_t n, Act ids) = 0;
-  // The forward's result to the host: `result`'s values, or (ids) its int32 ids as floats.
-  virtual void finish(Act result, bool ids, std::vector<float>& out) = 0;
+  // The forward's result to the host: `result`'s values into out.values, or (ids) its int32 ids
+  // into out.ids; the other is cleared.
+  virtual void finish(Act result, bool ids, ForwardOutput& out) = 0;
 };
 
 }  // namespace inferscale

@@ -85,7 +85,7 @@ class Llama final : public Architecture {
     }
   }
 
-  void forward(ForwardOps& ops, const ForwardBatch& b, std::vector<float>& out) override {
+  void forward(ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) override {
     const bool hidden_out = b.output == ForwardBatch::Output::kHidden;
     IS_REQUIRE(hidden_out || b.output_tokens.empty() || !lm_head_.empty(), kUnsupported,
                "this model has no LM head (an embedding backbone): it yields hidden states, not logits");
@@ -95,7 +95,8 @@ class Llama final : public Architecture {
     const int64_t QS = cfg_.q_size(), QKV = QS + 2 * cfg_.kv_size();
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
     if (T == 0) {
-      out.clear();
+      out.values.clear();
+      out.ids.clear();
       return;
     }
     Act x = ops.act(kX, T, H, ActType::kF32);               // [T, H] residual stream

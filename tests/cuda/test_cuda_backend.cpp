@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "model/weights.h"
+#include "../kv_rows_test_util.h"
 
 namespace inferscale {
 namespace {
@@ -186,8 +187,9 @@ TEST(CudaBackend, ForwardPrefillDecodeChunkedMatchesCpu) {
       // The same forward asking for argmax ids only: exactly the argmax of the GPU's own logits.
       ForwardBatch ab = fb;
       ab.output = ForwardBatch::Output::kArgmax;
-      std::vector<float> ids;
-      p.gpu->forward(ab, ids);
+      ForwardOutput fo;
+      const std::vector<int32_t>& ids = fo.ids;
+      p.gpu->forward(ab, fo);
       ASSERT_EQ(ids.size(), fb.output_tokens.size());
       for (size_t r = 0; r < ids.size(); ++r)
         EXPECT_EQ(static_cast<int32_t>(ids[r]), argmax(&lg[r * V], V)) << what << " row " << r;
@@ -198,7 +200,7 @@ TEST(CudaBackend, ForwardPrefillDecodeChunkedMatchesCpu) {
       for (size_t r = 0; r < fb.output_tokens.size(); ++r)
         sb.sampling.push_back({r % 3 == 0 ? 0.0f : 0.8f, static_cast<int32_t>(r % 4) * 5, r % 2 ? 0.9f : 1.0f,
                                std::uniform_real_distribution<float>(0.0f, 0.999f)(rng)});
-      p.gpu->forward(sb, ids);
+      p.gpu->forward(sb, fo);
       ASSERT_EQ(ids.size(), fb.output_tokens.size());
       std::vector<int32_t> want(ids.size());
       cpu::sample_rows(lg.data(), static_cast<int64_t>(ids.size()), V, V, sb.sampling.data(), want.data());
@@ -260,8 +262,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
     b.add(enc, fact, true, -1, pool_slots);
     p.cpu->forward(b.fb, lc);
     p.gpu->forward(b.fb, lg);
-    p.cpu->read_pool(pool_slots, kc, vc);
-    p.gpu->read_pool(pool_slots, kg, vg);
+    test::read_pool_f32(*p.cpu, pool_slots, kc, vc);
+    test::read_pool_f32(*p.gpu, pool_slots, kg, vg);
     test::record(tag + "/pool_k", test::compare(kg, kc), 1e-2);
     test::record(tag + "/pool_v", test::compare(vg, vc), 1e-2);
 
@@ -283,8 +285,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
     req.len = p0 + static_cast<int32_t>(fact.size());
     p.cpu->inject(inj);
     p.gpu->inject(inj);
-    p.cpu->read_cache(inj.dst_slots, kc, vc);
-    p.gpu->read_cache(inj.dst_slots, kg, vg);
+    test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
+    test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
     test::record(tag + "/cache_k@100", test::compare(kg, kc), 1e-2);
     test::record(tag + "/cache_v@100", test::compare(vg, vc), 1e-2);
     Builder qb(bs, &next_block);
@@ -306,8 +308,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
         const bool gpu = be != p.cpu.get();
         be->forward(ab.fb, gpu ? lg : lc);
         std::vector<float> ki, vi, ke, ve;
-        be->read_cache(inj.dst_slots, ki, vi);
-        be->read_cache(at_p0, ke, ve);
+        test::read_cache_f32(*be, inj.dst_slots, ki, vi);
+        test::read_cache_f32(*be, at_p0, ke, ve);
         // CPU: f32, only summation order differs; GPU: bf16 activations on two paths.
         test::record(tag + (gpu ? "/gpu" : "/cpu") + "_chunked_rope_k", test::compare(ki, ke), gpu ? 2e-2 : 1e-4);
         test::record(tag + (gpu ? "/gpu" : "/cpu") + "_chunked_rope_v", test::compare(vi, ve), gpu ? 2e-2 : 1e-4);
@@ -325,8 +327,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
       }
       p.cpu->inject(f);
       p.gpu->inject(f);
-      p.cpu->read_cache(f.dst_slots, kc, vc);
-      p.gpu->read_cache(f.dst_slots, kg, vg);
+      test::read_cache_f32(*p.cpu, f.dst_slots, kc, vc);
+      test::read_cache_f32(*p.gpu, f.dst_slots, kg, vg);
       test::record(tag + "/cache_k@" + std::to_string(far), test::compare(kg, kc), 1e-2);
     }
 
@@ -356,8 +358,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
     for (Backend* be : {p.cpu.get(), static_cast<Backend*>(p.gpu.get())}) {
       be->forward(one, lc);
       be->inject(same);
-      be->read_cache(prefilled, kc, vc);
-      be->read_cache(same.dst_slots, kg, vg);
+      test::read_cache_f32(*be, prefilled, kc, vc);
+      test::read_cache_f32(*be, same.dst_slots, kg, vg);
       const bool gpu = be != p.cpu.get();
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_k", test::compare(kg, kc), gpu ? 4e-3 : 1e-6);
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_v", test::compare(vg, vc), gpu ? 0.0 : 1e-7);
@@ -368,8 +370,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
 // Runs `fb` three times through the graph path: a warm-up (or replay), a capture (or replay), a
 // replay; all three give the same numbers (returned in g1). A step rerun is idempotent: it
 // rewrites its own K/V.
-GraphStats run_graphed(CudaBackend& be, const ForwardBatch& fb, std::vector<float>& g1, const std::string& what) {
-  std::vector<float> g2, g3;
+GraphStats run_graphed(CudaBackend& be, const ForwardBatch& fb, ForwardOutput& g1, const std::string& what) {
+  ForwardOutput g2, g3;
   be.set_cuda_graphs(true);
   const GraphStats before = be.graph_stats();
   be.forward(fb, g1);
@@ -377,9 +379,10 @@ GraphStats run_graphed(CudaBackend& be, const ForwardBatch& fb, std::vector<floa
   be.forward(fb, g3);
   const GraphStats after = be.graph_stats();
   EXPECT_GE(after.replays - before.replays, 2) << what << ": the second run captures and launches, the third replays";
-  for (const std::vector<float>* g : {&g2, &g3}) {
-    const test::Err e = test::compare(*g, g1);
+  for (const ForwardOutput* g : {&g2, &g3}) {
+    const test::Err e = test::compare(g->values, g1.values);
     EXPECT_LE(e.max_abs, 1e-6 * std::max(1.0, e.max_ref)) << what;
+    EXPECT_EQ(g->ids, g1.ids) << what;
   }
   return after;
 }
@@ -389,20 +392,21 @@ GraphStats run_graphed(CudaBackend& be, const ForwardBatch& fb, std::vector<floa
 void check_graphed_ids(CudaBackend& be, const ForwardBatch& fb, const std::vector<float>& logits, int64_t V,
                        const std::vector<RowSampling>& sampling, const std::string& what) {
   const size_t n = fb.output_tokens.size();
-  std::vector<float> ids;
+  ForwardOutput out;
+  const std::vector<int32_t>& ids = out.ids;
   ForwardBatch ab = fb;
   ab.output = ForwardBatch::Output::kArgmax;
-  run_graphed(be, ab, ids, what + "/argmax");
+  run_graphed(be, ab, out, what + "/argmax");
   ASSERT_EQ(ids.size(), n);
-  for (size_t r = 0; r < n; ++r) EXPECT_EQ(static_cast<int32_t>(ids[r]), argmax(&logits[r * V], V)) << what << " row " << r;
+  for (size_t r = 0; r < n; ++r) EXPECT_EQ(ids[r], argmax(&logits[r * V], V)) << what << " row " << r;
   ForwardBatch sb = fb;
   sb.output = ForwardBatch::Output::kSample;
   sb.sampling = sampling;
-  run_graphed(be, sb, ids, what + "/sample");
+  run_graphed(be, sb, out, what + "/sample");
   std::vector<int32_t> want(n);
   cpu::sample_rows(logits.data(), static_cast<int64_t>(n), V, V, sampling.data(), want.data());
   ASSERT_EQ(ids.size(), n);
-  for (size_t r = 0; r < n; ++r) EXPECT_EQ(static_cast<int32_t>(ids[r]), want[r]) << what << " sampled row " << r;
+  for (size_t r = 0; r < n; ++r) EXPECT_EQ(ids[r], want[r]) << what << " sampled row " << r;
 }
 
 // CUDA graphs (graph_batch.h): a decode step replayed from its bucket's graph equals the same step
@@ -420,7 +424,8 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     Builder pre(v.block_size, &next_block);
     for (size_t s = 0; s < seqs.size(); ++s)
       pre.add(seqs[s], random_tokens(1 + (s * 37) % 300, 70 + s, static_cast<int32_t>(V)));
-    std::vector<float> eager, g1;
+    std::vector<float> eager;
+    ForwardOutput g1;
     p.gpu->forward(pre.fb, eager);  // several sequences' prompts: eager whatever the setting
     std::vector<ForwardBatch> steps;
     for (const DecodeAttention kind : {DecodeAttention::kTensorCore, DecodeAttention::kSimt}) {
@@ -434,12 +439,12 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
         p.gpu->set_cuda_graphs(false);
         p.gpu->forward(d.fb, eager);
         run_graphed(*p.gpu, d.fb, g1, what + "/logits");
-        test::record(what + "/logits", test::compare(g1, eager), 5e-3);
+        test::record(what + "/logits", test::compare(g1.values, eager), 5e-3);
         std::vector<RowSampling> sampling;
         for (size_t r = 0; r < n; ++r)
           sampling.push_back({r % 3 == 0 ? 0.0f : 0.8f, static_cast<int32_t>(r % 4) * 5, r % 2 ? 0.9f : 1.0f,
                               static_cast<float>((r * 0.37 + n * 0.11) - std::floor(r * 0.37 + n * 0.11))});
-        check_graphed_ids(*p.gpu, d.fb, std::vector<float>(g1), V, sampling, what);
+        check_graphed_ids(*p.gpu, d.fb, std::vector<float>(g1.values), V, sampling, what);
       }
     }
     // The first step again (its positions are older; nothing it reads changed): bucket 24 grew the
@@ -451,7 +456,7 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     const GraphStats after = run_graphed(*p.gpu, steps.front(), g1, tag + "/regrown");
     EXPECT_EQ(after.eager_warmups - before.eager_warmups, 1) << "a moved workspace is warmed up again";
     EXPECT_EQ(after.captures - before.captures, 1);
-    test::record(tag + "/regrown", test::compare(g1, eager), 5e-3);
+    test::record(tag + "/regrown", test::compare(g1.values, eager), 5e-3);
     test::note(tag + "/stats", std::to_string(after.eager_warmups) + " warm-ups, " + std::to_string(after.captures) +
                                    " captures, " + std::to_string(after.replays) + " replays");
   }
@@ -468,7 +473,8 @@ TEST(CudaBackend, PrefillGraphReplayEqualsEager) {
     const std::string tag = std::string("graph_prefill/") + v.name;
     int32_t next_block = 0;
     Seq seq;
-    std::vector<float> eager, g1, cpu;
+    std::vector<float> eager, cpu;
+    ForwardOutput g1;
     Builder prefix(v.block_size, &next_block);  // 300 tokens: past the buckets, eager
     prefix.add(seq, random_tokens(300, 399, static_cast<int32_t>(V)));
     p.cpu->forward(prefix.fb, cpu);
@@ -481,9 +487,9 @@ TEST(CudaBackend, PrefillGraphReplayEqualsEager) {
       p.gpu->forward(b.fb, eager);
       p.cpu->forward(b.fb, cpu);
       run_graphed(*p.gpu, b.fb, g1, what);
-      test::record(what + "/vs_eager", test::compare(g1, eager), 5e-3);
-      test::record(what + "/vs_cpu", test::compare(g1, cpu), 2e-2);
-      check_graphed_ids(*p.gpu, b.fb, g1, V, {{0.8f, 7, 0.9f, 0.375f}}, what);
+      test::record(what + "/vs_eager", test::compare(g1.values, eager), 5e-3);
+      test::record(what + "/vs_cpu", test::compare(g1.values, cpu), 2e-2);
+      check_graphed_ids(*p.gpu, b.fb, std::vector<float>(g1.values), V, {{0.8f, 7, 0.9f, 0.375f}}, what);
     }
     const GraphStats st = p.gpu->graph_stats();
     EXPECT_GE(st.captures, 3) << "buckets 16, 32, 48, 128 and 256 were captured";

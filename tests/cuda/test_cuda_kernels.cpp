@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/cpu_twins.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/rope_table.h"
 #include "../sampling_test_util.h"
 #include "cuda_test_util.h"
@@ -348,6 +349,49 @@ void expect_ids(const std::string& what, const std::vector<int32_t>& got, const 
   int equal = 0;
   for (size_t i = 0; i < ref.size() && i < got.size(); ++i) equal += got[i] == ref[i];
   test::note(what, std::to_string(equal) + "/" + std::to_string(ref.size()) + " ids equal");
+}
+
+// The skinny-M linear layer (cuda::gemv) against the same product in double from the same bf16
+// operands: f32 out with and without accumulation, bf16 out; odd N, K down to one 16-byte chunk
+// and long rows past the unrolled loop; M 1..4. Through Gemm (the forward's entry) too.
+TEST(CudaKernels, GemvMatchesReference) {
+  REQUIRE_GPU();
+  struct Shape {
+    int64_t N, K;
+  };
+  const Shape shapes[] = {{1, 8}, {37, 136}, {1000, 4096}, {4099, 1032}, {129, 14336}};
+  Gemm via_gemm;
+  via_gemm.set_gemv_max_rows(cuda::kGemvMaxRows);
+  for (const Shape& sh : shapes) {
+    for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
+      const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 300 + M));
+      const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(sh.N * sh.K), 400 + sh.N, 0.05f));
+      const std::vector<float> y0 = randn(static_cast<size_t>(M * sh.N), 500);
+      std::vector<float> ref(static_cast<size_t>(M * sh.N));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < sh.N; ++n) {
+          double acc = 0;
+          for (int64_t k = 0; k < sh.K; ++k)
+            acc += static_cast<double>(xh[static_cast<size_t>(m * sh.K + k)]) * wh[static_cast<size_t>(n * sh.K + k)];
+          ref[static_cast<size_t>(m * sh.N + n)] = static_cast<float>(acc);
+        }
+      DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
+      const std::string tag = "gemv/M" + std::to_string(M) + "_N" + std::to_string(sh.N) + "_K" + std::to_string(sh.K);
+      for (int variant = 0; variant < 3; ++variant) {  // f32, f32 += , bf16
+        const bool acc = variant == 1, f32 = variant < 2;
+        DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * sh.N) * 4);
+        cuda::gemv(x.as<bf16>(), w.as<bf16>(), y.data(), f32, acc, M, sh.N, sh.K, nullptr);
+        std::vector<float> want = ref;
+        if (acc)
+          for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+        const std::vector<float> got = f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
+        record(tag + (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16"), compare(got, want), f32 ? 1e-5 : 4e-3);
+      }
+      DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.N) * 4);  // Gemm::run's path for M <= its gemv rows
+      via_gemm.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, sh.N, sh.K, false, nullptr);
+      record(tag + "/via_gemm", compare(download<float>(y, ref.size()), ref), 1e-5);
+    }
+  }
 }
 
 TEST(CudaKernels, ArgmaxRows) {

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/kv_rows.h"
 #include "backend/cpu/cpu_forward_ops.h"
 #include "backend/cpu/cpu_ops.h"
 #include "model/architecture.h"
@@ -49,7 +50,7 @@ class CpuBackend final : public Backend {
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
   DType pool_dtype() const override { return DType::kF32; }
 
-  void forward(const ForwardBatch& b, std::vector<float>& out) override { arch_->forward(*ops_, b, out); }
+  void forward(const ForwardBatch& b, ForwardOutput& out) override { arch_->forward(*ops_, b, out); }
 
   void inject(const InjectBatch& b) override {
     const size_t N = b.src_slots.size();
@@ -76,23 +77,23 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void read_pool(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) override {
+  void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
     copy_out(kv_.k_pool, kv_.v_pool, slots, k, v);
   }
 
-  void write_pool(const std::vector<int64_t>& slots, const std::vector<float>& k, const std::vector<float>& v) override {
+  void write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
-    const int64_t KS = cfg_.kv_size();
-    const int64_t n = static_cast<int64_t>(slots.size());
-    IS_CHECK(k.size() == static_cast<size_t>(cfg_.num_layers * n * KS) && v.size() == k.size(), "write_pool sizes");
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      cpu::scatter_rows(k.data() + l * n * KS, slots.data(), kv_.k_pool[static_cast<size_t>(l)].as<float>(), n, KS);
-      cpu::scatter_rows(v.data() + l * n * KS, slots.data(), kv_.v_pool[static_cast<size_t>(l)].as<float>(), n, KS);
+    const int64_t KS = cfg_.kv_size(), n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
+    check_kv_rows(k, DType::kF32, L, n, KS, "write_pool K");
+    check_kv_rows(v, DType::kF32, L, n, KS, "write_pool V");
+    for (int64_t l = 0; l < L; ++l) {
+      cpu::scatter_rows(k.as<float>() + l * n * KS, slots.data(), kv_.k_pool[static_cast<size_t>(l)].as<float>(), n, KS);
+      cpu::scatter_rows(v.as<float>() + l * n * KS, slots.data(), kv_.v_pool[static_cast<size_t>(l)].as<float>(), n, KS);
     }
   }
 
-  void read_cache(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) override {
+  void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_blocks_, "cache");
     copy_out(kv_.k_cache, kv_.v_cache, slots, k, v);
   }
@@ -102,14 +103,13 @@ class CpuBackend final : public Backend {
     for (int64_t s : slots) IS_CHECK(s >= 0 && s < blocks * block_size_, "{} slot {} out of range", what, s);
   }
   void copy_out(const std::vector<HostTensor>& ks, const std::vector<HostTensor>& vs, const std::vector<int64_t>& slots,
-                std::vector<float>& k, std::vector<float>& v) const {
-    const int64_t KS = cfg_.kv_size();
-    const int64_t n = static_cast<int64_t>(slots.size());
-    k.assign(static_cast<size_t>(cfg_.num_layers * n * KS), 0.0f);
-    v.assign(k.size(), 0.0f);
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      cpu::gather_rows(ks[static_cast<size_t>(l)].as<float>(), slots.data(), k.data() + l * n * KS, n, KS);
-      cpu::gather_rows(vs[static_cast<size_t>(l)].as<float>(), slots.data(), v.data() + l * n * KS, n, KS);
+                HostTensor& k, HostTensor& v) const {
+    const int64_t KS = cfg_.kv_size(), n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
+    k = make_kv_rows(DType::kF32, L, n, KS);
+    v = make_kv_rows(DType::kF32, L, n, KS);
+    for (int64_t l = 0; l < L; ++l) {
+      cpu::gather_rows(ks[static_cast<size_t>(l)].as<float>(), slots.data(), k.as<float>() + l * n * KS, n, KS);
+      cpu::gather_rows(vs[static_cast<size_t>(l)].as<float>(), slots.data(), v.as<float>() + l * n * KS, n, KS);
     }
   }
 

@@ -240,14 +240,16 @@ void CpuForwardOps::sample(Act logits, int64_t n, Act ids) {
   cpu::sample_rows(f(logits), logits.rows, logits.cols, n, batch_->sampling.data(), static_cast<int32_t*>(ids.data));
 }
 
-void CpuForwardOps::finish(Act result, bool ids, std::vector<float>& out) {
+void CpuForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
   const size_t n = static_cast<size_t>(result.rows * result.cols);
   if (ids) {
     const auto* p = static_cast<const int32_t*>(result.data);
-    out.assign(p, p + n);
+    out.ids.assign(p, p + n);
+    out.values.clear();
     return;
   }
-  out.assign(f(result), f(result) + n);
+  out.values.assign(f(result), f(result) + n);
+  out.ids.clear();
 }
 
 }  // namespace inferscale

@@ -44,7 +44,7 @@ class CpuForwardOps final : public ForwardOps {
   void gather_output_rows(Act x, Act rows) override;
   void argmax(Act logits, int64_t n, Act ids) override;
   void sample(Act logits, int64_t n, Act ids) override;
-  void finish(Act result, bool ids, std::vector<float>& out) override;
+  void finish(Act result, bool ids, ForwardOutput& out) override;
 
   const Rope& rope() const { return rope_; }
   ThreadPool& threads() { return threads_; }

@@ -17,6 +17,7 @@
 #include "backend/cuda/graph_batch.h"
 #include "backend/cuda/meta_upload.h"
 #include "backend/cuda/rope_table.h"
+#include "backend/kv_rows.h"
 #include "model/architecture.h"
 #include "model/weights.h"
 #include "tensor/dtype.h"
@@ -111,17 +112,17 @@ class CudaBackendImpl final : public CudaBackend {
     return static_cast<int64_t>(k_cache_.bytes() + v_cache_.bytes() + k_pool_.bytes() + v_pool_.bytes());
   }
 
-  void forward(const ForwardBatch& b, std::vector<float>& out) override;
+  void forward(const ForwardBatch& b, ForwardOutput& out) override;
   void inject(const InjectBatch& b) override;
-  void read_pool(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) override {
+  void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
     read_rows(k_pool_, v_pool_, pool_layer_stride_, slots, k, v);
   }
-  void read_cache(const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) override {
+  void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_blocks_, "cache");
     read_rows(k_cache_, v_cache_, cache_layer_stride_, slots, k, v);
   }
-  void write_pool(const std::vector<int64_t>& slots, const std::vector<float>& k, const std::vector<float>& v) override;
+  void write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) override;
 
  private:
   void check_slots(const std::vector<int64_t>& slots, int64_t blocks, const char* what) const {
@@ -136,7 +137,7 @@ class CudaBackendImpl final : public CudaBackend {
     return meta_.dev<int64_t>(o);
   }
   void read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride, const std::vector<int64_t>& slots,
-                 std::vector<float>& k, std::vector<float>& v);
+                 HostTensor& k, HostTensor& v);
   bf16* kc(int64_t l) const { return k_cache_.as<bf16>() + l * cache_layer_stride_; }
   bf16* vc(int64_t l) const { return v_cache_.as<bf16>() + l * cache_layer_stride_; }
   bf16* kp(int64_t l) const { return num_pool_blocks_ > 0 ? k_pool_.as<bf16>() + l * pool_layer_stride_ : nullptr; }
@@ -208,7 +209,7 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
   last_was_inject_ = true;
 }
 
-void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
+void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
   last_was_inject_ = false;  // last_gpu_ms() becomes this forward's
   const GraphShape shape = graphs_ ? graph_shape(b) : GraphShape{};
   if (shape.kind == GraphShape::Kind::kNone) {
@@ -231,43 +232,39 @@ void CudaBackendImpl::forward(const ForwardBatch& b, std::vector<float>& out) {
   }
 }
 
+// bf16 rows both ways: gathered / scattered on the device through the staging buffer io_, copied
+// as they are (the pool's dtype).
 void CudaBackendImpl::read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride,
-                                const std::vector<int64_t>& slots, std::vector<float>& k, std::vector<float>& v) {
+                                const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) {
   const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
   const size_t elems = static_cast<size_t>(L * n * row_);
-  k.assign(elems, 0.0f);
-  v.assign(elems, 0.0f);
+  k = make_kv_rows(DType::kBF16, L, n, row_);
+  v = make_kv_rows(DType::kBF16, L, n, row_);
   if (n == 0) return;
   const int64_t* d_slots = upload_slots(slots, elems);
-  std::vector<uint16_t> h(elems);
   for (int which = 0; which < 2; ++which) {
     const DeviceBuffer& src = which == 0 ? kb : vb;
     cuda::copy_rows(src.as<bf16>(), io_.as<bf16>(), d_slots, n, row_, static_cast<int32_t>(L),
                     layer_stride, n * row_, /*scatter=*/false, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(h.data(), io_.data(), elems * 2, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<float>& dst = which == 0 ? k : v;
-    for (size_t i = 0; i < elems; ++i) dst[i] = bf16_to_f32(h[i]);
+    CUDA_CHECK(cudaMemcpyAsync((which == 0 ? k : v).data, io_.data(), elems * 2, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused for V
   }
 }
 
-void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const std::vector<float>& k,
-                                 const std::vector<float>& v) {
+void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) {
   check_slots(slots, num_pool_blocks_, "pool");
   const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
   const size_t elems = static_cast<size_t>(L * n * row_);
-  IS_CHECK(k.size() == elems && v.size() == elems, "write_pool sizes");
+  check_kv_rows(k, DType::kBF16, L, n, row_, "write_pool K");
+  check_kv_rows(v, DType::kBF16, L, n, row_, "write_pool V");
   if (n == 0) return;
   const int64_t* d_slots = upload_slots(slots, elems);
-  std::vector<uint16_t> h(elems);
   for (int which = 0; which < 2; ++which) {
-    const std::vector<float>& src = which == 0 ? k : v;
-    for (size_t i = 0; i < elems; ++i) h[i] = f32_to_bf16(src[i]);
-    CUDA_CHECK(cudaMemcpyAsync(io_.data(), h.data(), elems * 2, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(io_.data(), (which == 0 ? k : v).data, elems * 2, cudaMemcpyHostToDevice, stream_));
     DeviceBuffer& dst = which == 0 ? k_pool_ : v_pool_;
     cuda::copy_rows(io_.as<bf16>(), dst.as<bf16>(), d_slots, n, row_, static_cast<int32_t>(L), n * row_,
                     pool_layer_stride_, /*scatter=*/true, stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // h is reused for v
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused for V
   }
 }
 

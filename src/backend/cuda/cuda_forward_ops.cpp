@@ -294,7 +294,7 @@ void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
   cuda::sample_rows(p<float>(logits), logits.rows, logits.cols, n, ws_->meta.dev<RowSampling>(o_samp_), p<int32_t>(ids), stream_);
 }
 
-void CudaForwardOps::finish(Act result, bool ids, std::vector<float>& out) {
+void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
   if (phase_ == Phase::kCapture) {
     cudaGraph_t g = nullptr;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
@@ -321,23 +321,27 @@ void CudaForwardOps::finish(Act result, bool ids, std::vector<float>& out) {
   phase_ = Phase::kEager;
   ws_ = &eager_;
   CUDA_CHECK(cudaEventRecord(timing_.stop, stream_));
-  out.resize(static_cast<size_t>(rows * result.cols));
-  const size_t out_bytes = out.size() * 4;
+  const size_t n = static_cast<size_t>(rows * result.cols), out_bytes = n * 4;  // f32 values or int32 ids
   out_host_.reserve(std::max<size_t>(out_bytes, 4));
   if (out_bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaEventElapsedTime(timing_.last_ms, timing_.start, timing_.stop));
+  if (ids) {
+    out.ids.assign(out_host_.as<int32_t>(), out_host_.as<int32_t>() + n);
+    out.values.clear();
+    return;
+  }
+  out.ids.clear();
+  out.values.resize(n);
   // Pinned -> the caller's vector, in parallel (32 rows of logits are 16 MB).
   const int64_t chunk = 1 << 20, n_chunks = static_cast<int64_t>((out_bytes + chunk - 1) / chunk);
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
   for (int64_t c = 0; c < n_chunks; ++c) {
     const size_t off = static_cast<size_t>(c * chunk);
-    std::memcpy(reinterpret_cast<char*>(out.data()) + off, out_host_.as<char>() + off,
+    std::memcpy(reinterpret_cast<char*>(out.values.data()) + off, out_host_.as<char>() + off,
                 std::min<size_t>(static_cast<size_t>(chunk), out_bytes - off));
   }
-  if (ids)  // [R] int32 ids -> their float values
-    for (float& v : out) v = static_cast<float>(std::bit_cast<int32_t>(v));
-  CUDA_CHECK(cudaEventElapsedTime(timing_.last_ms, timing_.start, timing_.stop));
 }
 
 }  // namespace inferscale

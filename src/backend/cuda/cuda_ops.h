@@ -29,6 +29,14 @@ void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int6
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i].   gate_up: [T, 2I] bf16; out: [T, I] bf16
 void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream);
 
+// Skinny linear layers: y[m, n] (+)= sum_k x[m, k] w[n, k] for M <= kGemvMaxRows (decode steps of
+// a few sequences), one warp per column.   x: [M, K] bf16; w: [N, K] bf16; y: [M, N] f32 (accumulate
+// allowed) or bf16. Needs K % 8 == 0 and 16-byte aligned x and w (gemv_supports).
+inline constexpr int64_t kGemvMaxRows = 4;
+bool gemv_supports(int64_t M, int64_t K, const void* x, const void* w);
+void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, int64_t M, int64_t N, int64_t K,
+          cudaStream_t stream);
+
 // Greedy sampling: out[r] = the index of the largest of logits[r * ld + 0 .. n), the lowest on ties.
 //   logits: [R, ld] f32; out: [R]
 void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out, cudaStream_t stream);

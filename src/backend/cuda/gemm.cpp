@@ -1,6 +1,7 @@
 #include "backend/cuda/gemm.h"
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -95,6 +96,11 @@ cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const cublasLtMatmulHeuristicR
 void Gemm::launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                   bool accumulate, cudaStream_t stream) {
   if (M == 0) return;
+  if (M <= gemv_max_rows_ && cuda::gemv_supports(M, K, x, w)) {
+    cuda::gemv(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), y, f32_out, accumulate, M, N,
+               K, stream);
+    return;
+  }
   const Plan& p = plan(x, w, M, N, K, f32_out, accumulate, stream);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,

@@ -1,4 +1,5 @@
-// Linear layers through cuBLASLt: bf16 operands, f32 accumulate, f32 or bf16 output.
+// Linear layers through cuBLASLt (and cuda::gemv for one-row inputs): bf16 operands, f32
+// accumulate, f32 or bf16 output.
 //
 //   y[M, N] (+)= x[M, K] @ w[N, K]^T        (row-major, w in HF [out, in] layout)
 //
@@ -37,6 +38,10 @@ class Gemm {
            cudaStream_t stream);
   // Takes effect for shapes not planned yet.
   void set_autotune(bool on) { autotune_ = on; }
+  // GEMMs of M <= rows (at most cuda::kGemvMaxRows) run cuda::gemv instead of cuBLASLt; 0: never.
+  // Default 1: on the H200 at Llama-3.1-8B shapes gemv saves 1-1.4 us on qkv, o_proj and down at
+  // M = 1 (loses 1.4 on gate_up) and loses at M = 4 (bench_cuda_kernels' GEMM table, BENCHMARKS.md).
+  void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
 
  private:
   struct Plan {
@@ -57,6 +62,7 @@ class Gemm {
   DeviceBuffer workspace_;
   DeviceBuffer scratch_;  // autotuning output
   bool autotune_ = false;
+  int64_t gemv_max_rows_ = 1;
   std::map<Key, Plan> plans_;
 };
 

@@ -1,0 +1,97 @@
+// Skinny linear layers (M <= kGemvMaxRows rows of x, the decode steps of a few sequences): one warp
+// per output column n streams w's row n once with 16-byte loads and dots it with every row of x.
+//   y[m, n] (+)= sum_k x[m, k] w[n, k]     x: [M, K] bf16; w: [N, K] bf16; y: [M, N] f32 or bf16
+// Weights are read with the streaming hint (each byte once a forward); x (a few KB) stays in L1.
+// The CPU twin is the f32 GEMM the parity test computes in double.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+
+namespace inferscale::cuda {
+namespace {
+
+constexpr int kWarps = 4;   // columns per block
+constexpr int kInFlight = 4;  // 16-byte weight loads per lane issued before their FMAs
+
+__device__ __forceinline__ void fma8(const uint4& w, const uint4& x, float& acc) {
+  const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* px = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float2 a = __bfloat1622float2(pw[j]), b = __bfloat1622float2(px[j]);
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+  }
+}
+
+template <int M>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                                                           void* __restrict__ y, bool y_f32, bool accumulate,
+                                                           int64_t N, int64_t K) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int64_t K8 = K / 8;  // 16-byte chunks of a row
+  const uint4* wr = reinterpret_cast<const uint4*>(w + n * K);
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  int64_t i = lane;
+  for (; i + 32 * (kInFlight - 1) < K8; i += 32 * kInFlight) {
+    uint4 wv[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) wv[u] = __ldcs(wr + i + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u)
+#pragma unroll
+      for (int m = 0; m < M; ++m) fma8(wv[u], __ldg(xr + m * K8 + i + 32 * u), acc[m]);
+  }
+  for (; i < K8; i += 32) {
+    const uint4 wv = __ldcs(wr + i);
+#pragma unroll
+    for (int m = 0; m < M; ++m) fma8(wv, __ldg(xr + m * K8 + i), acc[m]);
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+    for (int off = 16; off > 0; off >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+  if (lane != 0) return;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    if (y_f32) {
+      float* out = static_cast<float*>(y) + m * N + n;
+      *out = accumulate ? *out + acc[m] : acc[m];
+    } else {
+      static_cast<bf16*>(y)[m * N + n] = __float2bfloat16_rn(acc[m]);
+    }
+  }
+}
+
+}  // namespace
+
+bool gemv_supports(int64_t M, int64_t K, const void* x, const void* w) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return M >= 1 && M <= kGemvMaxRows && K > 0 && K % 8 == 0 && aligned(x) && aligned(w);
+}
+
+void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, int64_t M, int64_t N, int64_t K,
+          cudaStream_t stream) {
+  KERNEL_REQUIRE(gemv_supports(M, K, x, w), "gemv: M in [1, kGemvMaxRows], K % 8 == 0, 16-byte aligned operands");
+  KERNEL_REQUIRE(y_f32 || !accumulate, "gemv: accumulate into f32 outputs only");
+  if (N == 0) return;
+  const int64_t blocks = (N + kWarps - 1) / kWarps;
+  KERNEL_REQUIRE(blocks <= 0x7fffffff, "gemv: too many columns");
+  const dim3 grid(static_cast<unsigned>(blocks));
+  switch (M) {
+    case 1: gemv_kernel<1><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
+    case 2: gemv_kernel<2><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
+    case 3: gemv_kernel<3><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
+    default: gemv_kernel<4><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
+  }
+  CUDA_CHECK_LAUNCH("gemv_kernel");
+}
+
+}  // namespace inferscale::cuda
