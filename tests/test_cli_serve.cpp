@@ -159,6 +159,20 @@ TEST_F(CliServe, ServedModelNameIsTheNameClientsUse) {
   EXPECT_EQ(server.wait(30), 0) << server.err();
 }
 
+// `--enforce-eager` (vLLM's flag: no CUDA graphs) is a model option of every command; on the CPU
+// backend it changes nothing, so the greedy text is the same with and without it.
+TEST_F(CliServe, EnforceEagerIsAcceptedAndKeepsTheOutput) {
+  const std::vector<std::string> gen = {"generate", "--model", "demo", "--device", "cpu", "--prompt", "hello",
+                                        "--max-tokens", "6", "--temperature", "0"};
+  std::vector<std::string> eager = gen;
+  eager.push_back("--enforce-eager");
+  const CliResult a = run_cli(gen, tmp.path(), 60), b = run_cli(eager, tmp.path(), 60);
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+}
+
 // Issue 8, part 1: `serve --api-keys FILE`; SIGHUP reloads the file, and a bad file keeps the keys
 // in use (the log says why); the server goes on serving throughout.
 TEST_F(CliServe, ApiKeysReloadOnSighupAndABadFileKeepsTheOldKeys) {
