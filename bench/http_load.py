@@ -27,6 +27,11 @@ What it does, in order:
    DIR/ttft_vs_k.png (TTFT against k per mode) and DIR/reqs_vs_clients.png (req/s against clients
    per mode). A rerun with the same --out skips the cells already in results.json (--resume).
 
+--cold-burst N replaces 2-5: after the import (and, with --background-wait, after the server's
+background encoding drained), N inject requests at once beside a few running plain chats; it
+reports their TTFT, the facts they encoded on demand and the running chats' inter-token gaps
+(DIR/cold_burst.json).
+
 The clients are asyncio tasks over keep-alive HTTP/1.1 connections (one per client), spread over
 --procs worker processes so the client is not the bottleneck: `--self-test` measures its overhead
 against a trivial in-file SSE server (no model) and prints what one worker process can drive.
@@ -1044,6 +1049,73 @@ def int_list(s):
     return [int(x) for x in s.split(",") if x.strip()]
 
 
+# ---------------------------------------------------------------------------------------------
+# The cold burst (issue 9, part 1): users just written, then a burst of inject requests at once
+
+
+def cold_burst(args, target):
+    """Imports the users, optionally waits for the server's background encoding to drain
+    (--background-wait: /metrics' inferscale_memory_background_queued back at 0), then starts
+    --burst-running plain streaming chats (no memory, long answers) and, once they stream, fires
+    --cold-burst inject requests at once, one question each. Reports the burst's TTFT and the facts
+    each request encoded on demand, and the running chats' inter-token gaps while it lasts (how
+    long their decode steps were held up)."""
+    le = need_locomo_eval()
+    convs = le.load_conversations(args.data, args.convs.split(","))
+    jobs = make_jobs(convs, args.max_questions)
+    model = json.loads(target.get("/v1/models"))["data"][0]["id"]
+    imp = import_users(target, args.api_key, args.tenant, convs)
+    t_written = time.time()
+    bg = {"waited": False}
+    if args.background_wait:
+        while (read_metric(target, "inferscale_memory_background_queued") or 0) > 0 and time.time() - t_written < 3600:
+            time.sleep(0.2)
+        bg = {"waited": True, "seconds": round(time.time() - t_written, 2),
+              "encoded": read_metric(target, "inferscale_memory_background_encoded_total")}
+    k, w, n, tokens = args.k[0], args.w, args.cold_burst, args.tokens[0]
+    cell = {"mode": "inject", "k": k, "w": w, "tokens": tokens}
+    plain = {"mode": "off", "k": 0, "w": w, "tokens": args.burst_running_tokens}
+    head = request_head(target.root, target.host, target.port, target.headers)
+
+    async def burst():
+        running_conns = [HttpConn(target.host, target.port) for _ in range(args.burst_running)]
+        running = [asyncio.ensure_future(stream_chat(c, head, request_body(model, jobs[i % len(jobs)][0], "Tell me a story.",
+                                                                           plain, "{}"), plain["tokens"]))
+                   for i, c in enumerate(running_conns)]
+        await asyncio.sleep(args.burst_delay)  # the running chats are decoding now
+        conns = [HttpConn(target.host, target.port) for _ in range(n)]
+        t0 = now()
+        recs = await asyncio.gather(*[stream_chat(c, head, request_body(model, jobs[i % len(jobs)][0], jobs[i % len(jobs)][1],
+                                                                        cell, args.prompt), tokens)
+                                      for i, c in enumerate(conns)])
+        t1 = now()
+        runs = await asyncio.gather(*running)
+        for c in conns + running_conns:
+            c.close()
+        return recs, runs, t0, t1
+
+    recs, runs, t0, t1 = asyncio.get_event_loop().run_until_complete(burst())
+    ttft = [r["first"] - r["start"] for r in recs if r["first"] is not None and not r["error"]]
+    gaps = [g for r in runs for g in r["gaps"]]
+    out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "model": model, "import": imp,
+           "background": bg, "burst": {"requests": n, "k": k, "w": w, "tokens": tokens,
+                                       "errors": sum(1 for r in recs if r["error"]),
+                                       "error_examples": [r["error"] for r in recs if r["error"]][:5],
+                                       "seconds": round(t1 - t0, 2), "ttft_ms_p50": ms(pct(ttft, 50)),
+                                       "ttft_ms_p99": ms(pct(ttft, 99)), "ttft_ms_max": ms(max(ttft) if ttft else None),
+                                       "facts_encoded": sum((r.get("memory") or {}).get("encoded") or 0 for r in recs),
+                                       "facts_loaded": sum((r.get("memory") or {}).get("loaded") or 0 for r in recs)},
+           "running": {"chats": len(runs), "errors": sum(1 for r in runs if r["error"]),
+                       "itl_ms_p50": ms(pct(gaps, 50)), "itl_ms_p99": ms(pct(gaps, 99)),
+                       "itl_ms_max": ms(max(gaps) if gaps else None)}}
+    print(json.dumps(out, indent=1))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "cold_burst.json"), "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
 def main():
     doc = __doc__
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], epilog=doc[doc.index("CPU (the demo"):],
@@ -1090,6 +1162,13 @@ def main():
     ap.add_argument("--plot-only", default=None, metavar="DIR", help="redraw DIR's table and plots from results.json")
     ap.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                     help="merge the cells of these folders' results.json into --out (tables and plots)")
+    ap.add_argument("--cold-burst", type=int, default=0, metavar="N",
+                    help="instead of the grid: import, then N inject requests at once (first k of --k, first of --tokens)")
+    ap.add_argument("--background-wait", action="store_true",
+                    help="--cold-burst: wait for the server's background encoding to drain before the burst")
+    ap.add_argument("--burst-running", type=int, default=4, help="--cold-burst: plain chats decoding during the burst")
+    ap.add_argument("--burst-running-tokens", type=int, default=256, help="--cold-burst: their answer length")
+    ap.add_argument("--burst-delay", type=float, default=1.0, help="--cold-burst: seconds between them and the burst")
     ap.add_argument("--self-test", action="store_true",
                     help="measure the client against a trivial server (no model); with --out, DIR/selftest.json")
     ap.add_argument("--selftest-itl-ms", type=float, default=20.0, help="self-test server: ms between tokens")
@@ -1138,6 +1217,9 @@ def main():
     if args.serve:
         server = start_server(args.serve, target, os.path.join(args.out, "serve.log"), args.serve_timeout)
     try:
+        if args.cold_burst > 0:
+            r = cold_burst(args, target)
+            return 1 if r["burst"]["errors"] else 0
         result = run_grid(args, target)
     finally:
         stop_server(server)

@@ -19,7 +19,10 @@ namespace inferscale::test_support {
 // AsyncEngine + HttpServer with memory; torn down engine first, then the bridge, then the store.
 class MemoryServer {
  public:
-  explicit MemoryServer(size_t max_body_bytes, std::shared_ptr<const server::ApiKeys> keys = nullptr) {
+  // background: written facts' KV is encoded between requests, as `serve` does by default
+  // (AsyncEngineOptions::idle_work); off, only on demand.
+  explicit MemoryServer(size_t max_body_bytes, std::shared_ptr<const server::ApiKeys> keys = nullptr,
+                        bool background = false) {
     store = FactStore::open(dir.path());
     retriever = std::make_unique<CombinedRetriever>(*store, std::make_unique<Bm25Retriever>(*store));
     MemoryOptions mo;
@@ -27,6 +30,8 @@ class MemoryServer {
     mo.default_window = 1;
     mo.kv_dir = dir.path() / "kv";
     bridge = std::make_unique<server::MemoryBridge>(*store, *retriever, TestModel::demo(), mo);
+    server::AsyncEngineOptions ao;
+    if (background) ao.idle_work = [b = bridge.get()](Engine& e) { return b->background_work(e); };
     engine = std::make_unique<server::AsyncEngine>([] {
       BackendOptions bo;
       bo.block_size = 16;
@@ -34,7 +39,8 @@ class MemoryServer {
       bo.num_pool_blocks = 128;
       bo.num_threads = 1;
       return TestModel().engine(128, make_cpu_backend(TestModel::demo().config, TestModel::demo().weights, bo));
-    });
+    }, ao);
+    if (background) bridge->set_wake([e = engine.get()] { e->request_idle_work(); });
     server::HttpServerOptions ho;
     ho.host = "127.0.0.1";
     ho.port = 0;

@@ -124,6 +124,52 @@ FirstRun first_run(const std::filesystem::path& dir, const std::function<void(St
 
 }  // namespace
 
+// Background encoding (MemoryService::encode_queued): facts added while the service runs are
+// queued and encoded between requests, so the first request that retrieves them encodes none;
+// what the store held when the service started is not queued, deleted facts are skipped.
+TEST(MemoryService, FactsAddedWhileRunningAreEncodedInTheBackground) {
+  TempDir dir;
+  {
+    Stack s(dir.path());
+    const std::vector<NewFact> bob{{"Bob flies a plane to Rome", "2023-01-01", {"", "", "", "Bob"}, "", {}}};
+    s.store->add_facts(kDefaultTenant, "bob", bob);
+    EXPECT_EQ(s.service->num_queued(), 0u) << "off until enabled";
+    s.service->enable_background({});
+    const std::vector<int64_t> ids = add_alice(*s.store);
+    EXPECT_EQ(s.service->num_queued(), ids.size());
+    s.store->remove(kDefaultTenant, "alice", ids[3]);
+    int pieces = 0;
+    while (s.service->encode_queued(2)) ++pieces;
+    EXPECT_EQ(pieces, 1) << "4 queued, 2 a piece: one piece says more remain";
+    EXPECT_EQ(s.service->num_queued(), 0u);
+    EXPECT_EQ(s.service->background_encoded(), 3);
+    EXPECT_EQ(s.service->background_skipped(), 1) << "the deleted fact";
+    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 3, s.service->options().default_window), kAsk);
+    EXPECT_EQ(p.facts.size(), 3u);
+    EXPECT_EQ(p.encoded, 0) << "the first request found its facts encoded";
+    s.service->release(p);
+  }
+  Stack again(dir.path());  // a restart: the store's facts are not new
+  again.service->enable_background({});
+  EXPECT_EQ(again.service->num_queued(), 0u);
+}
+
+// Background work never evicts: with a pool too small for every fact, what does not fit in its
+// free room is left to on-demand encoding, and nothing resident is pushed out.
+TEST(MemoryService, BackgroundEncodingNeverEvicts) {
+  TempDir dir;
+  MemoryOptions o;
+  Stack s(dir.path(), o, 512, /*pool_blocks=*/4);
+  s.service->enable_background({});
+  add_alice(*s.store);
+  while (s.service->encode_queued(8)) {
+  }
+  EXPECT_EQ(s.service->pool().num_evictions(), 0);
+  EXPECT_GT(s.service->background_skipped(), 0) << "4 facts do not fit 4 blocks";
+  EXPECT_GE(s.service->background_encoded(), 1);
+  EXPECT_EQ(s.service->background_encoded() + s.service->background_skipped(), 4);
+}
+
 TEST(MemoryService, KZeroAndModeOffArePlainServing) {
   TempDir dir;
   Stack s(dir.path());

@@ -1,6 +1,8 @@
 // AsyncEngine: one engine thread serving submissions from many threads.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <thread>
 
@@ -222,6 +224,46 @@ TEST(ServerAsyncEngine, IdleEngineThreadSleeps) {
   const int64_t steps = ae.stats().engine.steps;
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(ae.stats().engine.steps, steps);  // no work, no steps
+}
+
+// Low-priority work (AsyncEngineOptions::idle_work) runs at start and after request_idle_work(),
+// one piece at a time while it says more remains, and never while a request waits or runs.
+TEST(ServerAsyncEngine, IdleWorkRunsOnlyWhenNoRequestIsLive) {
+  std::atomic<int> calls{0}, busy_calls{0}, remaining{3};
+  AsyncEngineOptions o;
+  o.idle_work = [&](Engine& e) {
+    ++calls;
+    if (e.has_unfinished()) ++busy_calls;
+    return --remaining > 0;
+  };
+  AsyncEngine ae(slow_engine_factory(5), o);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (calls < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(calls.load(), 3) << "at start, until it says it is done";
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(calls.load(), 3) << "then not again without a request for it";
+  // Work asked for while a generation runs waits for the generation's end.
+  remaining = 1;
+  auto stream = ae.submit(Submission{prompt(11, 5), greedy(12), {}, {}});
+  while (!stream->poll(1ms).accepted && std::chrono::steady_clock::now() < deadline) {
+  }
+  ae.request_idle_work();
+  const Result r = collect(*stream);
+  ASSERT_FALSE(r.error);
+  while (calls < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(calls.load(), 4);
+  EXPECT_EQ(busy_calls.load(), 0) << "idle work ran beside a live request";
+}
+
+// What idle work throws is logged; the engine goes on serving.
+TEST(ServerAsyncEngine, IdleWorkErrorsDoNotStopTheEngine) {
+  AsyncEngineOptions o;
+  o.idle_work = [](Engine&) -> bool { throw std::runtime_error("background work failed"); };
+  AsyncEngine ae(engine_factory(), o);
+  ae.request_idle_work();
+  const Result r = collect(*ae.submit(Submission{prompt(12, 5), greedy(3), {}, {}}));
+  EXPECT_FALSE(r.error);
+  EXPECT_EQ(r.tokens.size(), 3u);
 }
 
 TEST(ServerAsyncEngine, FactoryErrorsReachTheConstructor) {

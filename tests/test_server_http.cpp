@@ -2,6 +2,8 @@
 // on a loopback ephemeral port, driven by cpp-httplib's client (and a raw socket for disconnects).
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <atomic>
 #include <thread>
 
@@ -376,7 +378,15 @@ TEST_F(ServerHttp, ClientDisconnectCancelsTheRequest) {
 
 TEST_F(ServerHttp, MetricsParse) {
   ok_json(h->post("/v1/chat/completions", chat_body("metrics please", 3)));
+  // The request's counters are recorded as its handler returns, which may be just after the client
+  // has its answer: read until they are there (a few ms at most).
   auto r = h->client().Get("/metrics");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (r && !parse_prometheus(r->body).count("inferscale_requests_total{endpoint=\"chat\",finish_reason=\"length\"}") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    r = h->client().Get("/metrics");
+  }
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);

@@ -3,6 +3,10 @@
 // ephemeral port. Every test works on its own users, so tests share one server.
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include <chrono>
+
 #include <set>
 
 #include "memory_server.h"
@@ -293,6 +297,35 @@ TEST_F(ServerMemory, InjectAndTextPlaceTheSameFacts) {
                      {"memory", mem}};
   const json c = Api::ok(a.post("/v1/completions", completion));
   EXPECT_EQ(c["memory"]["facts"].size(), 2u);
+}
+
+// Issue 9, part 1 (its background-encoding paragraph): facts written through the API get their KV
+// encoded between requests, so the first request that retrieves them encodes none; /metrics
+// says what is queued and what was encoded.
+TEST(ServerMemoryBackground, WrittenFactsAreEncodedBeforeTheirFirstRequest) {
+  MemoryServer s(2u << 20, nullptr, /*background=*/true);
+  const Api a{s.port, ""};
+  a.add("dora", {"Dora adopted a cat named Miso", "Dora works as a nurse in Oslo", "Dora likes hiking in the mountains"});
+  auto metric = [&](const std::string& name) {
+    const auto r = a.get("/metrics");
+    if (!r) return int64_t{-1};
+    const size_t at = r->body.find("\n" + name + " ");
+    return at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(std::stoll(r->body.substr(at + name.size() + 2)));
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((metric("inferscale_memory_background_encoded_total") < 3 || metric("inferscale_memory_background_queued") != 0) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metric("inferscale_memory_background_encoded_total"), 3);
+  EXPECT_EQ(metric("inferscale_memory_background_queued"), 0);
+  const json mem = {{"user", "dora"}, {"k", 3}};  // the server's default window (1), as the background used
+  const json r = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Dora's cat?", mem)));
+  EXPECT_EQ(r["memory"]["mode"], "inject");
+  EXPECT_EQ(r["memory"]["facts"].size(), 3u);
+  EXPECT_EQ(r["memory"]["encoded"], 0) << "encoded in the background, not by the request";
+  // Another window than the server's default is encoded on demand, as before.
+  const json w0 = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Dora's cat?", {{"user", "dora"}, {"k", 3}, {"w", 0}})));
+  EXPECT_EQ(w0["memory"]["encoded"], 3);
 }
 
 // Issue 8, part 5: chat and completion prompts come from one builder (memory/prompt_layout.h), so

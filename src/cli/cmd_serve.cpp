@@ -45,6 +45,7 @@ struct ServeArgs {
   double shutdown_timeout_s = 5.0;
   std::string api_keys;  // "": no keys, every route open
   std::string served_model_name;  // "": the model's own name (GGUF file stem, HF directory name)
+  bool no_background_encoding = false;  // facts' KV only on demand (the first request that retrieves them)
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -85,9 +86,12 @@ void run_serve(const ServeArgs& a) {
 
   server::AsyncEngineOptions ao;
   ao.max_pending = a.max_pending;
+  // Facts written through the API get their KV encoded between requests (memory_bridge.h).
+  if (bridge && !a.no_background_encoding) ao.idle_work = [b = bridge.get()](Engine& e) { return b->background_work(e); };
   // The backend is built on the engine thread, which runs it.
   server::AsyncEngine engine(
       [&] { return std::make_unique<Engine>(make_backend(a.model, model), model.tokenizer, engine_options(a.model)); }, ao);
+  if (bridge) bridge->set_wake([&engine] { engine.request_idle_work(); });
 
   const bool gpu = picks_cuda(a.model, cfg);
   const int64_t kv_per_token = cfg.kv_bytes_per_token(gpu ? 2 : 4);  // bf16 on the GPU, f32 on the CPU
@@ -144,6 +148,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--listen-backlog", a->http.listen_backlog, "Connections the kernel queues before they are accepted")
       ->capture_default_str();
+  s->add_flag("--no-background-encoding", a->no_background_encoding,
+              "Encode a written fact's KV only when a request first retrieves it (default: between requests, soon "
+              "after the write)");
   s->add_option("--served-model-name", a->served_model_name,
                  "The name clients send as \"model\" and GET /v1/models lists (default: the model's own name), as "
                  "vLLM's flag: an application written for another name keeps it")

@@ -46,12 +46,78 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
     }
     store_.set_setting(kFingerprintSetting, fp);
   }
+  attaching_ = true;  // the replay of what the store holds is not queued for background encoding
   store_.attach(this);
+  attaching_ = false;
 }
 
 MemoryService::~MemoryService() { store_.detach(this); }
 
-void MemoryService::on_facts_added(std::span<const Fact>) { window_epoch_.fetch_add(1); }
+void MemoryService::on_facts_added(std::span<const Fact> facts) {
+  window_epoch_.fetch_add(1);
+  if (attaching_ || facts.empty()) return;
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> lock(stale_mu_);
+    if (!background_) return;
+    for (const Fact& f : facts)
+      if (queued_.size() < kMaxQueued) queued_.push_back({f.tenant, f.user, f.id});
+    wake = on_queued_;
+  }
+  if (wake) wake();
+}
+
+size_t MemoryService::num_queued() const {
+  std::lock_guard<std::mutex> lock(stale_mu_);
+  return queued_.size();
+}
+
+bool MemoryService::encode_queued(int32_t max_facts) {
+  sync();
+  std::vector<QueuedFact> batch;
+  {
+    std::lock_guard<std::mutex> lock(stale_mu_);
+    while (!queued_.empty() && static_cast<int32_t>(batch.size()) < max_facts) {
+      batch.push_back(std::move(queued_.front()));
+      queued_.pop_front();
+    }
+  }
+  const int32_t w = opts_.default_window;
+  std::vector<Fact> todo;
+  int64_t blocks = 0;
+  for (const QueuedFact& q : batch) {
+    std::optional<Fact> f;
+    try {
+      f = store_.get(q.tenant, q.user, q.id);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kNotFound) throw;
+    }
+    const bool skip = !f || pool_.find(kv_key(*f, w)) != nullptr ||
+                      (!opts_.kv_dir.empty() && std::filesystem::exists(kv_path(*f)));
+    if (skip) {
+      ++background_skipped_;
+      continue;
+    }
+    const int64_t need = pool_.blocks_for(static_cast<int32_t>(fact_tokens(*f).size()));
+    if (blocks + need > pool_.num_free_blocks()) {  // no eviction for background work
+      ++background_skipped_;
+      continue;
+    }
+    blocks += need;
+    todo.push_back(std::move(*f));
+  }
+  if (!todo.empty()) {
+    MemoryPrompt stats;
+    std::vector<FactKvKey> pinned;
+    const std::vector<FactKvKey> keys = make_resident(todo, w, &stats, pinned);
+    for (const FactKvKey& k : pinned) pool_.unpin(k);
+    background_encoded_ += stats.encoded;
+    // With files, keep the room for requests once it runs short: the files hold the KV.
+    if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4)
+      for (const FactKvKey& k : keys) pool_.erase(k);
+  }
+  return num_queued() > 0;
+}
 
 void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
                                      std::span<const int64_t> keys) {

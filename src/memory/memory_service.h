@@ -15,8 +15,10 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -100,6 +102,25 @@ class MemoryService : private FactStoreListener {
   // through FactStore::refresh) another one (engine thread).
   void sync();
 
+  // Background encoding, off until enable_background(). Facts added to the store after that (by
+  // any thread) are queued; encode_queued() (engine thread, between requests) encodes up to `max_facts` of them at
+  // the default window, skipping those already in the pool or in a KV file and deleted ones. It
+  // never evicts: with KV files it encodes as many as the pool's free room holds and, when the
+  // room runs short, keeps only the files; without, it stops when the pool is full (the rest is
+  // encoded on demand, as before). Returns whether facts remain queued.
+  bool encode_queued(int32_t max_facts);
+  size_t num_queued() const;
+  // Starts queueing added facts; `on_queued` (may be empty) is called on the writer's thread after
+  // facts were queued, e.g. to wake the engine thread.
+  void enable_background(std::function<void()> on_queued) {
+    std::lock_guard<std::mutex> lock(stale_mu_);
+    background_ = true;
+    on_queued_ = std::move(on_queued);
+  }
+  // Background encoding totals: facts encoded, and skipped (resident, in a file, deleted, no room).
+  int64_t background_encoded() const { return background_encoded_; }
+  int64_t background_skipped() const { return background_skipped_; }
+
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
   std::vector<int32_t> fact_tokens(const Fact& f) const;
   uint64_t kv_fingerprint() const { return fingerprint_; }
@@ -150,10 +171,22 @@ class MemoryService : private FactStoreListener {
   };
   mutable std::unordered_map<int64_t, WindowEntry> window_cache_;
   std::atomic<uint64_t> window_epoch_{0};
-  std::mutex stale_mu_;
+  mutable std::mutex stale_mu_;
   std::filesystem::path kv_file_path(int64_t fact_key) const;
   std::vector<int64_t> stale_;  // fact keys whose KV must go (listener thread -> engine thread)
   bool reset_ = false;          // every fact's KV must go (the store lost track of changes)
+  // Facts added since the service started (listener thread -> engine thread), guarded by stale_mu_;
+  // bounded: past kMaxQueued the newest are encoded on demand instead.
+  struct QueuedFact {
+    std::string tenant, user;
+    int64_t id = 0;
+  };
+  static constexpr size_t kMaxQueued = 1 << 20;
+  std::deque<QueuedFact> queued_;
+  std::atomic<bool> attaching_{false};  // FactStore::attach replays the store: not new facts
+  bool background_ = false;             // guarded by stale_mu_
+  std::function<void()> on_queued_;     // guarded by stale_mu_
+  int64_t background_encoded_ = 0, background_skipped_ = 0;  // engine thread
 };
 
 }  // namespace inferscale

@@ -69,6 +69,33 @@ void AsyncEngine::shutdown(std::chrono::milliseconds grace) {
   thread_.join();
 }
 
+void AsyncEngine::request_idle_work() {
+  if (!opts_.idle_work) return;
+  {
+    std::lock_guard lk(wake_->mu);
+    wake_->idle_work = true;
+  }
+  wake_->cv.notify_all();
+}
+
+void AsyncEngine::run_idle_work() {
+  {
+    std::lock_guard lk(wake_->mu);
+    if (!wake_->idle_work || !incoming_.empty()) return;  // a submission goes first
+    wake_->idle_work = false;
+  }
+  bool more = false;
+  try {
+    more = opts_.idle_work(*engine_);
+  } catch (const std::exception& e) {
+    spdlog::warn("engine: idle work failed: {}", e.what());
+  }
+  if (more) {
+    std::lock_guard lk(wake_->mu);
+    wake_->idle_work = true;
+  }
+}
+
 AsyncEngineStats AsyncEngine::stats() const {
   std::lock_guard lk(stats_mu_);
   return stats_;
@@ -91,6 +118,7 @@ void AsyncEngine::run(const EngineFactory& make_engine, std::promise<void>& read
     block_size_ = engine_->blocks().block_size();
     num_blocks_ = engine_->blocks().num_blocks();
     publish_stats();
+    wake_->idle_work = static_cast<bool>(opts_.idle_work);  // once at start (the engine is idle)
   } catch (...) {
     ready.set_exception(std::current_exception());
     return;
@@ -106,7 +134,8 @@ void AsyncEngine::serve() {
     {
       std::unique_lock lk(wake_->mu);
       wake_->cv.wait(lk, [&] {
-        return wake_->poked || !incoming_.empty() || stopping_ || aborting_ || engine_->has_unfinished();
+        return wake_->poked || !incoming_.empty() || stopping_ || aborting_ || engine_->has_unfinished() ||
+               wake_->idle_work;
       });
       wake_->poked = false;
       incoming.swap(incoming_);
@@ -128,7 +157,11 @@ void AsyncEngine::serve() {
     }
     admit(incoming, aborting);
 
-    if (!aborting && engine_->has_unfinished()) step_once();
+    if (!aborting && engine_->has_unfinished()) {
+      step_once();
+    } else if (!aborting && !stopping) {
+      run_idle_work();  // nothing waits or runs: low-priority work, one bounded piece
+    }
     publish_stats();
 
     if (aborting || (stopping && live_.empty() && !engine_->has_unfinished())) {

@@ -33,6 +33,11 @@ struct AsyncEngineOptions {
   // Requests submitted and not yet finished (queued, waiting or running); past it submit throws
   // Unavailable (kOverloaded: HTTP 429 with Retry-After).
   int64_t max_pending = 256;
+  // Low-priority work (background fact encoding): run on the engine thread only while no request
+  // is waiting or running, once at start and again after each request_idle_work(); returns
+  // whether more remains (then it runs again when still idle). Each call should return within
+  // tens of milliseconds: a request arriving meanwhile waits for it. What it throws is logged.
+  std::function<bool(Engine&)> idle_work;
 };
 
 // What one submit asks for: token ids, sampling, and optionally an injected memory span.
@@ -82,6 +87,8 @@ class AsyncEngine {
   void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   AsyncEngineStats stats() const;
+  // Thread-safe: there is idle work to do (AsyncEngineOptions::idle_work).
+  void request_idle_work();
 
   // Fixed once constructed, safe from any thread.
   int32_t max_model_len() const { return max_model_len_; }
@@ -103,12 +110,14 @@ class AsyncEngine {
     std::mutex mu;
     std::condition_variable cv;
     bool poked = false;  // a stream was cancelled
+    bool idle_work = false;  // AsyncEngineOptions::idle_work has something to do
   };
 
   void run(const EngineFactory& make_engine, std::promise<void>& ready);  // the engine thread
   void serve();
   void admit(std::vector<Pending>& incoming, bool aborting);
   void step_once();
+  void run_idle_work();
   void fail_all_live(std::exception_ptr e);
   void finish_request();                   // one pending request fewer
   void publish_stats();

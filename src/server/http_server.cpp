@@ -201,7 +201,9 @@ void HttpServer::routes() {
   }));
   s.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); }));
   s.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(engine_.stats()), "text/plain; version=0.0.4; charset=utf-8");
+    std::string m = metrics_.render(engine_.stats());
+    if (memory_ != nullptr) m += ServerMetrics::render_background(memory_->background());
+    res.set_content(m, "text/plain; version=0.0.4; charset=utf-8");
   }));
 
   // A known route asked with the wrong method.

@@ -27,8 +27,40 @@ MemoryBridge::MemoryBridge(FactStore& store, const Retriever& retriever, const M
     : store_(store), retriever_(retriever), model_(model), opts_(std::move(opts)) {}
 
 MemoryService& MemoryBridge::service(Engine& engine) {
-  if (!service_) service_ = std::make_unique<MemoryService>(store_, retriever_, model_, engine.backend(), engine.blocks(), opts_);
+  if (!service_) {
+    service_ = std::make_unique<MemoryService>(store_, retriever_, model_, engine.backend(), engine.blocks(), opts_);
+    started_ = service_.get();
+  }
   return *service_;
+}
+
+BackgroundEncoding MemoryBridge::background() const {
+  const MemoryService* svc = started_.load();
+  return {svc ? static_cast<int64_t>(svc->num_queued()) : 0, background_encoded_.load()};
+}
+
+void MemoryBridge::wake() {
+  std::function<void()> w;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    w = wake_;
+  }
+  if (w) w();
+}
+
+bool MemoryBridge::background_work(Engine& engine) {
+  MemoryService& svc = service(engine);
+  if (!background_on_) {  // from the first piece on, writes are queued and wake the engine thread
+    svc.enable_background([this] { wake(); });
+    background_on_ = true;
+  }
+  const int64_t before = svc.background_encoded();
+  const bool more = svc.encode_queued(kBackgroundFacts);
+  background_encoded_ = svc.background_encoded();
+  if (svc.background_encoded() > before)
+    spdlog::debug("memory: {} facts encoded in the background, {} queued", svc.background_encoded() - before,
+                  svc.num_queued());
+  return more;
 }
 
 PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {

@@ -2,7 +2,10 @@
 // object into a MemoryRequest; the engine thread runs retrieval, composition and injection
 // (MemoryService), and the pool pins are released on the engine thread when the request ends.
 #pragma once
+#include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 
 #include "memory/fact_store.h"
 #include "memory/memory_service.h"
@@ -20,6 +23,19 @@ class MemoryBridge final : public MemoryProvider {
   FactStore& store() override { return store_; }
   const Retriever& retriever() const override { return retriever_; }
 
+  // AsyncEngineOptions::idle_work (engine thread): starts the memory service if it is not yet
+  // (so writes are queued from then on) and encodes a few queued facts' KV in the background
+  // (MemoryService::encode_queued); returns whether more are queued.
+  bool background_work(Engine& engine);
+  // How a write wakes the engine thread for background work (AsyncEngine::request_idle_work);
+  // set before the server takes requests.
+  void set_wake(std::function<void()> wake) {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_ = std::move(wake);
+  }
+  static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
+  BackgroundEncoding background() const override;
+
  private:
   MemoryService& service(Engine& engine);  // engine thread: made on first use, bound to its backend
 
@@ -28,6 +44,12 @@ class MemoryBridge final : public MemoryProvider {
   const Model& model_;
   const MemoryOptions opts_;
   std::unique_ptr<MemoryService> service_;  // engine thread only
+  std::atomic<MemoryService*> started_{nullptr};  // service_ once made (its queue is thread-safe)
+  std::atomic<int64_t> background_encoded_{0};
+  bool background_on_ = false;  // engine thread
+  void wake();  // any thread
+  std::mutex wake_mu_;
+  std::function<void()> wake_;  // guarded by wake_mu_
 };
 
 }  // namespace inferscale::server

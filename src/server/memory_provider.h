@@ -55,6 +55,8 @@ struct PreparedPrompt {
 class MemoryProvider {
  public:
   virtual ~MemoryProvider() = default;
+  // Thread-safe.
+  virtual BackgroundEncoding background() const { return {}; }
   // Called concurrently from HTTP threads: must be thread-safe. `req.memory` is set and its mode
   // is inject or text. Returns a PreparedPrompt whose `prepare` runs on the engine thread; both
   // may throw inferscale::Error (kNotFound for an unknown user, ...) or ApiError.

@@ -31,4 +31,10 @@ struct MemoryReport {
   std::optional<std::vector<int64_t>> stored;
 };
 
+// Background encoding of written facts (memory_bridge.h), for /metrics.
+struct BackgroundEncoding {
+  int64_t queued = 0;   // facts waiting for it
+  int64_t encoded = 0;  // facts it encoded since the start
+};
+
 }  // namespace inferscale::server

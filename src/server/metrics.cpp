@@ -57,6 +57,15 @@ void ServerMetrics::record_status(int status) {
   ++statuses_[status];
 }
 
+std::string ServerMetrics::render_background(const BackgroundEncoding& b) {
+  return fmt::format(
+      "# HELP inferscale_memory_background_queued Facts written and waiting for background KV encoding.\n"
+      "# TYPE inferscale_memory_background_queued gauge\ninferscale_memory_background_queued {}\n"
+      "# HELP inferscale_memory_background_encoded_total Facts whose KV was encoded in the background after a write.\n"
+      "# TYPE inferscale_memory_background_encoded_total counter\ninferscale_memory_background_encoded_total {}\n",
+      b.queued, b.encoded);
+}
+
 std::string ServerMetrics::render(const AsyncEngineStats& e) const {
   std::string out;
   auto header = [&](const char* name, const char* type, const char* help) {

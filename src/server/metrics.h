@@ -55,6 +55,8 @@ class ServerMetrics {
 
   // The full exposition text, gauges taken from `engine`.
   std::string render(const AsyncEngineStats& engine) const;
+  // The background-encoding samples (servers with memory).
+  static std::string render_background(const BackgroundEncoding& b);
 
  private:
   mutable std::mutex mu_;
