@@ -154,6 +154,36 @@ TEST(MemoryService, FactsAddedWhileRunningAreEncodedInTheBackground) {
   EXPECT_EQ(again.service->num_queued(), 0u);
 }
 
+// A cold request's facts encoded in pieces before its prepare (issue 9 part 1): missing_facts lists
+// what prepare would encode, encode_some goes through it a piece at a time, and prepare then encodes
+// nothing; a warm request has nothing missing.
+TEST(MemoryService, ColdFactsEncodeInPiecesBeforePrepare) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  const std::vector<Fact> missing = s.service->missing_facts(r, PromptSource::of_chat(kAsk, {}));
+  ASSERT_EQ(missing.size(), 4u);
+  size_t next = 0;
+  int pieces = 0, encoded = 0;
+  while (next < missing.size()) {
+    const auto e = s.service->encode_some(missing, next, 2, /*max_tokens=*/1);  // one fact a piece
+    EXPECT_EQ(e.next, next + 1);
+    next = e.next;
+    encoded += e.encoded;
+    ++pieces;
+  }
+  EXPECT_EQ(pieces, 4);
+  EXPECT_EQ(encoded, 4);
+  EXPECT_TRUE(s.service->missing_facts(r, PromptSource::of_chat(kAsk, {})).empty());
+  MemoryPrompt p = s.service->prepare(r, kAsk);
+  EXPECT_EQ(p.encoded, 0);
+  EXPECT_EQ(p.facts.size(), 4u);
+  s.service->release(p);
+  EXPECT_TRUE(s.service->missing_facts(req(MemoryMode::kText, 4, 2), PromptSource::of_chat(kAsk, {})).empty())
+      << "mode text encodes nothing";
+}
+
 // Background work never evicts: with a pool too small for every fact, what does not fit in its
 // free room is left to on-demand encoding, and nothing resident is pushed out.
 TEST(MemoryService, BackgroundEncodingNeverEvicts) {

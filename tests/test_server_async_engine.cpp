@@ -255,6 +255,81 @@ TEST(ServerAsyncEngine, IdleWorkRunsOnlyWhenNoRequestIsLive) {
   EXPECT_EQ(busy_calls.load(), 0) << "idle work ran beside a live request";
 }
 
+// Issue 9, part 1: a cold request's preparation (Submission::warm, e.g. encoding its facts) goes in
+// pieces with an engine step of the running requests between every two, so their decodes are never
+// held up by more than one piece; then the request is prepared and served as any other.
+TEST(ServerAsyncEngine, WarmPiecesInterleaveWithRunningDecodes) {
+  AsyncEngine ae(slow_engine_factory(2));
+  auto running = ae.submit(Submission{prompt(20, 5), greedy(60), {}, {}});
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!running->poll(1ms).accepted && std::chrono::steady_clock::now() < deadline) {
+  }
+  std::vector<int64_t> steps_at_piece;
+  Submission cold{prompt(21, 5), greedy(4), {}, {}};
+  cold.warm = [&](Engine& e) {
+    steps_at_piece.push_back(e.stats().steps);
+    return steps_at_piece.size() == 6;
+  };
+  bool prepared = false;
+  cold.prepare = [&](Engine&, Submission&) { prepared = true; };
+  const Result c = collect(*ae.submit(std::move(cold)));
+  ASSERT_FALSE(c.error);
+  EXPECT_TRUE(prepared);
+  EXPECT_EQ(c.tokens.size(), 4u);
+  ASSERT_EQ(steps_at_piece.size(), 6u);
+  for (size_t i = 1; i < steps_at_piece.size(); ++i)
+    EXPECT_GT(steps_at_piece[i], steps_at_piece[i - 1]) << "no step of the running request between pieces " << i - 1 << " and " << i;
+  EXPECT_FALSE(collect(*running).error);
+}
+
+// A request with nothing to warm (its first call says done) is not queued behind a cold one.
+TEST(ServerAsyncEngine, AWarmRequestIsNotQueuedBehindAColdOne) {
+  AsyncEngine ae(engine_factory());
+  std::atomic<int> pieces{0};
+  Submission cold{prompt(25, 5), greedy(2), {}, {}};
+  cold.warm = [&](Engine&) {
+    ++pieces;
+    std::this_thread::sleep_for(1ms);
+    return false;  // a very cold user: only the cancel below ends it
+  };
+  auto cold_stream = ae.submit(std::move(cold));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (pieces < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  Submission hot{prompt(26, 5), greedy(3), {}, {}};
+  hot.warm = [](Engine&) { return true; };
+  const Result h = collect(*ae.submit(std::move(hot)));
+  EXPECT_FALSE(h.error);
+  EXPECT_EQ(h.tokens.size(), 3u);
+  EXPECT_FALSE(cold_stream->poll(0ms).accepted) << "the cold one is still warming";
+  cold_stream->cancel();
+  collect(*cold_stream);
+}
+
+// A warm piece that throws rejects its request alone; a request cancelled while warming ends.
+TEST(ServerAsyncEngine, WarmErrorsRejectAndCancelsEndTheRequest) {
+  AsyncEngine ae(engine_factory());
+  Submission bad{prompt(22, 5), greedy(3), {}, {}};
+  bad.warm = [](Engine&) -> bool { IS_THROW(kNotFound, "no such user"); };
+  const Result r = collect(*ae.submit(std::move(bad)));
+  ASSERT_TRUE(r.error);
+  EXPECT_THROW(std::rethrow_exception(r.error), Error);
+  std::atomic<int> pieces{0};
+  Submission slow{prompt(23, 5), greedy(3), {}, {}};
+  slow.warm = [&](Engine&) {
+    ++pieces;
+    std::this_thread::sleep_for(1ms);
+    return false;  // never done: only the cancel ends it
+  };
+  auto stream = ae.submit(std::move(slow));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (pieces < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  stream->cancel();
+  const Result c = collect(*stream);
+  EXPECT_FALSE(c.accepted);
+  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) { return st.num_pending == 0; }));
+  EXPECT_FALSE(collect(*ae.submit(Submission{prompt(24, 5), greedy(2), {}, {}})).error) << "the engine serves on";
+}
+
 // What idle work throws is logged; the engine goes on serving.
 TEST(ServerAsyncEngine, IdleWorkErrorsDoNotStopTheEngine) {
   AsyncEngineOptions o;

@@ -269,18 +269,12 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   }
 }
 
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt) {
-  store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
-  sync();
+std::vector<FactHit> MemoryService::retrieve(const MemoryRequest& req, const PromptSource& prompt, double* ms) {
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
-  const int32_t w = req.window < 0 ? opts_.default_window : req.window;
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
-  check_memory_limits(k, w, recompute, recompute_last);
+  check_memory_limits(k, window_of(req), recompute, recompute_last);
   IS_REQUIRE(!prompt.chat || !prompt.messages.empty(), kInvalidInput, "a request with memory needs at least one message");
-  const Tokenizer& tok = *model_.tokenizer;
-
-  MemoryPrompt out;
   std::vector<ScoredFact> hits;
   if (req.mode != MemoryMode::kOff && k > 0) {
     IS_REQUIRE(!req.user.empty(), kInvalidInput, "memory.user is required");
@@ -288,12 +282,60 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
     if (!req.query_vector.empty()) {
       hits = retriever_.search_vector(req.tenant, req.user, req.query_vector, static_cast<size_t>(k));
     } else {
-      const std::string query = req.query.empty() ? prompt.default_query(tok) : req.query;
+      const std::string query = req.query.empty() ? prompt.default_query(*model_.tokenizer) : req.query;
       hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
     }
-    out.retrieve_ms = ms_since(t0);
+    if (ms) *ms = ms_since(t0);
   }
-  for (FactHit& h : fetch_hits(store_, req.tenant, req.user, hits)) {  // facts deleted since the search are gone
+  return fetch_hits(store_, req.tenant, req.user, hits);  // facts deleted since the search are gone
+}
+
+bool MemoryService::has_kv(const Fact& f, int32_t w) {
+  return pool_.find(kv_key(f, w)) != nullptr || (!opts_.kv_dir.empty() && std::filesystem::exists(kv_path(f)));
+}
+
+std::vector<Fact> MemoryService::missing_facts(const MemoryRequest& req, const PromptSource& prompt) {
+  std::vector<Fact> missing;
+  if (req.mode != MemoryMode::kInject) return missing;
+  store_.refresh();
+  sync();
+  const int32_t w = window_of(req);
+  for (FactHit& h : retrieve(req, prompt, nullptr))
+    if (!has_kv(h.fact, w)) missing.push_back(std::move(h.fact));
+  return missing;
+}
+
+MemoryService::EncodedSome MemoryService::encode_some(const std::vector<Fact>& facts, size_t from, int32_t w,
+                                                      int32_t max_tokens) {
+  sync();
+  std::vector<Fact> piece;
+  int64_t tokens = 0;
+  size_t next = from;
+  for (; next < facts.size() && (piece.empty() || tokens < max_tokens); ++next) {
+    if (has_kv(facts[next], w)) continue;  // encoded meanwhile (another request, the background)
+    tokens += static_cast<int64_t>(fact_tokens(facts[next]).size() + window_tokens(facts[next], w).size());
+    piece.push_back(facts[next]);
+  }
+  EncodedSome r{next, 0};
+  if (piece.empty()) return r;
+  MemoryPrompt stats;
+  std::vector<FactKvKey> pinned;
+  make_resident(piece, w, &stats, pinned);
+  for (const FactKvKey& k : pinned) pool_.unpin(k);
+  r.encoded = stats.encoded;
+  return r;
+}
+
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt) {
+  store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
+  sync();
+  const int32_t w = window_of(req);
+  const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
+  const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
+  const Tokenizer& tok = *model_.tokenizer;
+
+  MemoryPrompt out;
+  for (FactHit& h : retrieve(req, prompt, &out.retrieve_ms)) {
     out.facts.push_back(std::move(h.fact));
     out.scores.push_back(h.score);
   }

@@ -93,6 +93,21 @@ class MemoryService : private FactStoreListener {
   // Unpins the facts of a finished request.
   void release(const MemoryPrompt& p);
 
+  // A cold request's encoding in pieces, before its prepare() (AsyncEngine runs them between
+  // engine steps, so running decodes go on): the facts an inject request would place whose KV at
+  // its window is neither in the pool nor in a KV file (retrieved as prepare() does; empty for other
+  // modes), then encode_some() encodes them from `from` on until about `max_tokens` tokens (window
+  // included, at least one fact) went through the model, leaving them resident unpinned. Returns
+  // the index after the last one encoded and how many were. Facts evicted again before prepare()
+  // are encoded by it.
+  std::vector<Fact> missing_facts(const MemoryRequest& req, const PromptSource& prompt);
+  struct EncodedSome {
+    size_t next = 0;
+    int32_t encoded = 0;
+  };
+  EncodedSome encode_some(const std::vector<Fact>& facts, size_t from, int32_t w, int32_t max_tokens);
+  int32_t window_of(const MemoryRequest& req) const { return req.window < 0 ? opts_.default_window : req.window; }
+
   // Makes sure facts' KV (window w) exists: in KV files when kv_dir is set, else in the pool.
   // Returns how many were encoded. For imports; reports to `progress` per fact when given.
   int64_t encode_facts(const std::string& tenant, const std::string& user, const std::vector<int64_t>& ids, int32_t w,
@@ -141,6 +156,11 @@ class MemoryService : private FactStoreListener {
   void on_fact_updated(const Fact& fact, bool text_changed) override;
   void on_reset() override;
 
+  // The facts prepare() places for `req`, best-ranked first, with their scores (k and the limits
+  // checked; empty for mode off and k = 0).
+  std::vector<FactHit> retrieve(const MemoryRequest& req, const PromptSource& prompt, double* ms);
+  // Whether a fact's KV at window w is resident or in a KV file.
+  bool has_kv(const Fact& f, int32_t w);
   // Pins a resident pool entry for every fact (loading or encoding the missing ones); returns
   // their keys in the order of `facts`.
   std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,

@@ -135,7 +135,7 @@ void AsyncEngine::serve() {
       std::unique_lock lk(wake_->mu);
       wake_->cv.wait(lk, [&] {
         return wake_->poked || !incoming_.empty() || stopping_ || aborting_ || engine_->has_unfinished() ||
-               wake_->idle_work;
+               !warming_.empty() || wake_->idle_work;
       });
       wake_->poked = false;
       incoming.swap(incoming_);
@@ -157,14 +157,16 @@ void AsyncEngine::serve() {
     }
     admit(incoming, aborting);
 
-    if (!aborting && engine_->has_unfinished()) {
-      step_once();
-    } else if (!aborting && !stopping) {
+    if (!aborting && engine_->has_unfinished()) step_once();
+    // A cold request's preparation goes one piece per step, the running requests' decodes between.
+    if (!warming_.empty()) {
+      warm_one(aborting);
+    } else if (!aborting && !stopping && !engine_->has_unfinished()) {
       run_idle_work();  // nothing waits or runs: low-priority work, one bounded piece
     }
     publish_stats();
 
-    if (aborting || (stopping && live_.empty() && !engine_->has_unfinished())) {
+    if ((aborting && warming_.empty()) || (stopping && live_.empty() && warming_.empty() && !engine_->has_unfinished())) {
       std::lock_guard lk(wake_->mu);
       if (incoming_.empty()) {  // submit refuses once stopping_, so nothing more can arrive
         exited_ = true;
@@ -187,6 +189,10 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       p.stream->fail(shutting_down());
       continue;
     }
+    if (p.sub.warm) {
+      warming_.push_back(std::move(p));
+      continue;
+    }
     try {
       if (p.sub.prepare) p.sub.prepare(*engine_, p.sub);
       const int64_t id =
@@ -198,6 +204,49 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       p.stream->fail(std::current_exception());
     }
   }
+}
+
+bool AsyncEngine::warm_call(size_t i, bool aborting) {
+  Pending& p = warming_[i];
+  p.warm_started = true;
+  bool ended = true;  // cancelled, aborted or failed: its stream ends here
+  if (p.stream->cancelled()) {
+    finish_request();
+    p.stream->end_cancelled();
+  } else if (aborting) {
+    finish_request();
+    p.stream->fail(shutting_down());
+  } else {
+    try {
+      if (!p.sub.warm(*engine_)) return false;  // more pieces: later loop turns (after steps) go on
+      ended = false;
+    } catch (...) {
+      finish_request();
+      p.stream->fail(std::current_exception());
+    }
+  }
+  std::vector<Pending> one;
+  one.push_back(std::move(p));
+  warming_.erase(warming_.begin() + static_cast<std::ptrdiff_t>(i));
+  if (!ended) {
+    one.front().sub.warm = nullptr;
+    admit(one, false);
+  }
+  return true;
+}
+
+void AsyncEngine::warm_one(bool aborting) {
+  // Newcomers' first calls (cheap: planning), so one with nothing to do is served at once.
+  bool front_started_now = !warming_.empty() && !warming_.front().warm_started;
+  for (size_t i = 0; i < warming_.size();) {
+    if (!warming_[i].warm_started && warm_call(i, aborting)) {
+      if (i == 0) front_started_now = !warming_.empty() && !warming_.front().warm_started;
+      continue;
+    }
+    ++i;
+  }
+  // One piece of the oldest, unless its first call was this turn's (a step goes between).
+  if (!warming_.empty() && !front_started_now) warm_call(0, aborting);
 }
 
 void AsyncEngine::step_once() {

@@ -14,6 +14,7 @@
 #pragma once
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <future>
@@ -51,6 +52,12 @@ struct Submission {
   // hold and sampling: memory retrieval and injection need the engine's backend and KV blocks,
   // which only that thread may touch. What it throws rejects the request.
   std::function<void(Engine&, Submission&)> prepare;
+  // Runs on the engine thread before `prepare`, one bounded piece a call (e.g. encoding some of a
+  // cold user's facts), with an engine step of the running requests between two pieces, so their
+  // decodes go on; returns true once nothing remains. The first call of each request should be
+  // cheap (planning: it runs at arrival, beside other requests' first calls), so that a request
+  // with nothing to do is not queued behind a cold one. What it throws rejects the request.
+  std::function<bool(Engine&)> warm;
   // The prefix-cache salt (Engine::add_request): the server's is the request's tenant.
   uint64_t cache_salt = 0;
 };
@@ -104,6 +111,7 @@ class AsyncEngine {
   struct Pending {
     Submission sub;
     std::shared_ptr<RequestStream> stream;
+    bool warm_started = false;  // Submission::warm was called once
   };
   // State shared with the streams' cancel callbacks, which may outlive this object.
   struct Wake {
@@ -118,12 +126,18 @@ class AsyncEngine {
   void admit(std::vector<Pending>& incoming, bool aborting);
   void step_once();
   void run_idle_work();
+  // The first warm call of every new warming request, then one piece of the oldest one's; admits
+  // those done, ends those cancelled, aborted or failed.
+  void warm_one(bool aborting);
+  // One warm call of warming_[i]; true when the request left warming_ (admitted or ended).
+  bool warm_call(size_t i, bool aborting);
   void fail_all_live(std::exception_ptr e);
   void finish_request();                   // one pending request fewer
   void publish_stats();
 
   std::unique_ptr<Engine> engine_;         // engine thread only
   std::unordered_map<int64_t, Live> live_; // engine thread only: engine id -> stream
+  std::deque<Pending> warming_;            // engine thread only: Submission::warm not done yet, in order
   const AsyncEngineOptions opts_;
   int32_t max_model_len_ = 0;  // written by the engine thread before the constructor returns
   int32_t block_size_ = 0;

@@ -148,6 +148,7 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   // what another sent, through its latency.
   sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
   if (prompt.prepare) {
+    sub.warm = std::move(prompt.warm);
     // Memory: the prompt exists only once the engine thread has retrieved and composed it.
     sub.prepare = [build = std::move(prompt.prepare), g, limits, served, keep = outputs.needs_prompt()](
                       Engine& engine, Submission& s) mutable {

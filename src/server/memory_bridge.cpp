@@ -70,10 +70,32 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
   p.report->mode = mr.mode;
   // The same source a plain request is built from (prompt_builder.h): without facts placed, the
   // service's prompt is exactly the plain one, on both endpoints.
-  p.prepare = [this, mr = std::move(mr), source = prompt_source(req), report = p.report](Engine& engine,
-                                                                                        PreparedPrompt& out) {
+  // A cold user's facts are encoded first, kEncodePieceTokens at a time between engine steps (the
+  // running requests decode in between); prepare() then finds them resident.
+  struct Cold {
+    bool planned = false;
+    std::vector<Fact> facts;  // retrieved, without KV
+    size_t next = 0;
+    int32_t encoded = 0;
+  };
+  auto cold = std::make_shared<Cold>();
+  p.warm = [this, mr, source = prompt_source(req), cold](Engine& engine) {
+    MemoryService& svc = service(engine);
+    if (!cold->planned) {  // the first call plans only (AsyncEngine runs it at arrival)
+      cold->facts = svc.missing_facts(mr, source);
+      cold->planned = true;
+    } else if (cold->next < cold->facts.size()) {
+      const auto r = svc.encode_some(cold->facts, cold->next, svc.window_of(mr), kEncodePieceTokens);
+      cold->next = r.next;
+      cold->encoded += r.encoded;
+    }
+    return cold->next >= cold->facts.size();
+  };
+  p.prepare = [this, mr = std::move(mr), source = prompt_source(req), report = p.report, cold](Engine& engine,
+                                                                                              PreparedPrompt& out) {
     MemoryService& svc = service(engine);
     auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source));
+    prepared->encoded += cold->encoded;  // encoded for this request, before its prepare
     out.ids = prepared->tokens;
     out.injected = prepared->injected;
     fill_report(*prepared, mr.mode, *report);

@@ -34,6 +34,8 @@ class MemoryBridge final : public MemoryProvider {
     wake_ = std::move(wake);
   }
   static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
+  // Tokens (facts and their windows) a cold request encodes between two engine steps.
+  static constexpr int32_t kEncodePieceTokens = 512;
   BackgroundEncoding background() const override;
 
  private:

@@ -12,7 +12,9 @@
 //
 //   HTTP thread                              engine thread
 //   provider.prepare(req) -> report (empty)
-//   submit --------------------------------> prepare(engine, p): retrieve, compose, inject;
+//   submit --------------------------------> warm(engine) until done: plan, then encode the
+//                                            facts without KV a piece per engine step;
+//                                            prepare(engine, p): retrieve, compose, inject;
 //                                            fill *report; then RequestStream::accept()
 //   poll() sees accepted <------------------
 //   read *report
@@ -48,6 +50,9 @@ struct PreparedPrompt {
   // Set instead of `ids` when the prompt can only be built on the engine thread (memory). It
   // fills ids, injected and hold.
   std::function<void(Engine&, PreparedPrompt&)> prepare;
+  // Optional, with `prepare`: Submission::warm (async_engine.h), e.g. encoding a cold user's facts
+  // in pieces between engine steps before `prepare` runs.
+  std::function<bool(Engine&)> warm;
   // Set with `prepare`: filled by it on the engine thread, read by the HTTP thread after acceptance.
   std::shared_ptr<MemoryReport> report;
 };
