@@ -294,14 +294,17 @@ bool MemoryService::has_kv(const Fact& f, int32_t w) {
   return pool_.find(kv_key(f, w)) != nullptr || (!opts_.kv_dir.empty() && std::filesystem::exists(kv_path(f)));
 }
 
-std::vector<Fact> MemoryService::missing_facts(const MemoryRequest& req, const PromptSource& prompt) {
+std::vector<Fact> MemoryService::missing_facts(const MemoryRequest& req, const PromptSource& prompt,
+                                               std::vector<FactHit>* hits) {
   std::vector<Fact> missing;
   if (req.mode != MemoryMode::kInject) return missing;
   store_.refresh();
   sync();
   const int32_t w = window_of(req);
-  for (FactHit& h : retrieve(req, prompt, nullptr))
-    if (!has_kv(h.fact, w)) missing.push_back(std::move(h.fact));
+  std::vector<FactHit> found = retrieve(req, prompt, nullptr);
+  for (const FactHit& h : found)
+    if (!has_kv(h.fact, w)) missing.push_back(h.fact);
+  if (hits) *hits = std::move(found);
   return missing;
 }
 
@@ -326,16 +329,20 @@ MemoryService::EncodedSome MemoryService::encode_some(const std::vector<Fact>& f
   return r;
 }
 
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt) {
-  store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
-  sync();
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, std::vector<FactHit>* hits) {
+  if (!hits) {
+    store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
+    sync();
+  }
   const int32_t w = window_of(req);
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
   const Tokenizer& tok = *model_.tokenizer;
 
   MemoryPrompt out;
-  for (FactHit& h : retrieve(req, prompt, &out.retrieve_ms)) {
+  std::vector<FactHit> retrieved;
+  if (!hits) retrieved = retrieve(req, prompt, &out.retrieve_ms);
+  for (FactHit& h : hits ? *hits : retrieved) {
     out.facts.push_back(std::move(h.fact));
     out.scores.push_back(h.score);
   }

@@ -84,7 +84,9 @@ class MemoryService : private FactStoreListener {
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
   // lack of room: the request is served, only slower. Throws kInvalidInput for values past the
   // MemoryRequest limits (memory/compose.h).
-  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt);
+  // `hits`, when given, are this request's retrieval just made (missing_facts' `hits`, nothing
+  // encoded since): used instead of retrieving again.
+  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, std::vector<FactHit>* hits = nullptr);
   // A chat: `chat` renders the conversation as a plain request with the same options would.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
                        const ChatRenderOptions& chat = {}) {
@@ -100,7 +102,9 @@ class MemoryService : private FactStoreListener {
   // included, at least one fact) went through the model, leaving them resident unpinned. Returns
   // the index after the last one encoded and how many were. Facts evicted again before prepare()
   // are encoded by it.
-  std::vector<Fact> missing_facts(const MemoryRequest& req, const PromptSource& prompt);
+  // `hits` (may be null) gets the whole retrieval.
+  std::vector<Fact> missing_facts(const MemoryRequest& req, const PromptSource& prompt,
+                                  std::vector<FactHit>* hits = nullptr);
   struct EncodedSome {
     size_t next = 0;
     int32_t encoded = 0;

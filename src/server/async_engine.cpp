@@ -189,11 +189,16 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       p.stream->fail(shutting_down());
       continue;
     }
-    if (p.sub.warm) {
-      warming_.push_back(std::move(p));
-      continue;
-    }
     try {
+      // The first warm call (planning) at arrival: with nothing to do the request is served in
+      // this step, as without warm; otherwise its pieces go between the next steps.
+      if (p.sub.warm) {
+        if (!p.sub.warm(*engine_)) {
+          warming_.push_back(std::move(p));
+          continue;
+        }
+        p.sub.warm = nullptr;
+      }
       if (p.sub.prepare) p.sub.prepare(*engine_, p.sub);
       const int64_t id =
           engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::move(p.sub.injected), p.sub.cache_salt);
@@ -208,7 +213,6 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
 
 bool AsyncEngine::warm_call(size_t i, bool aborting) {
   Pending& p = warming_[i];
-  p.warm_started = true;
   bool ended = true;  // cancelled, aborted or failed: its stream ends here
   if (p.stream->cancelled()) {
     finish_request();
@@ -236,17 +240,8 @@ bool AsyncEngine::warm_call(size_t i, bool aborting) {
 }
 
 void AsyncEngine::warm_one(bool aborting) {
-  // Newcomers' first calls (cheap: planning), so one with nothing to do is served at once.
-  bool front_started_now = !warming_.empty() && !warming_.front().warm_started;
-  for (size_t i = 0; i < warming_.size();) {
-    if (!warming_[i].warm_started && warm_call(i, aborting)) {
-      if (i == 0) front_started_now = !warming_.empty() && !warming_.front().warm_started;
-      continue;
-    }
-    ++i;
-  }
-  // One piece of the oldest, unless its first call was this turn's (a step goes between).
-  if (!warming_.empty() && !front_started_now) warm_call(0, aborting);
+  // Every warming request had its first call at admission (admit()); one piece of the oldest.
+  if (!warming_.empty()) warm_call(0, aborting);
 }
 
 void AsyncEngine::step_once() {

@@ -54,9 +54,9 @@ struct Submission {
   std::function<void(Engine&, Submission&)> prepare;
   // Runs on the engine thread before `prepare`, one bounded piece a call (e.g. encoding some of a
   // cold user's facts), with an engine step of the running requests between two pieces, so their
-  // decodes go on; returns true once nothing remains. The first call of each request should be
-  // cheap (planning: it runs at arrival, beside other requests' first calls), so that a request
-  // with nothing to do is not queued behind a cold one. What it throws rejects the request.
+  // decodes go on; returns true once nothing remains. The first call runs at arrival and should be
+  // cheap (planning): a request with nothing to do is then served in that step, never queued behind
+  // a cold one. What it throws rejects the request.
   std::function<bool(Engine&)> warm;
   // The prefix-cache salt (Engine::add_request): the server's is the request's tenant.
   uint64_t cache_salt = 0;
@@ -111,7 +111,6 @@ class AsyncEngine {
   struct Pending {
     Submission sub;
     std::shared_ptr<RequestStream> stream;
-    bool warm_started = false;  // Submission::warm was called once
   };
   // State shared with the streams' cancel callbacks, which may outlive this object.
   struct Wake {
@@ -126,8 +125,8 @@ class AsyncEngine {
   void admit(std::vector<Pending>& incoming, bool aborting);
   void step_once();
   void run_idle_work();
-  // The first warm call of every new warming request, then one piece of the oldest one's; admits
-  // those done, ends those cancelled, aborted or failed.
+  // One piece of the oldest warming request's work (the first call of each ran in admit());
+  // admits it when done, ends it when cancelled, aborted or failed.
   void warm_one(bool aborting);
   // One warm call of warming_[i]; true when the request left warming_ (admitted or ended).
   bool warm_call(size_t i, bool aborting);

@@ -77,12 +77,13 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
     std::vector<Fact> facts;  // retrieved, without KV
     size_t next = 0;
     int32_t encoded = 0;
+    std::vector<FactHit> hits;  // the planning's retrieval, reused by prepare when nothing was missing
   };
   auto cold = std::make_shared<Cold>();
   p.warm = [this, mr, source = prompt_source(req), cold](Engine& engine) {
     MemoryService& svc = service(engine);
     if (!cold->planned) {  // the first call plans only (AsyncEngine runs it at arrival)
-      cold->facts = svc.missing_facts(mr, source);
+      cold->facts = svc.missing_facts(mr, source, &cold->hits);
       cold->planned = true;
     } else if (cold->next < cold->facts.size()) {
       const auto r = svc.encode_some(cold->facts, cold->next, svc.window_of(mr), kEncodePieceTokens);
@@ -94,7 +95,10 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
   p.prepare = [this, mr = std::move(mr), source = prompt_source(req), report = p.report, cold](Engine& engine,
                                                                                               PreparedPrompt& out) {
     MemoryService& svc = service(engine);
-    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source));
+    // Nothing was missing: the planning's retrieval, made this turn, is this request's (facts
+    // encoded in pieces since may have changed the store: those retrieve again).
+    const bool fresh = cold->planned && cold->facts.empty() && mr.mode == MemoryMode::kInject;
+    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source, fresh ? &cold->hits : nullptr));
     prepared->encoded += cold->encoded;  // encoded for this request, before its prepare
     out.ids = prepared->tokens;
     out.injected = prepared->injected;
