@@ -177,7 +177,7 @@ void AsyncEngine::serve() {
   }
 }
 
-void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
+void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting, bool from_warming) {
   for (Pending& p : incoming) {
     if (p.stream->cancelled()) {
       finish_request();
@@ -190,11 +190,12 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       continue;
     }
     try {
-      // The first warm call (planning) at arrival: with nothing to do the request is served in
-      // this step, as without warm; otherwise its pieces go between the next steps.
+      // A warm piece first (the first one, planning, at arrival): with nothing (more) to do the
+      // request is served in this step; otherwise it waits in warming_, its next piece after a step.
       if (p.sub.warm) {
         if (!p.sub.warm(*engine_)) {
-          warming_.push_back(std::move(p));
+          if (from_warming) warming_.push_front(std::move(p));  // stays the oldest
+          else warming_.push_back(std::move(p));
           continue;
         }
         p.sub.warm = nullptr;
@@ -211,37 +212,12 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
   }
 }
 
-bool AsyncEngine::warm_call(size_t i, bool aborting) {
-  Pending& p = warming_[i];
-  bool ended = true;  // cancelled, aborted or failed: its stream ends here
-  if (p.stream->cancelled()) {
-    finish_request();
-    p.stream->end_cancelled();
-  } else if (aborting) {
-    finish_request();
-    p.stream->fail(shutting_down());
-  } else {
-    try {
-      if (!p.sub.warm(*engine_)) return false;  // more pieces: later loop turns (after steps) go on
-      ended = false;
-    } catch (...) {
-      finish_request();
-      p.stream->fail(std::current_exception());
-    }
-  }
-  std::vector<Pending> one;
-  one.push_back(std::move(p));
-  warming_.erase(warming_.begin() + static_cast<std::ptrdiff_t>(i));
-  if (!ended) {
-    one.front().sub.warm = nullptr;
-    admit(one, false);
-  }
-  return true;
-}
-
 void AsyncEngine::warm_one(bool aborting) {
-  // Every warming request had its first call at admission (admit()); one piece of the oldest.
-  if (!warming_.empty()) warm_call(0, aborting);
+  if (warming_.empty()) return;
+  std::vector<Pending> oldest;
+  oldest.push_back(std::move(warming_.front()));
+  warming_.pop_front();
+  admit(oldest, aborting, /*from_warming=*/true);
 }
 
 void AsyncEngine::step_once() {

@@ -122,14 +122,14 @@ class AsyncEngine {
 
   void run(const EngineFactory& make_engine, std::promise<void>& ready);  // the engine thread
   void serve();
-  void admit(std::vector<Pending>& incoming, bool aborting);
+  // Ends cancelled submissions (all when aborting), runs a warm piece of those that have one and
+  // parks them in warming_ until it says done, prepares and adds the rest. from_warming: the
+  // submission came from warming_'s front and goes back there if not done.
+  void admit(std::vector<Pending>& incoming, bool aborting, bool from_warming = false);
   void step_once();
   void run_idle_work();
-  // One piece of the oldest warming request's work (the first call of each ran in admit());
-  // admits it when done, ends it when cancelled, aborted or failed.
+  // The next piece of the oldest warming request, through admit().
   void warm_one(bool aborting);
-  // One warm call of warming_[i]; true when the request left warming_ (admitted or ended).
-  bool warm_call(size_t i, bool aborting);
   void fail_all_live(std::exception_ptr e);
   void finish_request();                   // one pending request fewer
   void publish_stats();
