@@ -290,6 +290,7 @@ TEST_F(ServerMemory, InjectAndTextPlaceTheSameFacts) {
   // Again: the facts' KV is resident now.
   const json again = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Carol's cat?", mem)));
   EXPECT_EQ(again["memory"]["encoded"], 0);
+  EXPECT_GT(again["memory"]["retrieve_ms"].get<double>(), 0.0) << "the retrieval's time, also when prepare reuses it";
   EXPECT_EQ(content(again), content(inject));
 
   // Completions carry the object too.

@@ -92,9 +92,7 @@ bool MemoryService::encode_queued(int32_t max_facts) {
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kNotFound) throw;
     }
-    const bool skip = !f || pool_.find(kv_key(*f, w)) != nullptr ||
-                      (!opts_.kv_dir.empty() && std::filesystem::exists(kv_path(*f)));
-    if (skip) {
+    if (!f || has_kv(*f, w)) {
       ++background_skipped_;
       continue;
     }
@@ -107,11 +105,8 @@ bool MemoryService::encode_queued(int32_t max_facts) {
     todo.push_back(std::move(*f));
   }
   if (!todo.empty()) {
-    MemoryPrompt stats;
-    std::vector<FactKvKey> pinned;
-    const std::vector<FactKvKey> keys = make_resident(todo, w, &stats, pinned);
-    for (const FactKvKey& k : pinned) pool_.unpin(k);
-    background_encoded_ += stats.encoded;
+    std::vector<FactKvKey> keys;
+    background_encoded_ += encode_unpinned(todo, w, &keys);
     // With files, keep the room for requests once it runs short: the files hold the KV.
     if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4)
       for (const FactKvKey& k : keys) pool_.erase(k);
@@ -269,13 +264,14 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   }
 }
 
-std::vector<FactHit> MemoryService::retrieve(const MemoryRequest& req, const PromptSource& prompt, double* ms) {
+MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const PromptSource& prompt) {
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
   check_memory_limits(k, window_of(req), recompute, recompute_last);
   IS_REQUIRE(!prompt.chat || !prompt.messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   std::vector<ScoredFact> hits;
+  Retrieval r;
   if (req.mode != MemoryMode::kOff && k > 0) {
     IS_REQUIRE(!req.user.empty(), kInvalidInput, "memory.user is required");
     const auto t0 = std::chrono::steady_clock::now();
@@ -285,9 +281,10 @@ std::vector<FactHit> MemoryService::retrieve(const MemoryRequest& req, const Pro
       const std::string query = req.query.empty() ? prompt.default_query(*model_.tokenizer) : req.query;
       hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
     }
-    if (ms) *ms = ms_since(t0);
+    r.ms = ms_since(t0);
   }
-  return fetch_hits(store_, req.tenant, req.user, hits);  // facts deleted since the search are gone
+  r.hits = fetch_hits(store_, req.tenant, req.user, hits);  // facts deleted since the search are gone
+  return r;
 }
 
 bool MemoryService::has_kv(const Fact& f, int32_t w) {
@@ -295,16 +292,15 @@ bool MemoryService::has_kv(const Fact& f, int32_t w) {
 }
 
 std::vector<Fact> MemoryService::missing_facts(const MemoryRequest& req, const PromptSource& prompt,
-                                               std::vector<FactHit>* hits) {
-  std::vector<Fact> missing;
-  if (req.mode != MemoryMode::kInject) return missing;
+                                               Retrieval* retrieval) {
   store_.refresh();
   sync();
-  const int32_t w = window_of(req);
-  std::vector<FactHit> found = retrieve(req, prompt, nullptr);
-  for (const FactHit& h : found)
-    if (!has_kv(h.fact, w)) missing.push_back(h.fact);
-  if (hits) *hits = std::move(found);
+  Retrieval found = retrieve(req, prompt);
+  std::vector<Fact> missing;
+  if (req.mode == MemoryMode::kInject)
+    for (const FactHit& h : found.hits)
+      if (!has_kv(h.fact, window_of(req))) missing.push_back(h.fact);
+  if (retrieval) *retrieval = std::move(found);
   return missing;
 }
 
@@ -319,18 +315,20 @@ MemoryService::EncodedSome MemoryService::encode_some(const std::vector<Fact>& f
     tokens += static_cast<int64_t>(fact_tokens(facts[next]).size() + window_tokens(facts[next], w).size());
     piece.push_back(facts[next]);
   }
-  EncodedSome r{next, 0};
-  if (piece.empty()) return r;
-  MemoryPrompt stats;
-  std::vector<FactKvKey> pinned;
-  make_resident(piece, w, &stats, pinned);
-  for (const FactKvKey& k : pinned) pool_.unpin(k);
-  r.encoded = stats.encoded;
-  return r;
+  return EncodedSome{next, piece.empty() ? 0 : encode_unpinned(piece, w)};
 }
 
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, std::vector<FactHit>* hits) {
-  if (!hits) {
+int32_t MemoryService::encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys) {
+  MemoryPrompt stats;
+  std::vector<FactKvKey> pinned;
+  std::vector<FactKvKey> k = make_resident(facts, w, &stats, pinned);
+  for (const FactKvKey& key : pinned) pool_.unpin(key);
+  if (keys) *keys = std::move(k);
+  return stats.encoded;
+}
+
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved) {
+  if (!retrieved) {
     store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
     sync();
   }
@@ -340,9 +338,11 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
   const Tokenizer& tok = *model_.tokenizer;
 
   MemoryPrompt out;
-  std::vector<FactHit> retrieved;
-  if (!hits) retrieved = retrieve(req, prompt, &out.retrieve_ms);
-  for (FactHit& h : hits ? *hits : retrieved) {
+  Retrieval fresh;
+  if (!retrieved) fresh = retrieve(req, prompt);
+  Retrieval& r = retrieved ? *retrieved : fresh;
+  out.retrieve_ms = r.ms;
+  for (FactHit& h : r.hits) {
     out.facts.push_back(std::move(h.fact));
     out.scores.push_back(h.score);
   }
@@ -441,11 +441,7 @@ int64_t MemoryService::encode_facts(const std::string& tenant, const std::string
   for (size_t i = 0; i < ids.size(); i += batch) {
     std::vector<Fact> facts;
     for (size_t j = i; j < std::min(ids.size(), i + batch); ++j) facts.push_back(store_.get(tenant, user, ids[j]));
-    MemoryPrompt stats;
-    std::vector<FactKvKey> pinned;
-    make_resident(facts, w, &stats, pinned);
-    for (const FactKvKey& k : pinned) pool_.unpin(k);
-    encoded += stats.encoded;
+    encoded += encode_unpinned(facts, w);
     if (progress) progress->add(static_cast<int64_t>(facts.size()));
   }
   return encoded;

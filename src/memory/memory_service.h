@@ -84,9 +84,14 @@ class MemoryService : private FactStoreListener {
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
   // lack of room: the request is served, only slower. Throws kInvalidInput for values past the
   // MemoryRequest limits (memory/compose.h).
-  // `hits`, when given, are this request's retrieval just made (missing_facts' `hits`, nothing
+  // A request's retrieval: the facts prepare() places, best-ranked first, and its time.
+  struct Retrieval {
+    std::vector<FactHit> hits;
+    double ms = 0;
+  };
+  // `retrieved`, when given, is this request's retrieval just made (missing_facts', nothing
   // encoded since): used instead of retrieving again.
-  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, std::vector<FactHit>* hits = nullptr);
+  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved = nullptr);
   // A chat: `chat` renders the conversation as a plain request with the same options would.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
                        const ChatRenderOptions& chat = {}) {
@@ -102,9 +107,8 @@ class MemoryService : private FactStoreListener {
   // included, at least one fact) went through the model, leaving them resident unpinned. Returns
   // the index after the last one encoded and how many were. Facts evicted again before prepare()
   // are encoded by it.
-  // `hits` (may be null) gets the whole retrieval.
-  std::vector<Fact> missing_facts(const MemoryRequest& req, const PromptSource& prompt,
-                                  std::vector<FactHit>* hits = nullptr);
+  // `retrieval` (may be null) gets the whole retrieval, in every mode.
+  std::vector<Fact> missing_facts(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieval = nullptr);
   struct EncodedSome {
     size_t next = 0;
     int32_t encoded = 0;
@@ -137,7 +141,7 @@ class MemoryService : private FactStoreListener {
     on_queued_ = std::move(on_queued);
   }
   // Background encoding totals: facts encoded, and skipped (resident, in a file, deleted, no room).
-  int64_t background_encoded() const { return background_encoded_; }
+  int64_t background_encoded() const { return background_encoded_.load(); }  // thread-safe
   int64_t background_skipped() const { return background_skipped_; }
 
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
@@ -160,11 +164,13 @@ class MemoryService : private FactStoreListener {
   void on_fact_updated(const Fact& fact, bool text_changed) override;
   void on_reset() override;
 
-  // The facts prepare() places for `req`, best-ranked first, with their scores (k and the limits
-  // checked; empty for mode off and k = 0).
-  std::vector<FactHit> retrieve(const MemoryRequest& req, const PromptSource& prompt, double* ms);
+  // The facts prepare() places for `req` (k and the limits checked; none for mode off and k = 0).
+  Retrieval retrieve(const MemoryRequest& req, const PromptSource& prompt);
   // Whether a fact's KV at window w is resident or in a KV file.
   bool has_kv(const Fact& f, int32_t w);
+  // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
+  // Returns how many were encoded; `keys` (may be null) gets their pool keys.
+  int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys = nullptr);
   // Pins a resident pool entry for every fact (loading or encoding the missing ones); returns
   // their keys in the order of `facts`.
   std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
@@ -210,7 +216,8 @@ class MemoryService : private FactStoreListener {
   std::atomic<bool> attaching_{false};  // FactStore::attach replays the store: not new facts
   bool background_ = false;             // guarded by stale_mu_
   std::function<void()> on_queued_;     // guarded by stale_mu_
-  int64_t background_encoded_ = 0, background_skipped_ = 0;  // engine thread
+  std::atomic<int64_t> background_encoded_{0};  // written on the engine thread
+  int64_t background_skipped_ = 0;               // engine thread
 };
 
 }  // namespace inferscale

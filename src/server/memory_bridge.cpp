@@ -36,7 +36,7 @@ MemoryService& MemoryBridge::service(Engine& engine) {
 
 BackgroundEncoding MemoryBridge::background() const {
   const MemoryService* svc = started_.load();
-  return {svc ? static_cast<int64_t>(svc->num_queued()) : 0, background_encoded_.load()};
+  return svc ? BackgroundEncoding{static_cast<int64_t>(svc->num_queued()), svc->background_encoded()} : BackgroundEncoding{};
 }
 
 void MemoryBridge::wake() {
@@ -56,7 +56,6 @@ bool MemoryBridge::background_work(Engine& engine) {
   }
   const int64_t before = svc.background_encoded();
   const bool more = svc.encode_queued(kBackgroundFacts);
-  background_encoded_ = svc.background_encoded();
   if (svc.background_encoded() > before)
     spdlog::debug("memory: {} facts encoded in the background, {} queued", svc.background_encoded() - before,
                   svc.num_queued());
@@ -77,13 +76,13 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
     std::vector<Fact> facts;  // retrieved, without KV
     size_t next = 0;
     int32_t encoded = 0;
-    std::vector<FactHit> hits;  // the planning's retrieval, reused by prepare when nothing was missing
+    MemoryService::Retrieval retrieval;  // the planning's, reused by prepare when nothing was missing
   };
   auto cold = std::make_shared<Cold>();
   p.warm = [this, mr, source = prompt_source(req), cold](Engine& engine) {
     MemoryService& svc = service(engine);
     if (!cold->planned) {  // the first call plans only (AsyncEngine runs it at arrival)
-      cold->facts = svc.missing_facts(mr, source, &cold->hits);
+      cold->facts = svc.missing_facts(mr, source, &cold->retrieval);
       cold->planned = true;
     } else if (cold->next < cold->facts.size()) {
       const auto r = svc.encode_some(cold->facts, cold->next, svc.window_of(mr), kEncodePieceTokens);
@@ -97,8 +96,8 @@ PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
     MemoryService& svc = service(engine);
     // Nothing was missing: the planning's retrieval, made this turn, is this request's (facts
     // encoded in pieces since may have changed the store: those retrieve again).
-    const bool fresh = cold->planned && cold->facts.empty() && mr.mode == MemoryMode::kInject;
-    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source, fresh ? &cold->hits : nullptr));
+    const bool fresh = cold->planned && cold->facts.empty();
+    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source, fresh ? &cold->retrieval : nullptr));
     prepared->encoded += cold->encoded;  // encoded for this request, before its prepare
     out.ids = prepared->tokens;
     out.injected = prepared->injected;

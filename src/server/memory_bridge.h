@@ -46,8 +46,7 @@ class MemoryBridge final : public MemoryProvider {
   const Model& model_;
   const MemoryOptions opts_;
   std::unique_ptr<MemoryService> service_;  // engine thread only
-  std::atomic<MemoryService*> started_{nullptr};  // service_ once made (its queue is thread-safe)
-  std::atomic<int64_t> background_encoded_{0};
+  std::atomic<MemoryService*> started_{nullptr};  // service_ once made (its background counters are thread-safe)
   bool background_on_ = false;  // engine thread
   void wake();  // any thread
   std::mutex wake_mu_;
