@@ -4,6 +4,8 @@
 #include <atomic>
 
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "server/api_error.h"
@@ -255,77 +257,101 @@ TEST(ServerAsyncEngine, IdleWorkRunsOnlyWhenNoRequestIsLive) {
   EXPECT_EQ(busy_calls.load(), 0) << "idle work ran beside a live request";
 }
 
-// Issue 9, part 1: a cold request's preparation (Submission::warm, e.g. encoding its facts) goes in
-// pieces with an engine step of the running requests between every two, so their decodes are never
-// held up by more than one piece; then the request is prepared and served as any other.
-TEST(ServerAsyncEngine, WarmPiecesInterleaveWithRunningDecodes) {
+// A memory ticket driven by the test: `resolve` answers (kWait while it returns nullopt).
+class ScriptedTicket final : public MemoryTicket {
+ public:
+  explicit ScriptedTicket(std::function<std::optional<std::vector<int32_t>>(Engine&)> f) : f_(std::move(f)) {}
+  MemoryPlan resolve(Engine& e) override {
+    auto p = f_(e);
+    if (!p) return MemoryPlan::wait();
+    MemoryPlan plan;
+    plan.prompt = std::move(*p);
+    return plan;
+  }
+  void release() override { ++released; }
+  std::atomic<int> released{0};
+
+ private:
+  std::function<std::optional<std::vector<int32_t>>(Engine&)> f_;
+};
+
+Submission with_ticket(std::shared_ptr<MemoryTicket> t, int32_t max_tokens) {
+  Submission s{{}, greedy(max_tokens), {}, {}};
+  s.memory = std::move(t);
+  return s;
+}
+
+// Issue 9, part 1: a request with memory is resolved by the engine at admission, inside its
+// steps: while its ticket is not ready the running requests go on stepping, its stream is not
+// accepted, and once ready it is served as any other; its ticket is released when it ends.
+TEST(ServerAsyncEngine, MemoryTicketsResolveInsideTheEnginesSteps) {
   AsyncEngine ae(slow_engine_factory(2));
   auto running = ae.submit(Submission{prompt(20, 5), greedy(60), {}, {}});
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (!running->poll(1ms).accepted && std::chrono::steady_clock::now() < deadline) {
   }
-  std::vector<int64_t> steps_at_piece;
-  Submission cold{prompt(21, 5), greedy(4), {}, {}};
-  cold.warm = [&](Engine& e) {
-    steps_at_piece.push_back(e.stats().steps);
-    return steps_at_piece.size() == 6;
-  };
-  bool prepared = false;
-  cold.prepare = [&](Engine&, Submission&) { prepared = true; };
-  const Result c = collect(*ae.submit(std::move(cold)));
+  std::vector<int64_t> steps_at_call;
+  auto ticket = std::make_shared<ScriptedTicket>([&](Engine& e) -> std::optional<std::vector<int32_t>> {
+    steps_at_call.push_back(e.stats().steps);
+    if (steps_at_call.size() < 6) return std::nullopt;
+    return prompt(21, 5);
+  });
+  const Result c = collect(*ae.submit(with_ticket(ticket, 4)));
   ASSERT_FALSE(c.error);
-  EXPECT_TRUE(prepared);
+  EXPECT_TRUE(c.accepted);
   EXPECT_EQ(c.tokens.size(), 4u);
-  ASSERT_EQ(steps_at_piece.size(), 6u);
-  for (size_t i = 1; i < steps_at_piece.size(); ++i)
-    EXPECT_GT(steps_at_piece[i], steps_at_piece[i - 1]) << "no step of the running request between pieces " << i - 1 << " and " << i;
+  ASSERT_EQ(steps_at_call.size(), 6u);
+  for (size_t i = 1; i < steps_at_call.size(); ++i)
+    EXPECT_GT(steps_at_call[i], steps_at_call[i - 1]) << "no step of the running request between calls " << i - 1 << " and " << i;
+  EXPECT_EQ(ticket->released.load(), 1);
   EXPECT_FALSE(collect(*running).error);
 }
 
-// A request with nothing to warm (its first call says done) is not queued behind a cold one.
-TEST(ServerAsyncEngine, AWarmRequestIsNotQueuedBehindAColdOne) {
+// A request whose ticket is ready at once is not queued behind one whose ticket waits.
+TEST(ServerAsyncEngine, AReadyTicketIsNotQueuedBehindAWaitingOne) {
   AsyncEngine ae(engine_factory());
-  std::atomic<int> pieces{0};
-  Submission cold{prompt(25, 5), greedy(2), {}, {}};
-  cold.warm = [&](Engine&) {
-    ++pieces;
+  std::atomic<int> calls{0};
+  auto cold = std::make_shared<ScriptedTicket>([&](Engine&) -> std::optional<std::vector<int32_t>> {
+    ++calls;
     std::this_thread::sleep_for(1ms);
-    return false;  // a very cold user: only the cancel below ends it
-  };
-  auto cold_stream = ae.submit(std::move(cold));
+    return std::nullopt;  // a very cold user: only the cancel below ends it
+  });
+  auto cold_stream = ae.submit(with_ticket(cold, 2));
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (pieces < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  Submission hot{prompt(26, 5), greedy(3), {}, {}};
-  hot.warm = [](Engine&) { return true; };
-  const Result h = collect(*ae.submit(std::move(hot)));
+  while (calls < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  auto hot = std::make_shared<ScriptedTicket>([](Engine&) -> std::optional<std::vector<int32_t>> { return prompt(26, 5); });
+  const Result h = collect(*ae.submit(with_ticket(hot, 3)));
   EXPECT_FALSE(h.error);
   EXPECT_EQ(h.tokens.size(), 3u);
-  EXPECT_FALSE(cold_stream->poll(0ms).accepted) << "the cold one is still warming";
+  EXPECT_FALSE(cold_stream->poll(0ms).accepted) << "the cold one is still resolving";
   cold_stream->cancel();
-  collect(*cold_stream);
+  EXPECT_FALSE(collect(*cold_stream).accepted);
+  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) { return st.num_pending == 0; }));
+  EXPECT_EQ(cold->released.load(), 1) << "a cancelled request's ticket is released";
 }
 
-// A warm piece that throws rejects its request alone; a request cancelled while warming ends.
-TEST(ServerAsyncEngine, WarmErrorsRejectAndCancelsEndTheRequest) {
+// What a ticket throws, and a ready prompt the engine refuses, reject that request alone, before
+// acceptance; the engine serves on.
+TEST(ServerAsyncEngine, TicketErrorsRejectOnlyTheirRequest) {
   AsyncEngine ae(engine_factory());
-  Submission bad{prompt(22, 5), greedy(3), {}, {}};
-  bad.warm = [](Engine&) -> bool { IS_THROW(kNotFound, "no such user"); };
-  const Result r = collect(*ae.submit(std::move(bad)));
+  auto bad = std::make_shared<ScriptedTicket>(
+      [](Engine&) -> std::optional<std::vector<int32_t>> { IS_THROW(kNotFound, "no such user"); });
+  const Result r = collect(*ae.submit(with_ticket(bad, 3)));
   ASSERT_TRUE(r.error);
+  EXPECT_FALSE(r.accepted);
   EXPECT_THROW(std::rethrow_exception(r.error), Error);
-  std::atomic<int> pieces{0};
-  Submission slow{prompt(23, 5), greedy(3), {}, {}};
-  slow.warm = [&](Engine&) {
-    ++pieces;
-    std::this_thread::sleep_for(1ms);
-    return false;  // never done: only the cancel ends it
-  };
-  auto stream = ae.submit(std::move(slow));
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (pieces < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  stream->cancel();
-  const Result c = collect(*stream);
-  EXPECT_FALSE(c.accepted);
+  EXPECT_EQ(bad->released.load(), 1);
+  auto outside = std::make_shared<ScriptedTicket>(
+      [](Engine&) -> std::optional<std::vector<int32_t>> { return std::vector<int32_t>{40, 999999}; });
+  const Result o = collect(*ae.submit(with_ticket(outside, 3)));
+  ASSERT_TRUE(o.error);
+  EXPECT_FALSE(o.accepted);
+  try {
+    std::rethrow_exception(o.error);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput);
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
   ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) { return st.num_pending == 0; }));
   EXPECT_FALSE(collect(*ae.submit(Submission{prompt(24, 5), greedy(2), {}, {}})).error) << "the engine serves on";
 }

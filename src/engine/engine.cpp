@@ -27,24 +27,28 @@ Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer
 
 Engine::~Engine() = default;
 
-int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& sp, std::optional<InjectedSpan> injected,
-                            uint64_t cache_salt) {
-  const ModelConfig& cfg = backend_->config();
-  IS_REQUIRE(!prompt.empty(), kInvalidInput, "the prompt is empty (no tokens)");
-  for (int32_t id : prompt)
-    IS_REQUIRE(id >= 0 && id < cfg.vocab_size, kInvalidInput, "token id {} is outside the vocabulary of {}", id, cfg.vocab_size);
+void Engine::check_sampling(const SamplingParams& sp) const {
   IS_REQUIRE(sp.logprobs >= -1 && sp.logprobs <= kMaxLogprobs, kInvalidInput, "logprobs must be in [-1, {}], got {}",
              kMaxLogprobs, sp.logprobs);
   IS_REQUIRE(sp.prompt_logprobs >= -1 && sp.prompt_logprobs <= kMaxLogprobs, kInvalidInput,
              "prompt_logprobs must be in [-1, {}], got {}", kMaxLogprobs, sp.prompt_logprobs);
   IS_REQUIRE(sp.max_tokens >= 1 || (sp.max_tokens == 0 && sp.prompt_logprobs >= 0), kInvalidInput,
              "max_tokens must be at least 1 (0 only to score the prompt, with prompt_logprobs), got {}", sp.max_tokens);
-  if (sp.prompt_logprobs >= 0)
-    for (int32_t id : prompt)
-      IS_REQUIRE(id < sample_vocab_, kInvalidInput, "token id {} cannot be scored: the tokenizer knows {} ids", id, sample_vocab_);
   IS_REQUIRE(sp.temperature >= 0.0f, kInvalidInput, "temperature must be >= 0, got {}", sp.temperature);
   IS_REQUIRE(sp.top_p > 0.0f && sp.top_p <= 1.0f, kInvalidInput, "top_p must be in (0, 1], got {}", sp.top_p);
   IS_REQUIRE(sp.top_k >= 0, kInvalidInput, "top_k must be >= 0, got {}", sp.top_k);
+}
+
+void Engine::check_prompt(const std::vector<int32_t>& prompt, const SamplingParams& sp,
+                          std::optional<InjectedSpan>& injected) const {
+  const ModelConfig& cfg = backend_->config();
+  IS_REQUIRE(!prompt.empty(), kInvalidInput, "the prompt is empty (no tokens)");
+  for (int32_t id : prompt)
+    IS_REQUIRE(id >= 0 && id < cfg.vocab_size, kInvalidInput, "token id {} is outside the vocabulary of {}", id, cfg.vocab_size);
+  check_sampling(sp);
+  if (sp.prompt_logprobs >= 0)
+    for (int32_t id : prompt)
+      IS_REQUIRE(id < sample_vocab_, kInvalidInput, "token id {} cannot be scored: the tokenizer knows {} ids", id, sample_vocab_);
   const int64_t n = static_cast<int64_t>(prompt.size());
   IS_REQUIRE(n < max_model_len_, kInvalidInput, "the prompt has {} tokens; this model takes at most {} in all", n, max_model_len_);
   if (injected) {
@@ -60,23 +64,116 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
   const int64_t total = std::min<int64_t>(max_model_len_, n + sp.max_tokens);
   IS_REQUIRE(scheduler_.blocks_for(total) <= blocks_.num_blocks(), kResource,
              "the request needs up to {} KV blocks but the cache holds {}", scheduler_.blocks_for(total), blocks_.num_blocks());
+}
 
+namespace {
+
+// A request's prompt, once known (at add_request, or when its memory resolves).
+void set_prompt(Request& r, std::vector<int32_t> prompt, std::optional<InjectedSpan> injected) {
+  r.tokens = std::move(prompt);
+  r.num_prompt_tokens = r.num_tokens();
+  r.injected = std::move(injected);
+  if (r.sampling.prompt_logprobs >= 0) r.prompt_logprobs.assign(static_cast<size_t>(r.num_prompt_tokens), std::nullopt);
+}
+
+std::unique_ptr<Request> new_request(int64_t id, const SamplingParams& sp, uint64_t cache_salt) {
   auto req = std::make_unique<Request>();
-  req->id = next_id_++;
-  req->tokens = std::move(prompt);
-  req->num_prompt_tokens = static_cast<int32_t>(n);
+  req->id = id;
   req->sampling = sp;
-  req->injected = std::move(injected);
   req->cache_salt = cache_salt;
-  if (sp.prompt_logprobs >= 0) req->prompt_logprobs.resize(static_cast<size_t>(n));
   req->rng.seed(sp.seed ? *sp.seed : std::random_device{}());
   req->arrival = Request::Clock::now();
+  return req;
+}
+
+}  // namespace
+
+Engine::Live& Engine::add_live(std::unique_ptr<Request> req) {
   Live live{std::move(req), nullptr};
-  live.text = std::make_unique<TextStream>(*tokenizer_, sp.stop);
+  live.text = std::make_unique<TextStream>(*tokenizer_, live.req->sampling.stop);
   const int64_t id = live.req->id;
   scheduler_.add(live.req.get());
-  live_.emplace(id, std::move(live));
+  return live_.emplace(id, std::move(live)).first->second;
+}
+
+int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& sp, std::optional<InjectedSpan> injected,
+                            uint64_t cache_salt) {
+  check_prompt(prompt, sp, injected);
+  auto req = new_request(next_id_++, sp, cache_salt);
+  set_prompt(*req, std::move(prompt), std::move(injected));
+  return add_live(std::move(req)).req->id;
+}
+
+int64_t Engine::add_memory_request(std::shared_ptr<MemoryTicket> memory, const SamplingParams& sp, uint64_t cache_salt) {
+  IS_CHECK(memory != nullptr, "add_memory_request with a null memory ticket");
+  check_sampling(sp);
+  auto req = new_request(next_id_++, sp, cache_salt);
+  req->memory = std::move(memory);
+  req->memory_ready = false;
+  const int64_t id = add_live(std::move(req)).req->id;
+  resolving_.push_back(id);
   return id;
+}
+
+void Engine::add_capture(CaptureSeq c, const Request* before) {
+  IS_CHECK(!c.tokens.empty() && c.capture_slots.size() == c.tokens.size(), "capture of {} tokens with {} slots",
+           c.tokens.size(), c.capture_slots.size());
+  const ModelConfig& cfg = backend_->config();
+  for (int32_t id : c.tokens)
+    IS_CHECK(id >= 0 && id < cfg.vocab_size, "capture token id {} outside the vocabulary of {}", id, cfg.vocab_size);
+  IS_REQUIRE(scheduler_.blocks_for(static_cast<int64_t>(c.tokens.size())) <= blocks_.num_blocks(), kResource,
+             "a capture of {} tokens needs more KV blocks than the cache holds ({})", c.tokens.size(), blocks_.num_blocks());
+  SamplingParams sp;
+  sp.max_tokens = 0;
+  auto req = new_request(next_id_++, sp, 0);
+  set_prompt(*req, std::move(c.tokens), std::nullopt);
+  req->capture_slots = std::move(c.capture_slots);
+  req->capture_done = std::move(c.done);
+  Request* r = req.get();
+  captures_.emplace(r->id, std::move(req));
+  scheduler_.add(r, before);
+}
+
+void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
+  std::vector<int64_t> still;
+  for (size_t i = 0; i < resolving_.size(); ++i) {
+    auto it = live_.find(resolving_[i]);
+    if (it == live_.end()) continue;  // aborted meanwhile
+    Request* r = it->second.req.get();
+    try {
+      MemoryPlan plan = r->memory->resolve(*this);
+      if (plan.state == MemoryPlan::State::kReady) {
+        if (plan.max_tokens) r->sampling.max_tokens = *plan.max_tokens;
+        check_prompt(plan.prompt, r->sampling, plan.injected);
+        set_prompt(*r, std::move(plan.prompt), std::move(plan.injected));
+        r->memory_ready = true;
+        r->memory->admitted();
+        continue;
+      }
+      for (CaptureSeq& c : plan.encode) add_capture(std::move(c), r);
+      still.push_back(r->id);
+    } catch (...) {
+      RequestOutput o;
+      o.id = r->id;
+      o.finished = true;
+      o.finish = FinishReason::kAbort;
+      o.error = std::current_exception();
+      r->finish = FinishReason::kAbort;
+      scheduler_.remove(r);  // releases the ticket
+      live_.erase(it);
+      outs.push_back(std::move(o));
+    }
+  }
+  resolving_ = std::move(still);
+}
+
+void Engine::drop_captures() {
+  auto captures = std::move(captures_);
+  captures_.clear();
+  for (auto& [id, req] : captures) {
+    scheduler_.remove(req.get());
+    if (req->capture_done) req->capture_done(false);
+  }
 }
 
 void Engine::abort(int64_t id) {
@@ -145,8 +242,10 @@ RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::option
 }
 
 std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outs;
+  if (!resolving_.empty()) resolve_memory(outs);
   SchedulerOutput plan = scheduler_.schedule();
-  if (plan.seqs.empty()) return {};
+  if (plan.seqs.empty()) return outs;
   const int32_t bs = blocks_.block_size();
   auto slot_of = [bs](const Request* r, int32_t i) {
     return static_cast<int64_t>(r->block_table[static_cast<size_t>(i / bs)]) * bs + i % bs;
@@ -185,6 +284,10 @@ std::vector<RequestOutput> Engine::step() {
   for (const ScheduledSeq& s : plan.seqs) {
     Request* r = s.req;
     for (int32_t p : s.positions) {
+      if (r->is_capture() && r->capture_slots[static_cast<size_t>(p)] >= 0) {
+        fb.capture_tokens.push_back(fb.num_tokens());
+        fb.capture_slots.push_back(r->capture_slots[static_cast<size_t>(p)]);
+      }
       if (r->needs_prompt_row(p)) {
         fb.output_tokens.push_back(fb.num_tokens());
         rows.push_back({r, p, false});
@@ -206,7 +309,9 @@ std::vector<RequestOutput> Engine::step() {
   // No row wants logprobs: the backend samples and only R ids leave it, not [R, vocab] logits.
   // Greedy everywhere is kArgmax; otherwise kSample with each row's draw taken here from its
   // request's rng (one per sampled token, as sample_token would take on the logits path).
-  if (!need_logits) {
+  if (rows.empty()) {
+    fb.output = ForwardBatch::Output::kHidden;  // captures only: no row comes out
+  } else if (!need_logits) {
     fb.argmax_vocab = static_cast<int32_t>(sample_vocab_);
     const bool all_greedy = std::all_of(rows.begin(), rows.end(), [](const Row& w) { return is_greedy(w.req->sampling); });
     fb.output = all_greedy ? ForwardBatch::Output::kArgmax : ForwardBatch::Output::kSample;
@@ -253,14 +358,21 @@ std::vector<RequestOutput> Engine::step() {
     sampled = std::move(fo.ids);
   }
 
-  // 4. Store prompt logprobs, stream, finish.
-  std::vector<RequestOutput> outs;
+  // 4. Store prompt logprobs, stream, finish; captures that went through end here.
   size_t i = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     Request* r = s.req;
     for (; i < R && rows[i].req == r && !rows[i].sample; ++i)
       r->prompt_logprobs[static_cast<size_t>(rows[i].position + 1)] = std::move(scored[i]);
     if (!s.samples) continue;
+    if (r->is_capture()) {
+      ++stats_.captures;
+      stats_.tokens_captured += r->num_tokens();
+      auto node = captures_.extract(r->id);
+      scheduler_.remove(r);
+      if (r->capture_done) r->capture_done(true);
+      continue;
+    }
     Live& live = live_.at(r->id);
     if (r->sampling.max_tokens == 0) {
       outs.push_back(emit(live, std::nullopt, std::nullopt));

@@ -1,10 +1,12 @@
 // The engine: owns the backend, the block manager, the scheduler and the requests. Single-threaded
 // by design (the server runs it on one engine thread); callers add requests and call step().
 //
-// step():  schedule -> inject memory KV -> one forward over all scheduled tokens -> sample
-//          -> stream text (stop strings, EOS, max tokens) -> finish and free
+// step():  resolve memory tickets -> schedule -> inject memory KV -> one forward over all
+//          scheduled tokens (captures included) -> sample -> stream text (stop strings, EOS, max
+//          tokens) -> finish and free
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "engine/block_manager.h"
+#include "engine/memory_connector.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/text_stream.h"
@@ -42,6 +45,9 @@ struct RequestOutput {
   // sampling.prompt_logprobs >= 0, in the request's first output only: [num_prompt_tokens], entry i
   // scoring prompt token i; empty entries where its predecessor was not computed (Request says when).
   std::vector<std::optional<LogprobEntry>> prompt_logprobs;
+  // Set (with finished, kAbort) when a request with memory was rejected at admission: what its
+  // ticket or the checks of its prompt threw (add_request's errors). Nothing was computed.
+  std::exception_ptr error;
 };
 
 struct EngineStats {
@@ -50,6 +56,8 @@ struct EngineStats {
   int64_t tokens_injected = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
+  int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
+  int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
 };
 
 class Engine {
@@ -64,7 +72,13 @@ class Engine {
   // keeps the request's prefix-cache blocks apart from those of requests with another salt.
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& sampling,
                       std::optional<InjectedSpan> injected = std::nullopt, uint64_t cache_salt = 0);
+  // A request with memory: its prompt comes from `memory` at admission (memory_connector.h); the
+  // sampling checks run now, the prompt's when it resolves (a failure then is an output's error).
+  int64_t add_memory_request(std::shared_ptr<MemoryTicket> memory, const SamplingParams& sampling, uint64_t cache_salt = 0);
   void abort(int64_t id);
+  // Drops every capture not yet computed (their done(false)): after a failed step, so work that
+  // may have caused it is not retried. Requests waiting for them resolve again.
+  void drop_captures();
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !scheduler_.empty(); }
 
@@ -86,6 +100,14 @@ class Engine {
     std::unique_ptr<TextStream> text;
   };
   void finish(Live& live, FinishReason reason, RequestOutput& out);
+  // add_request's checks: of the sampling values alone, and of a prompt with them.
+  void check_sampling(const SamplingParams& sp) const;
+  void check_prompt(const std::vector<int32_t>& prompt, const SamplingParams& sp,
+                    std::optional<InjectedSpan>& injected) const;
+  Live& add_live(std::unique_ptr<Request> req);
+  // Asks every unresolved request's ticket (arrival order); rejected ones yield an error output.
+  void resolve_memory(std::vector<RequestOutput>& outs);
+  void add_capture(CaptureSeq c, const Request* before);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
   RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);
 
@@ -96,6 +118,8 @@ class Engine {
   BlockManager blocks_;
   Scheduler scheduler_;
   std::unordered_map<int64_t, Live> live_;
+  std::vector<int64_t> resolving_;  // requests whose ticket has not resolved, in arrival order
+  std::unordered_map<int64_t, std::unique_ptr<Request>> captures_;  // internal: not in live_
   std::vector<int32_t> eos_;
   int64_t sample_vocab_ = 0;  // min(model vocab, tokenizer vocab): the ids sampling may return
   int64_t next_id_ = 1;

@@ -9,6 +9,8 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -17,6 +19,8 @@
 #include "engine/logprobs.h"
 
 namespace inferscale {
+
+class MemoryTicket;  // engine/memory_connector.h
 
 struct SamplingParams {
   float temperature = 1.0f;   // 0 = greedy
@@ -90,11 +94,22 @@ struct Request {
   bool prompt_logprobs_sent = false;
   std::mt19937_64 rng;
 
+  // A request with memory (engine/memory_connector.h): until its ticket resolves, `tokens` is
+  // empty and the scheduler does not admit it. The ticket is released when the scheduler removes
+  // the request: its pins belong to the request.
+  std::shared_ptr<MemoryTicket> memory;
+  bool memory_ready = true;
+  // A capture (internal prefill work: CaptureSeq): [num_tokens] pool slot keeping each token's
+  // pre-RoPE K/V, or -1. Never sampled, never offered to or served from the prefix cache.
+  std::vector<int64_t> capture_slots;
+  std::function<void(bool ok)> capture_done;
+
   Clock::time_point arrival;
   std::optional<Clock::time_point> first_token_time;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool is_capture() const { return !capture_slots.empty(); }
   bool is_injected(int32_t i) const { return injected && injected->injects(i); }
   // The prompt's logprobs are still to be computed: its prefix must not come from the prefix cache
   // (a cached position has no logits), as in vLLM.

@@ -3,14 +3,16 @@
 #include <algorithm>
 #include <span>
 
+#include "engine/memory_connector.h"
 #include "engine/prefix_hash.h"
 #include "util/check.h"
 
 namespace inferscale {
 
-void Scheduler::add(Request* r) {
+void Scheduler::add(Request* r, const Request* before) {
   r->status = RequestStatus::kWaiting;
-  waiting_.push_back(r);
+  auto at = before ? std::find(waiting_.begin(), waiting_.end(), before) : waiting_.end();
+  waiting_.insert(at, r);
 }
 
 uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
@@ -21,7 +23,7 @@ uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
 
 void Scheduler::admit_prefix_hits(Request* r) {
   if (!r->block_table.empty()) return;
-  if (!opts_.enable_prefix_caching || r->wants_prompt_logprobs()) {
+  if (!opts_.enable_prefix_caching || r->wants_prompt_logprobs() || r->is_capture()) {
     r->num_cached_tokens = 0;
     return;
   }
@@ -103,10 +105,15 @@ SchedulerOutput Scheduler::schedule() {
     out.preempted.push_back(victim);
     preempt(victim);  // r itself when it is the newest: the loop then ends at i == size
   }
-  // 2. Waiting requests, in order, unless this step had to preempt.
-  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < opts_.max_num_seqs) {
-    Request* r = waiting_.front();
+  // 2. Waiting requests, in order, unless this step had to preempt; those whose memory is not
+  // resolved are passed over.
+  for (auto it = waiting_.begin(); out.preempted.empty() && it != waiting_.end() && budget > 0 &&
+                                   static_cast<int32_t>(running_.size()) < opts_.max_num_seqs;) {
+    Request* r = *it;
+    if (!r->memory_ready) {
+      ++it;
+      continue;
+    }
     admit_prefix_hits(r);
     ScheduledSeq seq;
     if (!plan_chunk(r, budget, seq)) {
@@ -115,7 +122,7 @@ SchedulerOutput Scheduler::schedule() {
       r->injection_done = false;
       break;
     }
-    waiting_.pop_front();
+    it = waiting_.erase(it);
     r->status = RequestStatus::kRunning;
     running_.push_back(r);
     budget -= static_cast<int32_t>(seq.positions.size());
@@ -135,7 +142,7 @@ void Scheduler::finish_step(const SchedulerOutput& out) {
     if (r->injected && r->injection_done)
       while (r->num_computed_tokens < r->injected->end && r->injected->injects(r->num_computed_tokens))
         ++r->num_computed_tokens;
-    if (!opts_.enable_prefix_caching) continue;
+    if (!opts_.enable_prefix_caching || r->is_capture()) continue;
     while ((r->num_published_blocks + 1) * bs <= r->num_computed_tokens) {
       const int32_t b = r->num_published_blocks;
       std::span<const int32_t> toks(r->tokens.data() + b * bs, static_cast<size_t>(bs));
@@ -153,6 +160,10 @@ void Scheduler::remove(Request* r) {
   auto wt = std::find(waiting_.begin(), waiting_.end(), r);
   if (wt != waiting_.end()) waiting_.erase(wt);
   r->status = RequestStatus::kFinished;
+  if (r->memory) {
+    std::shared_ptr<MemoryTicket> t = std::move(r->memory);
+    t->release();
+  }
 }
 
 }  // namespace inferscale

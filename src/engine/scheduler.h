@@ -2,6 +2,8 @@
 // (decodes and continued prefill chunks) and then admits waiting ones (with prefix-cache hits).
 // When blocks run out it preempts the most recently admitted running request: its blocks are
 // released (full ones stay cached) and it goes back to the front of the queue, to be recomputed.
+// A waiting request whose memory is not resolved yet (memory_connector.h) is passed over, never
+// waited for: the ready requests behind it are admitted.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -35,11 +37,13 @@ class Scheduler {
  public:
   Scheduler(BlockManager& blocks, SchedulerOptions opts) : blocks_(blocks), opts_(opts) {}
 
-  void add(Request* r);
+  // Queues a request at the back, or just before `before` (a waiting request: a capture runs
+  // where the request it works for stands in the queue).
+  void add(Request* r, const Request* before = nullptr);
   SchedulerOutput schedule();
   // After the forward: advance num_computed_tokens, publish newly full blocks to the prefix cache.
   void finish_step(const SchedulerOutput& out);
-  // Removes a request (finished or aborted) and releases its blocks.
+  // Removes a request (finished or aborted) and releases its blocks and its memory ticket.
   void remove(Request* r);
 
   bool empty() const { return waiting_.empty() && running_.empty(); }

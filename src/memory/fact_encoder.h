@@ -5,6 +5,8 @@
 //   sequence:  [ w_1 ... w_w | fact ]      positions 0 .. len-1, no BOS
 //   captured:                ^^^^^^        -> pool slots of the fact's entry
 //
+// Run here, synchronously (imports, idle-time background work), or as the engine's capture work
+// inside its steps (EncodeJob::sequence / capture_slots: engine/memory_connector.h).
 // Many sequences share one forward, up to a token budget; a sequence longer than the budget is
 // split into chunks (its earlier chunks stay in temporary cache blocks): packed_prefill.h.
 // Temporary blocks come from the engine's block manager, on the engine thread, and are released
@@ -23,6 +25,11 @@ struct EncodeJob {
   std::vector<int32_t> window;       // rendered preceding turns, no BOS (empty when w = 0)
   std::vector<int32_t> fact;         // rendered fact, no BOS
   std::vector<int64_t> pool_slots;   // [fact.size()] destination of each fact token's K/V
+
+  // The sequence the model runs: [window][fact], positions 0 .. len-1.
+  std::vector<int32_t> sequence() const;
+  // [sequence().size()] the pool slot keeping each position's K/V: -1 in the window.
+  std::vector<int64_t> capture_slots() const;
 };
 
 class FactEncoder {

@@ -63,6 +63,12 @@ const MemoryKvPool::Entry& MemoryKvPool::allocate(const FactKvKey& key, int32_t 
   return entries_.emplace(key, std::move(node)).first->second.entry;
 }
 
+void MemoryKvPool::set_pending(const FactKvKey& key, bool pending) {
+  auto it = entries_.find(key);
+  IS_CHECK(it != entries_.end(), "fact {} has no pool entry", key.fact_id);
+  it->second.entry.pending = pending;
+}
+
 void MemoryKvPool::pin(const FactKvKey& key) {
   auto it = entries_.find(key);
   IS_CHECK(it != entries_.end() && !it->second.doomed, "pinning fact {} that is not resident", key.fact_id);

@@ -47,6 +47,9 @@ class MemoryKvPool {
     int32_t num_tokens = 0;
     std::vector<int32_t> blocks;
     int32_t pins = 0;
+    // Allocated for an encoding still in flight (a capture in the engine's steps): its slots do
+    // not hold the KV yet, so it is pinned and must not be injected until set_ready().
+    bool pending = false;
   };
 
   int32_t block_size() const { return block_size_; }
@@ -62,6 +65,7 @@ class MemoryKvPool {
   // are dropped (or, pinned, when unpinned). Throws kResource when pinned entries leave too little,
   // or when this very key is resident and pinned.
   const Entry& allocate(const FactKvKey& key, int32_t num_tokens);
+  void set_pending(const FactKvKey& key, bool pending);
   void pin(const FactKvKey& key);
   void unpin(const FactKvKey& key);
   // Drops one entry / every entry of a fact (deleted or updated); pinned entries are dropped when

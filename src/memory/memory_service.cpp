@@ -206,18 +206,23 @@ KvFileKey MemoryService::file_key(const FactKvKey& k) const {
                    static_cast<int32_t>(c.kv_size()), k.window_hash};
 }
 
-std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
-                                                    std::vector<FactKvKey>& pinned) {
-  std::vector<FactKvKey> keys;
-  std::vector<EncodeJob> jobs;
-  std::vector<FactKvKey> fresh;  // allocated here: erased again if encoding fails
+MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
+                                                 std::vector<FactKvKey>& pinned) {
+  Reservation r;
   try {
     for (const Fact& f : facts) {
       std::vector<int32_t> window;
       const FactKvKey key = kv_key(f, w, &window);
-      keys.push_back(key);
-      if (std::find(pinned.begin(), pinned.end(), key) != pinned.end()) continue;
-      if (pool_.find(key)) {
+      r.keys.push_back(key);
+      if (std::find(pinned.begin(), pinned.end(), key) != pinned.end()) {  // pinned by an earlier call
+        const MemoryKvPool::Entry* e = pool_.find(key);
+        IS_REQUIRE(e != nullptr, kResource, "fact {} was changed or deleted while its KV was being made resident",
+                   f.id);
+        if (e->pending) ++r.pending;
+        continue;
+      }
+      if (const MemoryKvPool::Entry* e = pool_.find(key)) {
+        if (e->pending) ++r.pending;
         pool_.pin(key);
         pinned.push_back(key);
         continue;
@@ -237,28 +242,55 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
         }
       }
       const auto& e = pool_.allocate(key, static_cast<int32_t>(tokens.size()));
-      pool_.pin(key);
+      pool_.pin(key);  // the caller's
       pinned.push_back(key);
-      fresh.push_back(key);
-      jobs.push_back(EncodeJob{std::move(window), tokens, pool_.slots(e)});
+      pool_.pin(key);  // the encoding's, until finish_encoding()
+      pool_.set_pending(key, true);
+      r.fresh.push_back(key);
+      r.jobs.push_back(EncodeJob{std::move(window), tokens, pool_.slots(e)});
     }
-    if (jobs.empty()) return keys;
-    encoder_.encode(jobs);
-    if (stats) stats->encoded += static_cast<int32_t>(jobs.size());
-    if (!opts_.kv_dir.empty()) {
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        FactKv kv;
-        kv.num_tokens = static_cast<int32_t>(jobs[i].fact.size());
-        backend_.read_pool(jobs[i].pool_slots, kv.k, kv.v);
-        kv.pool = backend_.pool_dtype();
-        kv.dtype = kv_file_dtype(kv.pool, kv);
-        write_kv_file(kv_file_path(fresh[i].fact_id), file_key(fresh[i]), kv);
-      }
-    }
-    return keys;
+    return r;
   } catch (...) {
+    for (size_t i = 0; i < r.fresh.size(); ++i) finish_encoding(r.fresh[i], r.jobs[i], false);
     for (const FactKvKey& k : pinned) pool_.unpin(k);
-    for (const FactKvKey& k : fresh) pool_.erase(k);  // never serve unwritten KV
+    pinned.clear();
+    throw;
+  }
+}
+
+void MemoryService::finish_encoding(const FactKvKey& key, const EncodeJob& job, bool ok) {
+  if (!ok) {
+    pool_.erase(key);  // never serve unwritten KV (freed at the last unpin)
+    pool_.unpin(key);
+    return;
+  }
+  pool_.set_pending(key, false);
+  if (!opts_.kv_dir.empty() && pool_.find(key)) {  // deleted or updated meanwhile: no file
+    FactKv kv;
+    kv.num_tokens = static_cast<int32_t>(job.fact.size());
+    backend_.read_pool(job.pool_slots, kv.k, kv.v);
+    kv.pool = backend_.pool_dtype();
+    kv.dtype = kv_file_dtype(kv.pool, kv);
+    write_kv_file(kv_file_path(key.fact_id), file_key(key), kv);  // on failure the encoding's pin stays
+  }
+  pool_.unpin(key);
+}
+
+std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
+                                                    std::vector<FactKvKey>& pinned) {
+  Reservation r = reserve(facts, w, stats, pinned);
+  size_t done = 0;  // jobs finished
+  try {
+    IS_REQUIRE(r.pending == 0, kResource, "{} of the facts are being encoded for a request in the engine's steps",
+               r.pending);
+    if (!r.jobs.empty()) encoder_.encode(r.jobs);
+    for (; done < r.jobs.size(); ++done) finish_encoding(r.fresh[done], r.jobs[done], true);
+    if (stats) stats->encoded += static_cast<int32_t>(r.jobs.size());
+    return r.keys;
+  } catch (...) {
+    for (size_t i = done; i < r.jobs.size(); ++i) finish_encoding(r.fresh[i], r.jobs[i], false);
+    for (size_t i = 0; i < done; ++i) pool_.erase(r.fresh[i]);
+    for (const FactKvKey& k : pinned) pool_.unpin(k);
     pinned.clear();
     throw;
   }

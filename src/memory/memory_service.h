@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@
 
 #include "backend/backend.h"
 #include "engine/block_manager.h"
+#include "engine/memory_connector.h"
 #include "engine/request.h"
 #include "tokenizer/chat_render.h"
 #include "memory/compose.h"
@@ -100,6 +102,44 @@ class MemoryService : private FactStoreListener {
   // Unpins the facts of a finished request.
   void release(const MemoryPrompt& p);
 
+  // A request's memory for the engine (engine/memory_connector.h): what prepare() builds, with
+  // the facts whose KV is nowhere encoded as capture work inside the engine's steps rather than
+  // here. The first resolve() retrieves (and, with nothing to encode, is ready at once); the facts
+  // without KV get pool entries, pending and pinned, returned as capture sequences (kEncode); the
+  // ticket waits (kWait) until they, and facts another ticket is encoding, are written; then the
+  // prompt is composed as prepare() composes it (kReady). A fact that cannot be made resident
+  // for lack of room serves the request as text (MemoryPrompt::fallback), as prepare() does.
+  // Every pin is the request's until release(). The service must outlive its tickets' calls.
+  class Ticket final : public MemoryTicket {
+   public:
+    Ticket(MemoryService& svc, MemoryRequest req, PromptSource prompt)
+        : svc_(svc), req_(std::move(req)), source_(std::move(prompt)) {}
+    MemoryPlan resolve(Engine& engine) override;
+    void release() override;
+    // After a kReady resolve: the prompt as served, its facts and what it took (encoded counts
+    // the facts this ticket encoded; kv_ms runs from the retrieval to the last fact resident).
+    const MemoryPrompt& prompt() const { return prompt_; }
+
+   private:
+    MemoryPlan ready();
+
+    MemoryService& svc_;
+    const MemoryRequest req_;
+    const PromptSource source_;
+    bool planned_ = false;
+    Retrieval retrieval_;
+    std::chrono::steady_clock::time_point planned_at_;
+    std::vector<FactKvKey> pins_;  // entries this request holds while its facts are made resident
+    std::shared_ptr<int32_t> in_flight_ = std::make_shared<int32_t>(0);  // its captures not yet done
+    int32_t encoded_ = 0;
+    int32_t loaded_ = 0;
+    std::string fallback_;
+    MemoryPrompt prompt_;
+  };
+  std::shared_ptr<Ticket> ticket(MemoryRequest req, PromptSource prompt) {
+    return std::make_shared<Ticket>(*this, std::move(req), std::move(prompt));
+  }
+
   // A cold request's encoding in pieces, before its prepare() (AsyncEngine runs them between
   // engine steps, so running decodes go on): the facts an inject request would place whose KV at
   // its window is neither in the pool nor in a KV file (retrieved as prepare() does; empty for other
@@ -168,11 +208,26 @@ class MemoryService : private FactStoreListener {
   Retrieval retrieve(const MemoryRequest& req, const PromptSource& prompt);
   // Whether a fact's KV at window w is resident or in a KV file.
   bool has_kv(const Fact& f, int32_t w);
+  // The first half of making facts resident: each fact's key, found entries pinned (into
+  // `pinned`, which may hold this caller's pins from an earlier call), KV files loaded, and for
+  // the facts whose KV is nowhere a fresh entry, pending, pinned for the caller and once more for
+  // the encoding, with the job that fills it. On failure everything in `pinned` is unpinned.
+  struct Reservation {
+    std::vector<FactKvKey> keys;  // per fact
+    std::vector<EncodeJob> jobs;  // facts to encode
+    std::vector<FactKvKey> fresh; // [jobs] their entries' keys
+    int32_t pending = 0;          // found entries still being encoded (by a capture in flight)
+  };
+  Reservation reserve(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats, std::vector<FactKvKey>& pinned);
+  // A job's end: ok, the entry is ready (and its KV file written, when kept; throws if that
+  // fails, the encoding's pin then kept for the caller's cleanup); not ok, the entry goes. Drops
+  // the encoding's pin.
+  void finish_encoding(const FactKvKey& key, const EncodeJob& job, bool ok);
   // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
   // Returns how many were encoded; `keys` (may be null) gets their pool keys.
   int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys = nullptr);
-  // Pins a resident pool entry for every fact (loading or encoding the missing ones); returns
-  // their keys in the order of `facts`.
+  // Pins a resident pool entry for every fact (loading or encoding the missing ones, here);
+  // returns their keys in the order of `facts`. kResource when one is being encoded in the steps.
   std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
                                        std::vector<FactKvKey>& pinned);
   // The tokens a fact is encoded after: [BOS with sink][the w preceding turns' tokens].

@@ -135,7 +135,7 @@ void AsyncEngine::serve() {
       std::unique_lock lk(wake_->mu);
       wake_->cv.wait(lk, [&] {
         return wake_->poked || !incoming_.empty() || stopping_ || aborting_ || engine_->has_unfinished() ||
-               !warming_.empty() || wake_->idle_work;
+               wake_->idle_work;
       });
       wake_->poked = false;
       incoming.swap(incoming_);
@@ -158,15 +158,11 @@ void AsyncEngine::serve() {
     admit(incoming, aborting);
 
     if (!aborting && engine_->has_unfinished()) step_once();
-    // A cold request's preparation goes one piece per step, the running requests' decodes between.
-    if (!warming_.empty()) {
-      warm_one(aborting);
-    } else if (!aborting && !stopping && !engine_->has_unfinished()) {
+    if (!aborting && !stopping && !engine_->has_unfinished())
       run_idle_work();  // nothing waits or runs: low-priority work, one bounded piece
-    }
     publish_stats();
 
-    if ((aborting && warming_.empty()) || (stopping && live_.empty() && warming_.empty() && !engine_->has_unfinished())) {
+    if (aborting || (stopping && live_.empty() && !engine_->has_unfinished())) {
       std::lock_guard lk(wake_->mu);
       if (incoming_.empty()) {  // submit refuses once stopping_, so nothing more can arrive
         exited_ = true;
@@ -177,7 +173,7 @@ void AsyncEngine::serve() {
   }
 }
 
-void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting, bool from_warming) {
+void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
   for (Pending& p : incoming) {
     if (p.stream->cancelled()) {
       finish_request();
@@ -190,17 +186,15 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting, bool from
       continue;
     }
     try {
-      // A warm piece first (the first one, planning, at arrival): with nothing (more) to do the
-      // request is served in this step; otherwise it waits in warming_, its next piece after a step.
-      if (p.sub.warm) {
-        if (!p.sub.warm(*engine_)) {
-          if (from_warming) warming_.push_front(std::move(p));  // stays the oldest
-          else warming_.push_back(std::move(p));
-          continue;
-        }
-        p.sub.warm = nullptr;
+      if (p.sub.memory) {
+        // Accepted from inside the engine's step that finds the prompt ready; rejected through
+        // that step's outputs (RequestOutput::error).
+        auto ticket = std::make_shared<ChainedTicket>(std::move(p.sub.memory), nullptr,
+                                                      [stream = p.stream] { stream->accept(); });
+        const int64_t id = engine_->add_memory_request(std::move(ticket), p.sub.sampling, p.sub.cache_salt);
+        live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
+        continue;
       }
-      if (p.sub.prepare) p.sub.prepare(*engine_, p.sub);
       const int64_t id =
           engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::move(p.sub.injected), p.sub.cache_salt);
       live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
@@ -210,14 +204,6 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting, bool from
       p.stream->fail(std::current_exception());
     }
   }
-}
-
-void AsyncEngine::warm_one(bool aborting) {
-  if (warming_.empty()) return;
-  std::vector<Pending> oldest;
-  oldest.push_back(std::move(warming_.front()));
-  warming_.pop_front();
-  admit(oldest, aborting, /*from_warming=*/true);
 }
 
 void AsyncEngine::step_once() {
@@ -240,14 +226,17 @@ void AsyncEngine::step_once() {
     if (it == live_.end()) continue;  // aborted while its step was running cannot happen; be safe
     const bool finished = o.finished;
     if (finished) finish_request();
-    it->second.stream->push(std::move(o));
+    if (o.error) it->second.stream->fail(o.error);  // rejected at admission: never accepted
+    else it->second.stream->push(std::move(o));
     if (finished) live_.erase(it);  // releases the request's hold (memory pins) on this thread
   }
 }
 
 void AsyncEngine::fail_all_live(std::exception_ptr e) {
   // We cannot tell which requests the failed step touched: fail them all so none waits forever,
-  // and abort them in the engine so their KV blocks return to the free list.
+  // and abort them in the engine so their KV blocks return to the free list; the memory captures
+  // it was computing go too.
+  engine_->drop_captures();
   for (auto& [id, live] : live_) {
     try {
       engine_->abort(id);

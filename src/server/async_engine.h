@@ -41,23 +41,17 @@ struct AsyncEngineOptions {
   std::function<bool(Engine&)> idle_work;
 };
 
-// What one submit asks for: token ids, sampling, and optionally an injected memory span.
+// What one submit asks for: token ids, sampling, and optionally an injected memory span; or,
+// instead of ids, a memory ticket that the engine resolves at admission (memory_connector.h):
+// retrieval, composition and the encoding of a cold user's facts then happen inside the engine's
+// steps, and the stream is accepted once the prompt is ready (what the ticket throws rejects it).
 struct Submission {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   std::optional<InjectedSpan> injected;
-  // Kept alive until the request ends (e.g. a pin on the memory-pool slots of `injected`).
+  // Kept alive until the request ends (released on the engine thread).
   std::shared_ptr<void> hold;
-  // Runs on the engine thread right before the request is added, and may fill prompt, injected,
-  // hold and sampling: memory retrieval and injection need the engine's backend and KV blocks,
-  // which only that thread may touch. What it throws rejects the request.
-  std::function<void(Engine&, Submission&)> prepare;
-  // Runs on the engine thread before `prepare`, one bounded piece a call (e.g. encoding some of a
-  // cold user's facts), with an engine step of the running requests between two pieces, so their
-  // decodes go on; returns true once nothing remains. The first call runs at arrival and should be
-  // cheap (planning): a request with nothing to do is then served in that step, never queued behind
-  // a cold one. What it throws rejects the request.
-  std::function<bool(Engine&)> warm;
+  std::shared_ptr<MemoryTicket> memory;
   // The prefix-cache salt (Engine::add_request): the server's is the request's tenant.
   uint64_t cache_salt = 0;
 };
@@ -122,21 +116,17 @@ class AsyncEngine {
 
   void run(const EngineFactory& make_engine, std::promise<void>& ready);  // the engine thread
   void serve();
-  // Ends cancelled submissions (all when aborting), runs a warm piece of those that have one and
-  // parks them in warming_ until it says done, prepares and adds the rest. from_warming: the
-  // submission came from warming_'s front and goes back there if not done.
-  void admit(std::vector<Pending>& incoming, bool aborting, bool from_warming = false);
+  // Ends cancelled submissions (all when aborting) and adds the rest to the engine: accepted at
+  // once, or, with a memory ticket, when the engine has resolved it.
+  void admit(std::vector<Pending>& incoming, bool aborting);
   void step_once();
   void run_idle_work();
-  // The next piece of the oldest warming request, through admit().
-  void warm_one(bool aborting);
   void fail_all_live(std::exception_ptr e);
   void finish_request();                   // one pending request fewer
   void publish_stats();
 
   std::unique_ptr<Engine> engine_;         // engine thread only
   std::unordered_map<int64_t, Live> live_; // engine thread only: engine id -> stream
-  std::deque<Pending> warming_;            // engine thread only: Submission::warm not done yet, in order
   const AsyncEngineOptions opts_;
   int32_t max_model_len_ = 0;  // written by the engine thread before the constructor returns
   int32_t block_size_ = 0;

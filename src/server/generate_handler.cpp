@@ -143,24 +143,18 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
   // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
   auto served = std::make_shared<std::vector<int32_t>>();
-  Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}};
+  Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}, 0};
   // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
   // what another sent, through its latency.
   sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
-  if (prompt.prepare) {
-    sub.warm = std::move(prompt.warm);
-    // Memory: the prompt exists only once the engine thread has retrieved and composed it.
-    sub.prepare = [build = std::move(prompt.prepare), g, limits, served, keep = outputs.needs_prompt()](
-                      Engine& engine, Submission& s) mutable {
-      PreparedPrompt p;
-      build(engine, p);
-      fit_to_context(g, static_cast<int64_t>(p.ids.size()), limits);
-      if (keep) *served = p.ids;
-      s.prompt = std::move(p.ids);
-      s.injected = std::move(p.injected);
-      s.hold = std::move(p.hold);
-      s.sampling.max_tokens = g.sampling.max_tokens;
-    };
+  if (prompt.memory) {
+    // Memory: the prompt exists only once the engine has resolved the ticket; its limits apply then.
+    sub.memory = std::make_shared<ChainedTicket>(
+        std::move(prompt.memory), [g, limits, served, keep = outputs.needs_prompt()](MemoryPlan& p) mutable {
+          fit_to_context(g, static_cast<int64_t>(p.prompt.size()), limits);
+          if (keep) *served = p.prompt;
+          p.max_tokens = g.sampling.max_tokens;
+        });
   } else {
     fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
     sub.sampling.max_tokens = g.sampling.max_tokens;

@@ -62,55 +62,53 @@ bool MemoryBridge::background_work(Engine& engine) {
   return more;
 }
 
+namespace {
+
+// The engine's ticket for one request: the memory service's (made on the engine thread, the
+// first time the engine asks), reporting what it did into the request's MemoryReport when ready.
+class BridgeTicket final : public MemoryTicket {
+ public:
+  BridgeTicket(std::function<MemoryService&(Engine&)> service, MemoryRequest req, PromptSource source,
+               std::shared_ptr<MemoryReport> report)
+      : service_(std::move(service)), req_(std::move(req)), source_(std::move(source)), report_(std::move(report)) {}
+
+  MemoryPlan resolve(Engine& engine) override {
+    if (!inner_) inner_ = service_(engine).ticket(req_, source_);
+    MemoryPlan plan = inner_->resolve(engine);
+    if (plan.state != MemoryPlan::State::kReady) return plan;
+    const MemoryPrompt& p = inner_->prompt();
+    fill_report(p, req_.mode, *report_);  // before the stream is accepted (memory_provider.h)
+    if (!p.fallback.empty())
+      spdlog::warn("memory: user {}: {} facts served as text instead of injected: {}", req_.user, p.facts.size(),
+                   p.fallback);
+    spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
+                  req_.user, req_.k, p.facts.size(), p.encoded, p.loaded, p.tokens.size(),
+                  p.injected ? p.injected->num_injected() : 0);
+    return plan;
+  }
+  void release() override {
+    if (inner_) inner_->release();
+  }
+
+ private:
+  std::function<MemoryService&(Engine&)> service_;
+  const MemoryRequest req_;
+  const PromptSource source_;
+  std::shared_ptr<MemoryReport> report_;
+  std::shared_ptr<MemoryService::Ticket> inner_;
+};
+
+}  // namespace
+
 PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
-  MemoryRequest mr = req.memory->resolved();
   PreparedPrompt p;
   p.report = std::make_shared<MemoryReport>();
+  MemoryRequest mr = req.memory->resolved();
   p.report->mode = mr.mode;
   // The same source a plain request is built from (prompt_builder.h): without facts placed, the
   // service's prompt is exactly the plain one, on both endpoints.
-  // A cold user's facts are encoded first, kEncodePieceTokens at a time between engine steps (the
-  // running requests decode in between); prepare() then finds them resident.
-  struct Cold {
-    bool planned = false;
-    std::vector<Fact> facts;  // retrieved, without KV
-    size_t next = 0;
-    int32_t encoded = 0;
-    MemoryService::Retrieval retrieval;  // the planning's, reused by prepare when nothing was missing
-  };
-  auto cold = std::make_shared<Cold>();
-  p.warm = [this, mr, source = prompt_source(req), cold](Engine& engine) {
-    MemoryService& svc = service(engine);
-    if (!cold->planned) {  // the first call plans only (AsyncEngine runs it at arrival)
-      cold->facts = svc.missing_facts(mr, source, &cold->retrieval);
-      cold->planned = true;
-    } else if (cold->next < cold->facts.size()) {
-      const auto r = svc.encode_some(cold->facts, cold->next, svc.window_of(mr), kEncodePieceTokens);
-      cold->next = r.next;
-      cold->encoded += r.encoded;
-    }
-    return cold->next >= cold->facts.size();
-  };
-  p.prepare = [this, mr = std::move(mr), source = prompt_source(req), report = p.report, cold](Engine& engine,
-                                                                                              PreparedPrompt& out) {
-    MemoryService& svc = service(engine);
-    // Nothing was missing: the planning's retrieval, made this turn, is this request's (facts
-    // encoded in pieces since may have changed the store: those retrieve again).
-    const bool fresh = cold->planned && cold->facts.empty();
-    auto prepared = std::make_shared<MemoryPrompt>(svc.prepare(mr, source, fresh ? &cold->retrieval : nullptr));
-    prepared->encoded += cold->encoded;  // encoded for this request, before its prepare
-    out.ids = prepared->tokens;
-    out.injected = prepared->injected;
-    fill_report(*prepared, mr.mode, *report);
-    if (!prepared->fallback.empty())
-      spdlog::warn("memory: user {}: {} facts served as text instead of injected: {}", mr.user, prepared->facts.size(),
-                   prepared->fallback);
-    spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
-                  mr.user, mr.k, prepared->facts.size(), prepared->encoded, prepared->loaded, out.ids.size(),
-                  out.injected ? out.injected->num_injected() : 0);
-    // The pins go when the request ends; AsyncEngine drops `hold` on the engine thread.
-    out.hold = std::shared_ptr<void>(prepared.get(), [&svc, prepared](void*) { svc.release(*prepared); });
-  };
+  p.memory = std::make_shared<BridgeTicket>([this](Engine& e) -> MemoryService& { return service(e); }, std::move(mr),
+                                            prompt_source(req), p.report);
   return p;
 }
 

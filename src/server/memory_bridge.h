@@ -1,6 +1,7 @@
 // The server's MemoryProvider over the memory service: HTTP threads turn a request's memory
-// object into a MemoryRequest; the engine thread runs retrieval, composition and injection
-// (MemoryService), and the pool pins are released on the engine thread when the request ends.
+// object into a MemoryRequest and a ticket; the engine resolves the ticket at admission
+// (MemoryService::Ticket: retrieval, a cold user's facts encoded inside its steps, composition),
+// and the pool pins are released on the engine thread when the request ends.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -34,8 +35,6 @@ class MemoryBridge final : public MemoryProvider {
     wake_ = std::move(wake);
   }
   static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
-  // Tokens (facts and their windows) a cold request encodes between two engine steps.
-  static constexpr int32_t kEncodePieceTokens = 512;
   BackgroundEncoding background() const override;
 
  private:

@@ -1,0 +1,92 @@
+// The scheduler-side memory connector (vLLM v1's KV-connector split): a request with memory
+// enters the engine with a MemoryTicket instead of a prompt, and at admission the engine asks the
+// ticket what the request is:
+//
+//   add_request(ticket)  ->  waiting, unresolved
+//   every step, before scheduling, each unresolved request's ticket->resolve(engine):
+//     kReady   the prompt (tokens, injected span): validated, the request becomes an ordinary
+//              waiting request; ticket->admitted()
+//     kEncode  capture sequences to run first ([window][fact], K/V of some tokens kept in pool
+//              slots): the engine queues them as internal requests just before this one, so they
+//              are prefill work inside the step's token budget, batched with every other
+//              request's tokens; their `done` runs when computed; the ticket is asked again later
+//     kWait    not yet (facts another request is encoding): asked again next step
+//   resolve() throws: the request ends with RequestOutput::error, nothing computed
+//   the request leaves the engine (finished, aborted, rejected): ticket->release() (its pins)
+//
+// Running requests are scheduled before any waiting work, so a cold user's encoding never takes
+// a decode's place in a step: it only fills the budget the running requests leave. A request
+// whose ticket waits never holds back the ready requests behind it.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace inferscale {
+
+class Engine;
+
+// Prefill-only work: the sequence runs from position 0 in temporary cache blocks (released when
+// done, never offered to the prefix cache) and the pre-RoPE K and V of some tokens are kept.
+struct CaptureSeq {
+  std::vector<int32_t> tokens;         // [n]
+  std::vector<int64_t> capture_slots;  // [n] memory-pool slot keeping token i's K/V, or -1
+  // Engine thread, exactly once: true when every token went through a forward (the slots hold
+  // their KV), false when the engine dropped the work (Engine::drop_captures, after a failed step).
+  std::function<void(bool ok)> done;
+};
+
+struct MemoryPlan {
+  enum class State { kReady, kEncode, kWait } state = State::kReady;
+  // kReady:
+  std::vector<int32_t> prompt;
+  std::optional<InjectedSpan> injected;
+  std::optional<int32_t> max_tokens;  // replaces the request's (it may depend on the prompt's length)
+  // kEncode:
+  std::vector<CaptureSeq> encode;
+
+  static MemoryPlan wait() { return MemoryPlan{State::kWait, {}, {}, {}, {}}; }
+};
+
+class MemoryTicket {
+ public:
+  virtual ~MemoryTicket() = default;
+  // Engine thread, until it returns kReady. What it throws rejects the request.
+  virtual MemoryPlan resolve(Engine& engine) = 0;
+  // Engine thread: the ready prompt passed the engine's checks; the request will be served.
+  virtual void admitted() {}
+  // Engine thread, once, when the request leaves the engine for any reason (after admitted() or
+  // not): what the ticket holds for the request (memory-pool pins) goes.
+  virtual void release() {}
+};
+
+// A ticket around another: `on_ready` may edit a ready plan and throw to reject it, `on_admitted`
+// runs after the inner ticket's admitted(). The server chains its layers this way (prompt limits,
+// stream acceptance) without the engine knowing them.
+class ChainedTicket final : public MemoryTicket {
+ public:
+  ChainedTicket(std::shared_ptr<MemoryTicket> inner, std::function<void(MemoryPlan&)> on_ready,
+                std::function<void()> on_admitted = {})
+      : inner_(std::move(inner)), on_ready_(std::move(on_ready)), on_admitted_(std::move(on_admitted)) {}
+  MemoryPlan resolve(Engine& engine) override {
+    MemoryPlan p = inner_->resolve(engine);
+    if (p.state == MemoryPlan::State::kReady && on_ready_) on_ready_(p);
+    return p;
+  }
+  void admitted() override {
+    inner_->admitted();
+    if (on_admitted_) on_admitted_();
+  }
+  void release() override { inner_->release(); }
+
+ private:
+  std::shared_ptr<MemoryTicket> inner_;
+  std::function<void(MemoryPlan&)> on_ready_;
+  std::function<void()> on_admitted_;
+};
+
+}  // namespace inferscale
