@@ -134,22 +134,27 @@ int main(int argc, char** argv) {
               service.tokens_encoded() / (encode_ms / 1e3),
               static_cast<long long>(service.pool().num_blocks() - service.pool().num_free_blocks()));
 
-  auto one = [&](const std::string& question, int k, MemoryMode mode, int max_tokens, double* prepare_ms, MemoryPrompt* keep) {
+  // One request with memory through the engine's connector, as the server sends it: its ticket
+  // is resolved (retrieval, composition, KV made resident) inside the next step. `prepare_ms`
+  // gets the time from the add to the prompt being ready.
+  auto one = [&](const std::string& question, int k, MemoryMode mode, int max_tokens, double* prepare_ms,
+                 std::shared_ptr<MemoryService::Ticket>* keep) {
     MemoryRequest r;
     r.user = c.sample_id;
     r.k = k;
     r.mode = mode;
-    const auto t0 = Clock::now();
-    MemoryPrompt p = service.prepare(r, {{"user", question}});
-    const auto t1 = Clock::now();
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = max_tokens;
     sp.ignore_eos = true;
-    engine.add_request(p.tokens, sp, p.injected);
-    if (prepare_ms) *prepare_ms = ms(t0, t1);
-    if (keep) *keep = std::move(p);
-    else service.release(p);
+    auto ticket = service.ticket(r, PromptSource::of_chat({{"user", question}}));
+    const auto t0 = Clock::now();
+    engine.add_memory_request(std::make_shared<ChainedTicket>(ticket,
+                                                              [prepare_ms, t0](MemoryPlan&) {
+                                                                if (prepare_ms) *prepare_ms = ms(t0, Clock::now());
+                                                              }),
+                              sp);
+    if (keep) *keep = std::move(ticket);
     return t0;
   };
 
@@ -169,9 +174,10 @@ int main(int argc, char** argv) {
     for (const auto& q : qs) {
       for (MemoryMode mode : {MemoryMode::kInject, MemoryMode::kText}) {
         double pm = 0;
-        MemoryPrompt p;
-        const auto t0 = one(q, k, mode, 1, &pm, &p);
+        std::shared_ptr<MemoryService::Ticket> t;
+        const auto t0 = one(q, k, mode, 1, &pm, &t);
         while (engine.has_unfinished()) engine.step();
+        const MemoryPrompt& p = t->prompt();
         const double ttft = ms(t0, Clock::now());
         (mode == MemoryMode::kInject ? ti : tt).push_back(ttft);
         if (mode == MemoryMode::kInject) {
@@ -179,7 +185,6 @@ int main(int argc, char** argv) {
           prompt += static_cast<double>(p.tokens.size());
           injected += p.injected ? p.injected->end - p.injected->start : 0;
         }
-        service.release(p);
       }
     }
     const double mi = median(ti), mt = median(tt);
@@ -201,9 +206,8 @@ int main(int argc, char** argv) {
   double rps[2] = {0, 0};
   int mi = 0;
   for (MemoryMode mode : {MemoryMode::kInject, MemoryMode::kText}) {
-    std::vector<MemoryPrompt> held(static_cast<size_t>(a.users));
     const auto t0 = Clock::now();
-    for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, &held[static_cast<size_t>(u)]);
+    for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, nullptr);
     double ttft_sum = 0;
     int64_t out_tokens = 0;
     while (engine.has_unfinished()) {
@@ -213,7 +217,6 @@ int main(int argc, char** argv) {
       }
     }
     const double wall = ms(t0, Clock::now()) / 1e3;
-    for (auto& p : held) service.release(p);
     rps[mi++] = a.users / wall;
     std::printf("| %s | %.2f | %.1f | %.0f | %.1f |\n", memory_mode_name(mode), wall, a.users / wall, out_tokens / wall,
                 ttft_sum / a.users * 1e3);

@@ -154,34 +154,251 @@ TEST(MemoryService, FactsAddedWhileRunningAreEncodedInTheBackground) {
   EXPECT_EQ(again.service->num_queued(), 0u);
 }
 
-// A cold request's facts encoded in pieces before its prepare (issue 9 part 1): missing_facts lists
-// what prepare would encode, encode_some goes through it a piece at a time, and prepare then encodes
-// nothing; a warm request has nothing missing.
-TEST(MemoryService, ColdFactsEncodeInPiecesBeforePrepare) {
+// Issue 9 part 1, the memory connector (MemoryService::Ticket): a request with memory resolved by
+// the engine at admission, its cold facts encoded as capture work inside the engine's steps.
+namespace {
+
+struct TicketRun {
+  std::vector<int32_t> tokens;
+  MemoryPrompt prompt;
+  std::shared_ptr<MemoryService::Ticket> ticket;
+};
+
+// Adds a request with memory (ticket) to the stack's engine and runs the engine to completion.
+TicketRun run_ticket(Stack& s, const MemoryRequest& r, int n = 8, const std::vector<ChatMessage>& msgs = kAsk) {
+  TicketRun out;
+  out.ticket = s.service->ticket(r, PromptSource::of_chat(msgs));
+  s.engine->add_memory_request(out.ticket, greedy(n));
+  const auto done = s.engine->run_to_completion();
+  EXPECT_EQ(done.size(), 1u);
+  if (!done.empty()) {
+    EXPECT_FALSE(done[0].error);
+    out.tokens = done[0].new_tokens;
+  }
+  out.prompt = out.ticket->prompt();
+  return out;
+}
+
+// The pool's pins, summed over the facts' entries for window w (0 once every request ended).
+int32_t pins_of(Stack& s, const MemoryRequest& r, const std::vector<ChatMessage>& msgs = kAsk) {
+  MemoryRequest text = r;
+  text.mode = MemoryMode::kText;
+  const MemoryPrompt p = s.service->prepare(text, msgs);
+  int32_t pins = 0;
+  for (const Fact& f : p.facts)
+    if (const auto* e = s.service->pool().find(s.service->kv_key(f, s.service->window_of(r)))) pins += e->pins;
+  return pins;
+}
+
+}  // namespace
+
+// A ticket serves exactly what prepare() serves: the same prompt and span, the same tokens, KV
+// equal to the FactEncoder's (captures batched in the engine's steps vs packed prefills), KV files
+// a restart reloads; the pins go when the request ends.
+TEST(MemoryService, ATicketServesWhatPrepareServes) {
+  TempDir a_dir, b_dir;
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  std::vector<int32_t> sync_tokens;
+  MemoryPrompt sync;
+  std::vector<float> sk, sv;
+  {
+    Stack a(a_dir.path());
+    add_alice(*a.store);
+    sync = a.service->prepare(r, kAsk);
+    EXPECT_EQ(sync.encoded, 4);
+    test::read_pool_f32(a.engine->backend(), sync.injected->pool_slots, sk, sv);
+    sync_tokens = a.run(sync, 12);
+    a.service->release(sync);
+  }
+  {
+    Stack b(b_dir.path());
+    add_alice(*b.store);
+    const TicketRun t = run_ticket(b, r, 12);
+    EXPECT_EQ(t.prompt.encoded, 4);
+    EXPECT_EQ(b.engine->stats().captures, 4) << "the facts were encoded as the engine's capture work";
+    EXPECT_EQ(t.prompt.tokens, sync.tokens);
+    ASSERT_TRUE(t.prompt.injected.has_value());
+    EXPECT_EQ(t.prompt.injected->start, sync.injected->start);
+    EXPECT_EQ(t.prompt.injected->end, sync.injected->end);
+    EXPECT_EQ(t.tokens, sync_tokens);
+    std::vector<float> tk, tv;
+    test::read_pool_f32(b.engine->backend(), t.prompt.injected->pool_slots, tk, tv);
+    ASSERT_EQ(tk.size(), sk.size());
+    double worst = 0;
+    for (size_t i = 0; i < tk.size(); ++i)
+      worst = std::max({worst, std::fabs(double(tk[i]) - sk[i]), std::fabs(double(tv[i]) - sv[i])});
+    EXPECT_LT(worst, 1e-4) << "captured KV differs from the encoder's";
+    EXPECT_EQ(pins_of(b, r), 0) << "the request ended: its pins went";
+    EXPECT_EQ(b.engine->blocks().num_free(), b.engine->blocks().num_blocks());
+  }
+  Stack again(b_dir.path());  // a restart: the captures' KV files are read back
+  const TicketRun t = run_ticket(again, r, 12);
+  EXPECT_EQ(t.prompt.encoded, 0);
+  EXPECT_EQ(t.prompt.loaded, 4);
+  EXPECT_EQ(again.engine->stats().captures, 0);
+  EXPECT_EQ(t.tokens, sync_tokens);
+}
+
+// The invariant of the connector: while a cold user's facts encode, every running request decodes
+// a token in every step (running requests are scheduled first; captures take only the budget they
+// leave) and no step exceeds the token budget; the cold request is then served as if alone.
+TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
+  TempDir dir;
+  {
+    Stack seed(dir.path());
+    add_alice(*seed.store);
+  }
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  std::vector<int32_t> alone;
+  {
+    TempDir other;
+    Stack s(other.path());
+    add_alice(*s.store);
+    alone = run_ticket(s, r, 6).tokens;
+  }
+  Stack s(dir.path(), MemoryOptions{}, 512, 256);
+  EngineOptions eo;
+  eo.scheduler.max_num_batched_tokens = 20;
+  BackendOptions bo;
+  bo.num_cache_blocks = 512;
+  bo.num_pool_blocks = 256;
+  s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+  MemoryOptions mo;
+  mo.kv_dir = dir.path() / "kv";
+  s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
+  std::vector<int64_t> running;
+  for (int i = 0; i < 3; ++i) running.push_back(s.engine->add_request(plain_tokens({{"user", "Hello " + std::to_string(i)}}), greedy(400)));
+  // Until every running request decodes (its prompt done, one token a step).
+  for (int guard = 0; guard < 100; ++guard) {
+    bool all_decoding = true;
+    for (int64_t id : running) {
+      const Request* q = s.engine->find(id);
+      all_decoding = all_decoding && q && q->num_output_tokens() > 0;
+    }
+    if (all_decoding) break;
+    s.engine->step();
+  }
+  auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  const int64_t cold = s.engine->add_memory_request(t, greedy(6));
+  int steps = 0, steps_encoding = 0;
+  std::vector<int32_t> cold_tokens;
+  bool cold_done = false;
+  while (!cold_done && steps < 400) {
+    const EngineStats before = s.engine->stats();
+    const auto outs = s.engine->step();
+    ++steps;
+    const EngineStats after = s.engine->stats();
+    EXPECT_LE(after.tokens_computed - before.tokens_computed, eo.scheduler.max_num_batched_tokens);
+    if (cold_tokens.empty()) ++steps_encoding;  // steps until the cold request's first token
+    for (int64_t id : running) {
+      const auto it = std::find_if(outs.begin(), outs.end(), [&](const RequestOutput& o) { return o.id == id; });
+      ASSERT_NE(it, outs.end()) << "running request " << id << " got no token in step " << steps;
+      EXPECT_EQ(it->new_tokens.size(), 1u);
+    }
+    for (const RequestOutput& o : outs)
+      if (o.id == cold) {
+        cold_tokens.insert(cold_tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+        cold_done = o.finished;
+      }
+  }
+  ASSERT_TRUE(cold_done);
+  EXPECT_EQ(s.engine->stats().captures, 4);
+  EXPECT_GT(steps_encoding, 3) << "a budget of 20 tokens beside 3 decodes spreads the encoding over steps";
+  EXPECT_GT(s.engine->stats().tokens_captured, 4 * (eo.scheduler.max_num_batched_tokens - 3) / 2);
+  EXPECT_EQ(cold_tokens, alone) << "batched with decodes and captures == alone";
+  EXPECT_EQ(t->prompt().encoded, 4);
+}
+
+// Two requests that need the same cold facts share one encoding: the second waits for the
+// first's captures (pending entries are never injected) and both are served injected.
+TEST(MemoryService, TwoTicketsShareOneEncoding) {
   TempDir dir;
   Stack s(dir.path());
   add_alice(*s.store);
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  const std::vector<Fact> missing = s.service->missing_facts(r, PromptSource::of_chat(kAsk, {}));
-  ASSERT_EQ(missing.size(), 4u);
-  size_t next = 0;
-  int pieces = 0, encoded = 0;
-  while (next < missing.size()) {
-    const auto e = s.service->encode_some(missing, next, 2, /*max_tokens=*/1);  // one fact a piece
-    EXPECT_EQ(e.next, next + 1);
-    next = e.next;
-    encoded += e.encoded;
-    ++pieces;
+  auto a = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  auto b = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  const int64_t ia = s.engine->add_memory_request(a, greedy(5));
+  const int64_t ib = s.engine->add_memory_request(b, greedy(5));
+  const auto out = s.engine->run_to_completion();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(s.engine->stats().captures, 4) << "one encoding per fact";
+  EXPECT_EQ(a->prompt().encoded + b->prompt().encoded, 4);
+  EXPECT_TRUE(a->prompt().fallback.empty() && b->prompt().fallback.empty());
+  ASSERT_TRUE(a->prompt().injected && b->prompt().injected);
+  EXPECT_EQ(a->prompt().injected->pool_slots, b->prompt().injected->pool_slots);
+  EXPECT_EQ(out[0].id, ia);
+  EXPECT_EQ(out[1].id, ib);
+  EXPECT_EQ(out[0].new_tokens, out[1].new_tokens);
+  EXPECT_EQ(pins_of(s, r), 0);
+}
+
+// A request aborted while its facts encode: the captures still finish, leaving the facts resident
+// and unpinned for the next request; captures dropped (after a failed step) are never served: the
+// request waiting for them encodes again.
+TEST(MemoryService, AbortedAndDroppedEncodings) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  std::vector<int32_t> expected;
+  {
+    TempDir other;
+    Stack o(other.path());
+    add_alice(*o.store);
+    expected = run_ticket(o, r, 6).tokens;
   }
-  EXPECT_EQ(pieces, 4);
-  EXPECT_EQ(encoded, 4);
-  EXPECT_TRUE(s.service->missing_facts(r, PromptSource::of_chat(kAsk, {})).empty());
-  MemoryPrompt p = s.service->prepare(r, kAsk);
-  EXPECT_EQ(p.encoded, 0);
-  EXPECT_EQ(p.facts.size(), 4u);
-  s.service->release(p);
-  EXPECT_TRUE(s.service->missing_facts(req(MemoryMode::kText, 4, 2), PromptSource::of_chat(kAsk, {})).empty())
-      << "mode text encodes nothing";
+  auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  const int64_t id = s.engine->add_memory_request(t, greedy(6));
+  s.engine->step();  // resolves: captures queued (and run)
+  s.engine->abort(id);
+  s.engine->run_to_completion();
+  EXPECT_EQ(s.engine->stats().captures, 4);
+  EXPECT_EQ(pins_of(s, r), 0);
+  MemoryPrompt warm = s.service->prepare(r, kAsk);
+  EXPECT_EQ(warm.encoded, 0) << "the aborted request's captures left the facts resident";
+  s.service->release(warm);
+
+  // Dropped: a fresh service (nothing resident, no files) whose captures are dropped after one step.
+  TempDir dir2;
+  Stack d(dir2.path());
+  add_alice(*d.store);
+  EngineOptions eo;
+  eo.scheduler.max_num_batched_tokens = 16;  // a capture spans several steps
+  BackendOptions bo;
+  bo.num_cache_blocks = 512;
+  bo.num_pool_blocks = 256;
+  d.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+  d.service = std::make_unique<MemoryService>(*d.store, *d.retriever, demo(), d.engine->backend(), d.engine->blocks());
+  auto u = d.service->ticket(r, PromptSource::of_chat(kAsk));
+  d.engine->add_memory_request(u, greedy(6));
+  d.engine->step();
+  EXPECT_LT(d.engine->stats().captures, 4);
+  d.engine->drop_captures();
+  const auto out = d.engine->run_to_completion();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(out[0].error);
+  EXPECT_EQ(d.engine->stats().captures, 4) << "encoded again after the drop";
+  EXPECT_EQ(u->prompt().encoded, 8) << "4 dropped + 4 again";
+  EXPECT_EQ(out[0].new_tokens, expected);
+  EXPECT_EQ(pins_of(d, r), 0);
+  EXPECT_EQ(d.engine->blocks().num_free(), d.engine->blocks().num_blocks());
+}
+
+// A pool too small for the facts: the ticket serves the request as text (the same tokens), says
+// why, and holds nothing.
+TEST(MemoryService, ATicketWithoutRoomServesText) {
+  TempDir dir;
+  Stack s(dir.path(), {}, 512, /*pool_blocks=*/2);
+  add_alice(*s.store);
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  const TicketRun t = run_ticket(s, r, 6);
+  EXPECT_FALSE(t.prompt.fallback.empty());
+  EXPECT_FALSE(t.prompt.injected.has_value());
+  MemoryRequest text = r;
+  text.mode = MemoryMode::kText;
+  EXPECT_EQ(t.prompt.tokens, s.service->prepare(text, kAsk).tokens);
+  EXPECT_EQ(pins_of(s, r), 0);
 }
 
 // Background work never evicts: with a pool too small for every fact, what does not fit in its

@@ -59,31 +59,30 @@ void run_chat(const ChatArgs& a) {
     req.user = a.user;
     req.mode = mode;
     req.order = order;
-    MemoryPrompt p;
-    try {
-      p = service.prepare(req, history);
-    } catch (const Error& e) {
-      std::fprintf(stderr, "error: %s\n", e.what());
-      history.pop_back();
-      continue;
-    }
-    if (!p.fallback.empty()) std::fprintf(stderr, "  (facts served as text, not injected: %s)\n", p.fallback.c_str());
-    if (!a.quiet) {
-      for (size_t i = 0; i < p.facts.size(); ++i)
-        std::fprintf(stderr, "  [fact %lld, score %.2f] %s\n", static_cast<long long>(p.facts[i].id), p.scores[i],
-                     p.facts[i].text.c_str());
-    }
     SamplingParams sp;
     sp.max_tokens = a.max_tokens;
     sp.temperature = a.temperature;
     sp.top_p = a.top_p;
     if (a.seed >= 0) sp.seed = static_cast<uint64_t>(a.seed);
+    // The request's memory is resolved by the engine, as the server's is (engine/memory_connector.h):
+    // the facts are shown once its prompt is ready, before the answer streams.
+    auto ticket = service.ticket(req, PromptSource::of_chat(history));
+    auto show = [&] {
+      const MemoryPrompt& p = ticket->prompt();
+      if (!p.fallback.empty()) std::fprintf(stderr, "  (facts served as text, not injected: %s)\n", p.fallback.c_str());
+      if (a.quiet) return;
+      for (size_t i = 0; i < p.facts.size(); ++i)
+        std::fprintf(stderr, "  [fact %lld, score %.2f] %s\n", static_cast<long long>(p.facts[i].id), p.scores[i],
+                     p.facts[i].text.c_str());
+    };
     std::string answer;
     double ttft = 0;
+    bool failed = false;
     try {
-      engine.add_request(p.tokens, sp, p.injected);
+      engine.add_memory_request(std::make_shared<ChainedTicket>(ticket, nullptr, show), sp);
       while (engine.has_unfinished()) {
         for (const RequestOutput& o : engine.step()) {
+          if (o.error) std::rethrow_exception(o.error);
           std::fwrite(o.text.data(), 1, o.text.size(), stdout);
           std::fflush(stdout);
           answer += o.text;
@@ -92,12 +91,17 @@ void run_chat(const ChatArgs& a) {
       }
     } catch (const Error& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
+      failed = answer.empty();
     }
-    service.release(p);
+    if (failed) {  // nothing answered (an unknown user, a prompt too long): the question is dropped
+      history.pop_back();
+      continue;
+    }
     std::fputc('\n', stdout);
+    const MemoryPrompt& p = ticket->prompt();
     if (!a.quiet)
-      std::fprintf(stderr, "  (%zu prompt tokens, %d injected; retrieval %.1f ms, KV %.1f ms, TTFT %.1f ms)\n",
-                   p.tokens.size(), p.injected ? p.injected->num_injected() : 0, p.retrieve_ms, p.kv_ms,
+      std::fprintf(stderr, "  (%zu prompt tokens, %d injected, %d facts encoded; retrieval %.1f ms, KV %.1f ms, TTFT %.1f ms)\n",
+                   p.tokens.size(), p.injected ? p.injected->num_injected() : 0, p.encoded, p.retrieve_ms, p.kv_ms,
                    ttft * 1e3);
     history.push_back({"assistant", answer});
     if (a.remember) {

@@ -214,12 +214,14 @@ MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts
       std::vector<int32_t> window;
       const FactKvKey key = kv_key(f, w, &window);
       r.keys.push_back(key);
-      if (std::find(pinned.begin(), pinned.end(), key) != pinned.end()) {  // pinned by an earlier call
-        const MemoryKvPool::Entry* e = pool_.find(key);
-        IS_REQUIRE(e != nullptr, kResource, "fact {} was changed or deleted while its KV was being made resident",
-                   f.id);
-        if (e->pending) ++r.pending;
-        continue;
+      if (auto held = std::find(pinned.begin(), pinned.end(), key); held != pinned.end()) {  // an earlier call's
+        if (const MemoryKvPool::Entry* e = pool_.find(key)) {
+          if (e->pending) ++r.pending;
+          continue;
+        }
+        // Erased while held (its encoding was dropped, the fact changed): let it go, make it again.
+        pool_.unpin(key);
+        pinned.erase(held);
       }
       if (const MemoryKvPool::Entry* e = pool_.find(key)) {
         if (e->pending) ++r.pending;
@@ -321,33 +323,6 @@ MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const
 
 bool MemoryService::has_kv(const Fact& f, int32_t w) {
   return pool_.find(kv_key(f, w)) != nullptr || (!opts_.kv_dir.empty() && std::filesystem::exists(kv_path(f)));
-}
-
-std::vector<Fact> MemoryService::missing_facts(const MemoryRequest& req, const PromptSource& prompt,
-                                               Retrieval* retrieval) {
-  store_.refresh();
-  sync();
-  Retrieval found = retrieve(req, prompt);
-  std::vector<Fact> missing;
-  if (req.mode == MemoryMode::kInject)
-    for (const FactHit& h : found.hits)
-      if (!has_kv(h.fact, window_of(req))) missing.push_back(h.fact);
-  if (retrieval) *retrieval = std::move(found);
-  return missing;
-}
-
-MemoryService::EncodedSome MemoryService::encode_some(const std::vector<Fact>& facts, size_t from, int32_t w,
-                                                      int32_t max_tokens) {
-  sync();
-  std::vector<Fact> piece;
-  int64_t tokens = 0;
-  size_t next = from;
-  for (; next < facts.size() && (piece.empty() || tokens < max_tokens); ++next) {
-    if (has_kv(facts[next], w)) continue;  // encoded meanwhile (another request, the background)
-    tokens += static_cast<int64_t>(fact_tokens(facts[next]).size() + window_tokens(facts[next], w).size());
-    piece.push_back(facts[next]);
-  }
-  return EncodedSome{next, piece.empty() ? 0 : encode_unpinned(piece, w)};
 }
 
 int32_t MemoryService::encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys) {

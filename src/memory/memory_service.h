@@ -91,8 +91,8 @@ class MemoryService : private FactStoreListener {
     std::vector<FactHit> hits;
     double ms = 0;
   };
-  // `retrieved`, when given, is this request's retrieval just made (missing_facts', nothing
-  // encoded since): used instead of retrieving again.
+  // `retrieved`, when given, is this request's retrieval (a Ticket's): used instead of
+  // retrieving again, and moved from.
   MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved = nullptr);
   // A chat: `chat` renders the conversation as a plain request with the same options would.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
@@ -140,20 +140,6 @@ class MemoryService : private FactStoreListener {
     return std::make_shared<Ticket>(*this, std::move(req), std::move(prompt));
   }
 
-  // A cold request's encoding in pieces, before its prepare() (AsyncEngine runs them between
-  // engine steps, so running decodes go on): the facts an inject request would place whose KV at
-  // its window is neither in the pool nor in a KV file (retrieved as prepare() does; empty for other
-  // modes), then encode_some() encodes them from `from` on until about `max_tokens` tokens (window
-  // included, at least one fact) went through the model, leaving them resident unpinned. Returns
-  // the index after the last one encoded and how many were. Facts evicted again before prepare()
-  // are encoded by it.
-  // `retrieval` (may be null) gets the whole retrieval, in every mode.
-  std::vector<Fact> missing_facts(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieval = nullptr);
-  struct EncodedSome {
-    size_t next = 0;
-    int32_t encoded = 0;
-  };
-  EncodedSome encode_some(const std::vector<Fact>& facts, size_t from, int32_t w, int32_t max_tokens);
   int32_t window_of(const MemoryRequest& req) const { return req.window < 0 ? opts_.default_window : req.window; }
 
   // Makes sure facts' KV (window w) exists: in KV files when kv_dir is set, else in the pool.
