@@ -64,6 +64,18 @@ struct Stack {
   std::unique_ptr<MemoryService> service;
 };
 
+// The stack's engine and service again, the engine stepping at most `budget` tokens.
+void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}) {
+  s.service.reset();
+  EngineOptions eo;
+  eo.scheduler.max_num_batched_tokens = budget;
+  BackendOptions bo;
+  bo.num_cache_blocks = 512;
+  bo.num_pool_blocks = 256;
+  s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+  s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
+}
+
 std::vector<int64_t> add_alice(FactStore& s) {
   std::vector<NewFact> facts{
       {"Alice adopted a cat named Miso in March", "2023-03-02", {"", "", "", "Alice"}, "", {}},
@@ -190,6 +202,14 @@ int32_t pins_of(Stack& s, const MemoryRequest& r, const std::vector<ChatMessage>
   return pins;
 }
 
+// What Alice's request is answered on a fresh stack of its own (nothing resident, no files).
+std::vector<int32_t> alone_tokens(const MemoryRequest& r, int n) {
+  TempDir other;
+  Stack s(other.path());
+  add_alice(*s.store);
+  return run_ticket(s, r, n).tokens;
+}
+
 }  // namespace
 
 // A ticket serves exactly what prepare() serves: the same prompt and span, the same tokens, KV
@@ -249,23 +269,12 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
     add_alice(*seed.store);
   }
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  std::vector<int32_t> alone;
-  {
-    TempDir other;
-    Stack s(other.path());
-    add_alice(*s.store);
-    alone = run_ticket(s, r, 6).tokens;
-  }
-  Stack s(dir.path(), MemoryOptions{}, 512, 256);
-  EngineOptions eo;
-  eo.scheduler.max_num_batched_tokens = 20;
-  BackendOptions bo;
-  bo.num_cache_blocks = 512;
-  bo.num_pool_blocks = 256;
-  s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+  const std::vector<int32_t> alone = alone_tokens(r, 6);
+  Stack s(dir.path());
+  constexpr int32_t kBudget = 20;
   MemoryOptions mo;
   mo.kv_dir = dir.path() / "kv";
-  s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
+  with_budget(s, kBudget, mo);
   std::vector<int64_t> running;
   for (int i = 0; i < 3; ++i) running.push_back(s.engine->add_request(plain_tokens({{"user", "Hello " + std::to_string(i)}}), greedy(400)));
   // Until every running request decodes (its prompt done, one token a step).
@@ -288,7 +297,7 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
     const auto outs = s.engine->step();
     ++steps;
     const EngineStats after = s.engine->stats();
-    EXPECT_LE(after.tokens_computed - before.tokens_computed, eo.scheduler.max_num_batched_tokens);
+    EXPECT_LE(after.tokens_computed - before.tokens_computed, kBudget);
     if (cold_tokens.empty()) ++steps_encoding;  // steps until the cold request's first token
     for (int64_t id : running) {
       const auto it = std::find_if(outs.begin(), outs.end(), [&](const RequestOutput& o) { return o.id == id; });
@@ -304,7 +313,7 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
   ASSERT_TRUE(cold_done);
   EXPECT_EQ(s.engine->stats().captures, 4);
   EXPECT_GT(steps_encoding, 3) << "a budget of 20 tokens beside 3 decodes spreads the encoding over steps";
-  EXPECT_GT(s.engine->stats().tokens_captured, 4 * (eo.scheduler.max_num_batched_tokens - 3) / 2);
+  EXPECT_GT(s.engine->stats().tokens_captured, 4 * (kBudget - 3) / 2);
   EXPECT_EQ(cold_tokens, alone) << "batched with decodes and captures == alone";
   EXPECT_EQ(t->prompt().encoded, 4);
 }
@@ -341,13 +350,7 @@ TEST(MemoryService, AbortedAndDroppedEncodings) {
   Stack s(dir.path());
   add_alice(*s.store);
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  std::vector<int32_t> expected;
-  {
-    TempDir other;
-    Stack o(other.path());
-    add_alice(*o.store);
-    expected = run_ticket(o, r, 6).tokens;
-  }
+  const std::vector<int32_t> expected = alone_tokens(r, 6);
   auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
   const int64_t id = s.engine->add_memory_request(t, greedy(6));
   s.engine->step();  // resolves: captures queued (and run)
@@ -363,13 +366,7 @@ TEST(MemoryService, AbortedAndDroppedEncodings) {
   TempDir dir2;
   Stack d(dir2.path());
   add_alice(*d.store);
-  EngineOptions eo;
-  eo.scheduler.max_num_batched_tokens = 16;  // a capture spans several steps
-  BackendOptions bo;
-  bo.num_cache_blocks = 512;
-  bo.num_pool_blocks = 256;
-  d.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
-  d.service = std::make_unique<MemoryService>(*d.store, *d.retriever, demo(), d.engine->backend(), d.engine->blocks());
+  with_budget(d, 16);  // a capture spans several steps
   auto u = d.service->ticket(r, PromptSource::of_chat(kAsk));
   d.engine->add_memory_request(u, greedy(6));
   d.engine->step();
@@ -1130,13 +1127,7 @@ TEST(MemoryService, RecomputeChunkedAndPreemptedEqualOneShot) {
   // Chunks of 7 tokens split the facts' span between injected and recomputed tokens.
   {
     Stack s(dir.path());
-    EngineOptions eo;
-    eo.scheduler.max_num_batched_tokens = 7;
-    BackendOptions bo;
-    bo.num_cache_blocks = 512;
-    bo.num_pool_blocks = 256;
-    s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
-    s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks());
+    with_budget(s, 7);
     for (size_t i = 0; i < questions.size(); ++i) {
       MemoryPrompt p = s.service->prepare(recompute_req(2), {{"user", questions[i]}});
       EXPECT_EQ(s.run(p, 40), alone[i]) << "chunked " << i;
