@@ -65,9 +65,10 @@ struct Stack {
 };
 
 // The stack's engine and service again, the engine stepping at most `budget` tokens.
-void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}) {
+void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}, SchedulerOptions so = {}) {
   s.service.reset();
   EngineOptions eo;
+  eo.scheduler = so;
   eo.scheduler.max_num_batched_tokens = budget;
   BackendOptions bo;
   bo.num_cache_blocks = 512;
@@ -136,9 +137,27 @@ FirstRun first_run(const std::filesystem::path& dir, const std::function<void(St
 
 }  // namespace
 
-// Background encoding (MemoryService::encode_queued): facts added while the service runs are
-// queued and encoded between requests, so the first request that retrieves them encodes none;
-// what the store held when the service started is not queued, deleted facts are skipped.
+namespace {
+
+// Runs the service's queued facts' encodings through the engine as background captures, `max_facts`
+// a piece; returns how many pieces had work.
+int run_background(Stack& s, int32_t max_facts) {
+  int pieces = 0;
+  for (;;) {
+    std::vector<CaptureSeq> caps = s.service->queued_captures(max_facts);
+    if (caps.empty() && !s.service->has_queued()) return pieces;
+    pieces += caps.empty() ? 0 : 1;
+    for (CaptureSeq& c : caps) s.engine->add_background_capture(std::move(c));
+    s.engine->run_to_completion();
+  }
+}
+
+}  // namespace
+
+// Background encoding (MemoryService::queued_captures): facts added while the service runs are
+// queued and encoded as the engine's low-priority work, so the first request that retrieves them
+// encodes none; what the store held when the service started is not queued, deleted facts are
+// skipped.
 TEST(MemoryService, FactsAddedWhileRunningAreEncodedInTheBackground) {
   TempDir dir;
   {
@@ -150,10 +169,9 @@ TEST(MemoryService, FactsAddedWhileRunningAreEncodedInTheBackground) {
     const std::vector<int64_t> ids = add_alice(*s.store);
     EXPECT_EQ(s.service->num_queued(), ids.size());
     s.store->remove(kDefaultTenant, "alice", ids[3]);
-    int pieces = 0;
-    while (s.service->encode_queued(2)) ++pieces;
-    EXPECT_EQ(pieces, 1) << "4 queued, 2 a piece: one piece says more remain";
+    EXPECT_EQ(run_background(s, 2), 2) << "4 queued, 2 a piece (the deleted one skipped in the second)";
     EXPECT_EQ(s.service->num_queued(), 0u);
+    EXPECT_EQ(s.engine->stats().captures, 3);
     EXPECT_EQ(s.service->background_encoded(), 3);
     EXPECT_EQ(s.service->background_skipped(), 1) << "the deleted fact";
     MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 3, s.service->options().default_window), kAsk);
@@ -406,12 +424,52 @@ TEST(MemoryService, BackgroundEncodingNeverEvicts) {
   Stack s(dir.path(), o, 512, /*pool_blocks=*/4);
   s.service->enable_background({});
   add_alice(*s.store);
-  while (s.service->encode_queued(8)) {
-  }
+  run_background(s, 8);
   EXPECT_EQ(s.service->pool().num_evictions(), 0);
   EXPECT_GT(s.service->background_skipped(), 0) << "4 facts do not fit 4 blocks";
   EXPECT_GE(s.service->background_encoded(), 1);
   EXPECT_EQ(s.service->background_encoded() + s.service->background_skipped(), 4);
+}
+
+// Background captures are low priority: beside a request's work a step gives them at most
+// background_tokens_busy tokens, a request is admitted in the first step after it arrives, and a
+// request whose ticket waits for a fact the background is encoding promotes that work (served
+// injected, encoding nothing itself).
+TEST(MemoryService, BackgroundCapturesYieldToRequests) {
+  TempDir dir;
+  Stack s(dir.path());
+  SchedulerOptions so;
+  so.background_tokens_idle = 24;  // Alice's facts and windows take several steps
+  so.background_tokens_busy = 8;
+  with_budget(s, 2048, {}, so);
+  s.service->enable_background({});
+  add_alice(*s.store);
+  std::vector<CaptureSeq> caps = s.service->queued_captures(8);
+  ASSERT_EQ(caps.size(), 4u);
+  for (CaptureSeq& c : caps) s.engine->add_background_capture(std::move(c));
+  // An idle step: the background alone, capped.
+  EngineStats before = s.engine->stats();
+  s.engine->step();
+  EXPECT_LE(s.engine->stats().tokens_computed - before.tokens_computed, so.background_tokens_idle);
+  // A request arrives: its whole prompt goes in the next step, the background beside it capped.
+  const std::vector<int32_t> plain = plain_tokens({{"user", "Tell me a story about a lighthouse keeper"}});
+  const int64_t id = s.engine->add_request(plain, greedy(30));
+  before = s.engine->stats();
+  s.engine->step();
+  EXPECT_EQ(s.engine->find(id)->num_output_tokens(), 1) << "admitted and prefilled at once";
+  EXPECT_LE(s.engine->stats().tokens_computed - before.tokens_computed,
+            static_cast<int64_t>(plain.size()) + so.background_tokens_busy);
+  // A request needing the facts the background is still encoding: promoted, served injected.
+  EXPECT_GT(s.engine->num_background(), 0u);
+  auto t = s.service->ticket(req(MemoryMode::kInject, 4, s.service->options().default_window), PromptSource::of_chat(kAsk));
+  s.engine->add_memory_request(t, greedy(4));
+  s.engine->run_to_completion();
+  EXPECT_EQ(s.engine->num_background(), 0u);
+  EXPECT_TRUE(t->prompt().fallback.empty()) << t->prompt().fallback;
+  EXPECT_TRUE(t->prompt().injected.has_value());
+  EXPECT_EQ(t->prompt().encoded, 0) << "the background's encodings served it";
+  EXPECT_EQ(s.service->background_encoded(), 4);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
 TEST(MemoryService, KZeroAndModeOffArePlainServing) {

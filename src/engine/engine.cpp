@@ -115,7 +115,9 @@ int64_t Engine::add_memory_request(std::shared_ptr<MemoryTicket> memory, const S
   return id;
 }
 
-void Engine::add_capture(CaptureSeq c, const Request* before) {
+void Engine::add_background_capture(CaptureSeq c) { add_capture(std::move(c), nullptr, true); }
+
+void Engine::add_capture(CaptureSeq c, const Request* before, bool background) {
   IS_CHECK(!c.tokens.empty() && c.capture_slots.size() == c.tokens.size(), "capture of {} tokens with {} slots",
            c.tokens.size(), c.capture_slots.size());
   const ModelConfig& cfg = backend_->config();
@@ -129,6 +131,7 @@ void Engine::add_capture(CaptureSeq c, const Request* before) {
   set_prompt(*req, std::move(c.tokens), std::nullopt);
   req->capture_slots = std::move(c.capture_slots);
   req->capture_done = std::move(c.done);
+  req->background = background;
   Request* r = req.get();
   captures_.emplace(r->id, std::move(req));
   scheduler_.add(r, before);
@@ -136,6 +139,7 @@ void Engine::add_capture(CaptureSeq c, const Request* before) {
 
 void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
   std::vector<int64_t> still;
+  bool waits = false;
   for (size_t i = 0; i < resolving_.size(); ++i) {
     auto it = live_.find(resolving_[i]);
     if (it == live_.end()) continue;  // aborted meanwhile
@@ -151,6 +155,7 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
         continue;
       }
       for (CaptureSeq& c : plan.encode) add_capture(std::move(c), r);
+      waits = waits || plan.state == MemoryPlan::State::kWait;
       still.push_back(r->id);
     } catch (...) {
       RequestOutput o;
@@ -165,6 +170,8 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
     }
   }
   resolving_ = std::move(still);
+  // A request waiting for facts that may be background work: that work is no longer low priority.
+  if (waits && scheduler_.num_background() > 0) scheduler_.promote_background();
 }
 
 void Engine::drop_captures() {

@@ -76,6 +76,11 @@ class Engine {
   // sampling checks run now, the prompt's when it resolves (a failure then is an output's error).
   int64_t add_memory_request(std::shared_ptr<MemoryTicket> memory, const SamplingParams& sampling, uint64_t cache_salt = 0);
   void abort(int64_t id);
+  // Low-priority capture work (background encoding of written facts): scheduled after every
+  // request, in a capped share of the budget (SchedulerOptions::background_tokens_*); promoted to
+  // ordinary work as soon as a request's ticket waits for a fact being encoded.
+  void add_background_capture(CaptureSeq c);
+  size_t num_background() const { return scheduler_.num_background(); }
   // Drops every capture not yet computed (their done(false)): after a failed step, so work that
   // may have caused it is not retried. Requests waiting for them resolve again.
   void drop_captures();
@@ -107,7 +112,7 @@ class Engine {
   Live& add_live(std::unique_ptr<Request> req);
   // Asks every unresolved request's ticket (arrival order); rejected ones yield an error output.
   void resolve_memory(std::vector<RequestOutput>& outs);
-  void add_capture(CaptureSeq c, const Request* before);
+  void add_capture(CaptureSeq c, const Request* before, bool background = false);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
   RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);
 

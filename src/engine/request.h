@@ -103,6 +103,9 @@ struct Request {
   // pre-RoPE K/V, or -1. Never sampled, never offered to or served from the prefix cache.
   std::vector<int64_t> capture_slots;
   std::function<void(bool ok)> capture_done;
+  // Low-priority capture work (background encoding): scheduled only in the budget the step's
+  // other work leaves, capped (SchedulerOptions::background_tokens_*), and preempted first.
+  bool background = false;
 
   Clock::time_point arrival;
   std::optional<Clock::time_point> first_token_time;

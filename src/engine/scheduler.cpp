@@ -11,6 +11,10 @@ namespace inferscale {
 
 void Scheduler::add(Request* r, const Request* before) {
   r->status = RequestStatus::kWaiting;
+  if (r->background) {
+    background_waiting_.push_back(r);
+    return;
+  }
   auto at = before ? std::find(waiting_.begin(), waiting_.end(), before) : waiting_.end();
   waiting_.insert(at, r);
 }
@@ -88,6 +92,46 @@ void Scheduler::preempt(Request* r) {
   waiting_.push_front(r);
 }
 
+void Scheduler::preempt_background(Request* r) {
+  release_blocks(r);
+  r->num_computed_tokens = 0;
+  r->status = RequestStatus::kWaiting;
+  background_running_.erase(std::find(background_running_.begin(), background_running_.end(), r));
+  background_waiting_.push_front(r);
+}
+
+void Scheduler::promote_background() {
+  for (Request* r : background_running_) {
+    r->background = false;
+    running_.push_back(r);
+  }
+  for (Request* r : background_waiting_) {
+    r->background = false;
+    waiting_.push_back(r);
+  }
+  background_running_.clear();
+  background_waiting_.clear();
+}
+
+void Scheduler::schedule_background(int32_t tokens, SchedulerOutput& out) {
+  for (size_t i = 0; i < background_running_.size() && tokens > 0; ++i) {
+    ScheduledSeq seq;
+    if (!plan_chunk(background_running_[i], tokens, seq)) return;
+    tokens -= static_cast<int32_t>(seq.positions.size());
+    out.seqs.push_back(std::move(seq));
+  }
+  while (tokens > 0 && !background_waiting_.empty()) {
+    Request* r = background_waiting_.front();
+    ScheduledSeq seq;
+    if (!plan_chunk(r, tokens, seq)) return;  // no room: never at a request's expense
+    background_waiting_.pop_front();
+    r->status = RequestStatus::kRunning;
+    background_running_.push_back(r);
+    tokens -= static_cast<int32_t>(seq.positions.size());
+    out.seqs.push_back(std::move(seq));
+  }
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int32_t budget = opts_.max_num_batched_tokens;
@@ -99,6 +143,10 @@ SchedulerOutput Scheduler::schedule() {
       budget -= static_cast<int32_t>(seq.positions.size());
       out.seqs.push_back(std::move(seq));
       ++i;
+      continue;
+    }
+    if (!background_running_.empty()) {  // background work gives its blocks back first
+      preempt_background(background_running_.back());
       continue;
     }
     Request* victim = running_.back();
@@ -128,6 +176,9 @@ SchedulerOutput Scheduler::schedule() {
     budget -= static_cast<int32_t>(seq.positions.size());
     out.seqs.push_back(std::move(seq));
   }
+  // 3. Background captures, in the budget left, capped.
+  if (out.preempted.empty() && budget > 0 && num_background() > 0)
+    schedule_background(std::min(budget, out.seqs.empty() ? opts_.background_tokens_idle : opts_.background_tokens_busy), out);
   for (const ScheduledSeq& s : out.seqs) out.num_tokens += static_cast<int32_t>(s.positions.size());
   return out;
 }
@@ -159,6 +210,8 @@ void Scheduler::remove(Request* r) {
   if (it != running_.end()) running_.erase(it);
   auto wt = std::find(waiting_.begin(), waiting_.end(), r);
   if (wt != waiting_.end()) waiting_.erase(wt);
+  std::erase(background_running_, r);
+  std::erase(background_waiting_, r);
   r->status = RequestStatus::kFinished;
   if (r->memory) {
     std::shared_ptr<MemoryTicket> t = std::move(r->memory);

@@ -3,7 +3,8 @@
 // When blocks run out it preempts the most recently admitted running request: its blocks are
 // released (full ones stay cached) and it goes back to the front of the queue, to be recomputed.
 // A waiting request whose memory is not resolved yet (memory_connector.h) is passed over, never
-// waited for: the ready requests behind it are admitted.
+// waited for: the ready requests behind it are admitted. Background captures come last, in what
+// budget is left (capped), and are the first to be preempted.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -18,6 +19,11 @@ struct SchedulerOptions {
   int32_t max_num_batched_tokens = 2048;  // tokens computed per step, all requests together
   int32_t max_num_seqs = 64;
   bool enable_prefix_caching = true;
+  // Background captures (Request::background): tokens a step gives them at most, in a step with
+  // nothing else to do and in one beside other work. Small, so a request arriving while they run
+  // waits at most one short step, and running decodes lose little.
+  int32_t background_tokens_idle = 256;
+  int32_t background_tokens_busy = 64;
 };
 
 struct ScheduledSeq {
@@ -46,7 +52,13 @@ class Scheduler {
   // Removes a request (finished or aborted) and releases its blocks and its memory ticket.
   void remove(Request* r);
 
-  bool empty() const { return waiting_.empty() && running_.empty(); }
+  bool empty() const {
+    return waiting_.empty() && running_.empty() && background_waiting_.empty() && background_running_.empty();
+  }
+  // Background captures queued or running.
+  size_t num_background() const { return background_waiting_.size() + background_running_.size(); }
+  // Every background capture becomes ordinary work (a request waits for one of them), in order.
+  void promote_background();
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   int64_t num_preemptions() const { return num_preemptions_; }
@@ -58,6 +70,9 @@ class Scheduler {
   bool plan_chunk(Request* r, int32_t budget, ScheduledSeq& seq);
   void admit_prefix_hits(Request* r);
   void preempt(Request* r);
+  void preempt_background(Request* r);
+  // Step 3 of schedule(): background captures in at most `tokens` of the budget.
+  void schedule_background(int32_t tokens, SchedulerOutput& out);
   void release_blocks(Request* r);
   uint64_t extra_key(const Request* r, int32_t block_index) const;
 
@@ -65,6 +80,8 @@ class Scheduler {
   SchedulerOptions opts_;
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;  // admission order: the last one is preempted first
+  std::deque<Request*> background_waiting_;
+  std::vector<Request*> background_running_;
   int64_t num_preemptions_ = 0;
 };
 

@@ -69,10 +69,15 @@ void MemoryService::on_facts_added(std::span<const Fact> facts) {
 
 size_t MemoryService::num_queued() const {
   std::lock_guard<std::mutex> lock(stale_mu_);
-  return queued_.size();
+  return queued_.size() + static_cast<size_t>(background_in_flight_.load());
 }
 
-bool MemoryService::encode_queued(int32_t max_facts) {
+bool MemoryService::has_queued() const {
+  std::lock_guard<std::mutex> lock(stale_mu_);
+  return !queued_.empty();
+}
+
+std::vector<CaptureSeq> MemoryService::queued_captures(int32_t max_facts) {
   sync();
   std::vector<QueuedFact> batch;
   {
@@ -104,14 +109,40 @@ bool MemoryService::encode_queued(int32_t max_facts) {
     blocks += need;
     todo.push_back(std::move(*f));
   }
-  if (!todo.empty()) {
-    std::vector<FactKvKey> keys;
-    background_encoded_ += encode_unpinned(todo, w, &keys);
-    // With files, keep the room for requests once it runs short: the files hold the KV.
-    if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4)
-      for (const FactKvKey& k : keys) pool_.erase(k);
+  if (todo.empty()) return {};
+  std::vector<FactKvKey> pinned;
+  Reservation r = reserve(todo, w, nullptr, pinned);
+  for (const FactKvKey& k : pinned) pool_.unpin(k);  // held by their encodings until done
+  return captures_of(r, nullptr, /*background=*/true);
+}
+
+std::vector<CaptureSeq> MemoryService::captures_of(Reservation& r, std::shared_ptr<int32_t> in_flight, bool background) {
+  std::vector<CaptureSeq> out;
+  for (size_t i = 0; i < r.jobs.size(); ++i) {
+    CaptureSeq c;
+    c.tokens = r.jobs[i].sequence();
+    c.capture_slots = r.jobs[i].capture_slots();
+    // Runs on the engine thread inside its step: never throws into it.
+    c.done = [this, key = r.fresh[i], job = std::move(r.jobs[i]), in_flight, background](bool ok) {
+      if (in_flight) --*in_flight;
+      if (background) --background_in_flight_;
+      try {
+        finish_encoding(key, job, ok);
+      } catch (const std::exception& e) {
+        spdlog::warn("memory: fact {} encoded but its KV file failed: {}; not kept", key.fact_id, e.what());
+        finish_encoding(key, job, false);
+        return;
+      }
+      if (!background || !ok) return;
+      ++background_encoded_;
+      // With files, keep the pool's room for requests once it runs short: the file holds the KV.
+      if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4) pool_.erase(key);
+    };
+    if (in_flight) ++*in_flight;
+    if (background) ++background_in_flight_;
+    out.push_back(std::move(c));
   }
-  return num_queued() > 0;
+  return out;
 }
 
 void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,

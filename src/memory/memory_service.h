@@ -152,13 +152,16 @@ class MemoryService : private FactStoreListener {
   void sync();
 
   // Background encoding, off until enable_background(). Facts added to the store after that (by
-  // any thread) are queued; encode_queued() (engine thread, between requests) encodes up to `max_facts` of them at
-  // the default window, skipping those already in the pool or in a KV file and deleted ones. It
-  // never evicts: with KV files it encodes as many as the pool's free room holds and, when the
-  // room runs short, keeps only the files; without, it stops when the pool is full (the rest is
-  // encoded on demand, as before). Returns whether facts remain queued.
-  bool encode_queued(int32_t max_facts);
+  // any thread) are queued; queued_captures() (engine thread) takes up to `max_facts` of them at
+  // the default window, skipping those already in the pool or in a KV file and deleted ones, and
+  // returns their encodings as capture work for Engine::add_background_capture (low priority:
+  // after every request, a capped share of each step). It never evicts: it takes only what the
+  // pool's free room holds (the rest is encoded on demand, as before), and with KV files, once the
+  // room runs short, keeps only the files.
+  std::vector<CaptureSeq> queued_captures(int32_t max_facts);
+  // Queued facts, and background encodings handed out and not done (thread-safe).
   size_t num_queued() const;
+  bool has_queued() const;  // facts queued and not yet handed out
   // Starts queueing added facts; `on_queued` (may be empty) is called on the writer's thread after
   // facts were queued, e.g. to wake the engine thread.
   void enable_background(std::function<void()> on_queued) {
@@ -209,6 +212,9 @@ class MemoryService : private FactStoreListener {
   // fails, the encoding's pin then kept for the caller's cleanup); not ok, the entry goes. Drops
   // the encoding's pin.
   void finish_encoding(const FactKvKey& key, const EncodeJob& job, bool ok);
+  // The captures filling a reservation's jobs, each done() making its entry ready (or dropping
+  // it); `in_flight` (may be null) counts those not done; background ones count as queued until done.
+  std::vector<CaptureSeq> captures_of(Reservation& r, std::shared_ptr<int32_t> in_flight, bool background);
   // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
   // Returns how many were encoded; `keys` (may be null) gets their pool keys.
   int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys = nullptr);
@@ -258,6 +264,7 @@ class MemoryService : private FactStoreListener {
   bool background_ = false;             // guarded by stale_mu_
   std::function<void()> on_queued_;     // guarded by stale_mu_
   std::atomic<int64_t> background_encoded_{0};  // written on the engine thread
+  std::atomic<int64_t> background_in_flight_{0};  // background captures not done (engine thread writes)
   int64_t background_skipped_ = 0;               // engine thread
 };
 

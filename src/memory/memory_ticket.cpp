@@ -7,8 +7,6 @@
 //                  pending     -> kWait  (its own captures, or another ticket's, still in flight)
 //                  all written -> kReady (prepare() composes over the same retrieval)
 //                  no room     -> kReady as text (MemoryPrompt::fallback)
-#include <spdlog/spdlog.h>
-
 #include "memory/memory_service.h"
 #include "util/check.h"
 
@@ -40,23 +38,7 @@ MemoryPlan MemoryService::Ticket::resolve(Engine&) {
   MemoryPlan plan;
   plan.state = MemoryPlan::State::kEncode;
   encoded_ += static_cast<int32_t>(r.jobs.size());
-  for (size_t i = 0; i < r.jobs.size(); ++i) {
-    CaptureSeq c;
-    c.tokens = r.jobs[i].sequence();
-    c.capture_slots = r.jobs[i].capture_slots();
-    // Runs on the engine thread inside its step: never throws into it.
-    c.done = [svc = &svc_, key = r.fresh[i], job = std::move(r.jobs[i]), in_flight = in_flight_](bool ok) {
-      --*in_flight;
-      try {
-        svc->finish_encoding(key, job, ok);
-      } catch (const std::exception& e) {
-        spdlog::warn("memory: fact {} encoded but its KV file failed: {}; not kept", key.fact_id, e.what());
-        svc->finish_encoding(key, job, false);
-      }
-    };
-    ++*in_flight_;
-    plan.encode.push_back(std::move(c));
-  }
+  plan.encode = svc_.captures_of(r, in_flight_, /*background=*/false);
   return plan;
 }
 

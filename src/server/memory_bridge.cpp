@@ -54,12 +54,11 @@ bool MemoryBridge::background_work(Engine& engine) {
     svc.enable_background([this] { wake(); });
     background_on_ = true;
   }
-  const int64_t before = svc.background_encoded();
-  const bool more = svc.encode_queued(kBackgroundFacts);
-  if (svc.background_encoded() > before)
-    spdlog::debug("memory: {} facts encoded in the background, {} queued", svc.background_encoded() - before,
-                  svc.num_queued());
-  return more;
+  // Queued as the engine's low-priority capture work: the next request is not held up by it.
+  std::vector<CaptureSeq> captures = svc.queued_captures(kBackgroundFacts);
+  if (!captures.empty()) spdlog::debug("memory: {} facts to encode in the background, {} queued", captures.size(), svc.num_queued());
+  for (CaptureSeq& c : captures) engine.add_background_capture(std::move(c));
+  return svc.has_queued();
 }
 
 namespace {

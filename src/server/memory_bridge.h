@@ -25,8 +25,8 @@ class MemoryBridge final : public MemoryProvider {
   const Retriever& retriever() const override { return retriever_; }
 
   // AsyncEngineOptions::idle_work (engine thread): starts the memory service if it is not yet
-  // (so writes are queued from then on) and encodes a few queued facts' KV in the background
-  // (MemoryService::encode_queued); returns whether more are queued.
+  // (so writes are queued from then on) and hands a few queued facts' encodings to the engine as
+  // background captures (MemoryService::queued_captures); returns whether more are queued.
   bool background_work(Engine& engine);
   // How a write wakes the engine thread for background work (AsyncEngine::request_idle_work);
   // set before the server takes requests.

@@ -367,6 +367,93 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
   }
 }
 
+// The engine's capture work (memory_connector.h) shares forwards with decodes: a fact captured in a
+// batch beside other sequences' decode tokens (kArgmax rows for those only) writes the pool as a
+// capture-only forward does, and the decode rows' ids equal a decode-only forward's; on both
+// backends, the GPU against the CPU too.
+TEST(CudaBackend, CaptureBesideDecodesInOneForward) {
+  REQUIRE_GPU();
+  for (const Variant& v : kVariants) {
+    Pair p = make_pair(v, 1024, 16);
+    const int32_t V = static_cast<int32_t>(p.cfg.vocab_size), bs = v.block_size;
+    const std::string tag = std::string("capture_mixed/") + v.name;
+    const auto window = random_tokens(9, 80, V), fact = random_tokens(19, 81, V);
+    std::vector<int32_t> seq = window;
+    seq.insert(seq.end(), fact.begin(), fact.end());
+    std::vector<int64_t> alone_slots(seq.size(), -1), mixed_slots(seq.size(), -1);
+    for (size_t i = window.size(); i < seq.size(); ++i) {
+      alone_slots[i] = static_cast<int64_t>(i - window.size());
+      mixed_slots[i] = static_cast<int64_t>(i - window.size()) + 5 * bs;  // entries of their own
+    }
+    // As the engine builds it: only the kept tokens (slot >= 0) are capture tokens.
+    auto only_kept = [](ForwardBatch& fb) {
+      std::vector<int32_t> t;
+      std::vector<int64_t> sl;
+      for (size_t i = 0; i < fb.capture_tokens.size(); ++i)
+        if (fb.capture_slots[i] >= 0) {
+          t.push_back(fb.capture_tokens[i]);
+          sl.push_back(fb.capture_slots[i]);
+        }
+      fb.capture_tokens = std::move(t);
+      fb.capture_slots = std::move(sl);
+    };
+    std::vector<float> ka_c, va_c;
+    for (Backend* be : {p.cpu.get(), static_cast<Backend*>(p.gpu.get())}) {
+      const bool gpu = be != p.cpu.get();
+      int32_t next_block = 0;
+      // Two requests with their prompts in the cache.
+      Seq r1, r2;
+      Builder pre(bs, &next_block);
+      pre.add(r1, random_tokens(37, 82, V), false);
+      pre.add(r2, random_tokens(5, 83, V), false);
+      std::vector<float> ignore;
+      be->forward(pre.fb, ignore);
+      const int32_t d1 = 11, d2 = 12;
+      // Decode-only.
+      Seq r1a = r1, r2a = r2;
+      Builder dec(bs, &next_block);
+      dec.add(r1a, {d1});
+      dec.add(r2a, {d2});
+      dec.fb.output = ForwardBatch::Output::kArgmax;
+      ForwardOutput want;
+      be->forward(dec.fb, want);
+      // Capture-only: the [window][fact] sequence, no output row.
+      Seq c1;
+      Builder cap(bs, &next_block);
+      cap.add(c1, seq, false, -1, alone_slots);
+      cap.fb.output = ForwardBatch::Output::kHidden;
+      only_kept(cap.fb);
+      be->forward(cap.fb, ignore);
+      // Mixed: decode, capture, decode in one forward (the same decode tokens again: idempotent).
+      Seq r1b = r1, r2b = r2, c2;
+      Builder mix(bs, &next_block);
+      mix.add(r1b, {d1});
+      mix.add(c2, seq, false, -1, mixed_slots);
+      mix.add(r2b, {d2});
+      mix.fb.output = ForwardBatch::Output::kArgmax;
+      only_kept(mix.fb);
+      ForwardOutput got;
+      be->forward(mix.fb, got);
+      EXPECT_EQ(got.ids, want.ids) << tag << (gpu ? " gpu" : " cpu");
+      std::vector<int64_t> a(alone_slots.begin() + static_cast<long>(window.size()), alone_slots.end());
+      std::vector<int64_t> m(mixed_slots.begin() + static_cast<long>(window.size()), mixed_slots.end());
+      std::vector<float> ka, va, km, vm;
+      test::read_pool_f32(*be, a, ka, va);
+      test::read_pool_f32(*be, m, km, vm);
+      // bf16 activations: another batch composition may round differently on the GPU.
+      test::record(tag + (gpu ? "/gpu" : "/cpu") + "_mixed_eq_alone_k", test::compare(km, ka), gpu ? 1e-2 : 1e-5);
+      test::record(tag + (gpu ? "/gpu" : "/cpu") + "_mixed_eq_alone_v", test::compare(vm, va), gpu ? 1e-2 : 1e-5);
+      if (!gpu) {
+        ka_c = ka;
+        va_c = va;
+      } else {
+        test::record(tag + "/gpu_vs_cpu_k", test::compare(km, ka_c), 1e-2);
+        test::record(tag + "/gpu_vs_cpu_v", test::compare(vm, va_c), 1e-2);
+      }
+    }
+  }
+}
+
 // Runs `fb` three times through the graph path: a warm-up (or replay), a capture (or replay), a
 // replay; all three give the same numbers (returned in g1). A step rerun is idempotent: it
 // rewrites its own K/V.
