@@ -826,6 +826,9 @@ def run_grid(args, target):
             result.setdefault("warmups", []).append(warm_up(target, args.api_key, args.tenant, model, jobs, max(ks),
                                                             args.w, prompt, args.warmup_concurrency))
             sys.stderr.write("warm-up: %s\n" % json.dumps(result["warmups"][-1]))
+    if args.background_wait and todo:  # the cells then measure serving, not the drain's tail
+        result.setdefault("background_waits", []).append(background_wait(target))
+        sys.stderr.write("background drain: %s\n" % json.dumps(result["background_waits"][-1]))
     write_outputs(result, args.out)
     fallbacks0 = read_metric(target, "inferscale_memory_inject_fallbacks_total")
     procs = args.procs or auto_procs(max(args.clients))
@@ -1053,6 +1056,17 @@ def int_list(s):
 # The cold burst (issue 9, part 1): users just written, then a burst of inject requests at once
 
 
+def background_wait(target, limit_s=3600):
+    """Waits until the server's background encoding has drained (/metrics'
+    inferscale_memory_background_queued back at 0); returns how long it took and what it encoded."""
+    t0 = time.time()
+    queued0 = read_metric(target, "inferscale_memory_background_queued")
+    while (read_metric(target, "inferscale_memory_background_queued") or 0) > 0 and time.time() - t0 < limit_s:
+        time.sleep(0.2)
+    return {"waited": True, "queued_at_start": queued0, "seconds": round(time.time() - t0, 2),
+            "encoded": read_metric(target, "inferscale_memory_background_encoded_total")}
+
+
 def cold_burst(args, target):
     """Imports the users, optionally waits for the server's background encoding to drain
     (--background-wait: /metrics' inferscale_memory_background_queued back at 0), then starts
@@ -1065,13 +1079,7 @@ def cold_burst(args, target):
     jobs = make_jobs(convs, args.max_questions)
     model = json.loads(target.get("/v1/models"))["data"][0]["id"]
     imp = import_users(target, args.api_key, args.tenant, convs)
-    t_written = time.time()
-    bg = {"waited": False}
-    if args.background_wait:
-        while (read_metric(target, "inferscale_memory_background_queued") or 0) > 0 and time.time() - t_written < 3600:
-            time.sleep(0.2)
-        bg = {"waited": True, "seconds": round(time.time() - t_written, 2),
-              "encoded": read_metric(target, "inferscale_memory_background_encoded_total")}
+    bg = background_wait(target) if args.background_wait else {"waited": False}
     k, w, n, tokens = args.k[0], args.w, args.cold_burst, args.tokens[0]
     cell = {"mode": "inject", "k": k, "w": w, "tokens": tokens}
     plain = {"mode": "off", "k": 0, "w": w, "tokens": args.burst_running_tokens}
@@ -1165,7 +1173,8 @@ def main():
     ap.add_argument("--cold-burst", type=int, default=0, metavar="N",
                     help="instead of the grid: import, then N inject requests at once (first k of --k, first of --tokens)")
     ap.add_argument("--background-wait", action="store_true",
-                    help="--cold-burst: wait for the server's background encoding to drain before the burst")
+                    help="wait for the server's background encoding to drain: before the cold burst, or after the "
+                         "grid's warm-up (so its cells measure serving, not the drain)")
     ap.add_argument("--burst-running", type=int, default=4, help="--cold-burst: plain chats decoding during the burst")
     ap.add_argument("--burst-running-tokens", type=int, default=256, help="--cold-burst: their answer length")
     ap.add_argument("--burst-delay", type=float, default=1.0, help="--cold-burst: seconds between them and the burst")

@@ -14,7 +14,9 @@
 # $OUT/http_load.log; the PNGs when the machine has matplotlib, else here afterwards:
 #   bench/http_load.py --plot-only <files_at>/http_load
 # Environment: GRID_CLIENTS, GRID_K, GRID_TOKENS, GRID_MODES, CELL_SECONDS (measured seconds a
-# cell), MAX_SECONDS (no cell starts after this many seconds), QUESTIONS (per conversation, 0: all).
+# cell), MAX_SECONDS (no cell starts after this many seconds), QUESTIONS (per conversation, 0: all),
+# NO_BACKGROUND_WAIT=1 (start the cells right after the warm-up, while the background encoding of
+# the facts it did not retrieve still drains; by default the cells wait for the drain).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
@@ -42,11 +44,14 @@ SERVE="env LD_LIBRARY_PATH=$LIBS $HERE/inferscale serve --model $HERE/data/Llama
   --random-dtype bf16 --tokenizer $HERE/data/tokenizer.model.v3 --device cuda --data-dir /tmp/http-load-data \
   --window 2 --kv-cache-mb 40960 --memory-pool-mb 49152 --max-num-seqs 256 --max-pending 1024 --port {port}"
 rm -rf /tmp/http-load-data
+BG_WAIT=--background-wait
+[ -n "${NO_BACKGROUND_WAIT:-}" ] && BG_WAIT=""
 env -u LD_LIBRARY_PATH python3 "$HERE/http_load.py" --base-url "http://127.0.0.1:$PORT" \
   --data "$HERE/data/locomo10.json" --max-questions "${QUESTIONS:-0}" \
   --clients "${GRID_CLIENTS:-1,10,50,100}" --k "${GRID_K:-5,20,50}" --tokens "${GRID_TOKENS:-32}" \
   --modes "${GRID_MODES:-inject,text}" --duration "${CELL_SECONDS:-4}" --min-requests 20 --max-cell-seconds 25 \
   --timeout 120 --warmup-concurrency 32 --max-seconds "${MAX_SECONDS:-270}" --pause 0.3 \
+  $BG_WAIT \
   --serve "$SERVE" --serve-timeout 180 --out "$OUT/http_load" 2>&1 | tee "$OUT/http_load.log"
 rc=${PIPESTATUS[0]}
 echo "http_load rc=$rc"
