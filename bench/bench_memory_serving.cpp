@@ -158,13 +158,20 @@ int main(int argc, char** argv) {
     return t0;
   };
 
+  // Steps until every request ended; a request the engine rejected stops the benchmark.
+  auto step_all = [&] {
+    while (engine.has_unfinished())
+      for (const RequestOutput& o : engine.step())
+        if (o.error) std::rethrow_exception(o.error);
+  };
+
   // 2. TTFT per k, inject vs text, same questions.
   std::vector<std::string> qs;
   for (const auto& q : c.qa)
     if (static_cast<int>(qs.size()) < a.questions && q.category != 5) qs.push_back(q.question);
   for (int w = 0; w < 3; ++w) {  // warm-up
     one(qs[static_cast<size_t>(w) % qs.size()], a.ks.back(), MemoryMode::kInject, 1, nullptr, nullptr);
-    engine.run_to_completion();
+    step_all();
   }
   std::printf("| k | prompt tokens | injected | TTFT inject (ms) | TTFT text (ms) | text / inject | prepare (ms) |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
@@ -176,7 +183,7 @@ int main(int argc, char** argv) {
         double pm = 0;
         std::shared_ptr<MemoryService::Ticket> t;
         const auto t0 = one(q, k, mode, 1, &pm, &t);
-        while (engine.has_unfinished()) engine.step();
+        step_all();
         const MemoryPrompt& p = t->prompt();
         const double ttft = ms(t0, Clock::now());
         (mode == MemoryMode::kInject ? ti : tt).push_back(ttft);
@@ -212,6 +219,7 @@ int main(int argc, char** argv) {
     int64_t out_tokens = 0;
     while (engine.has_unfinished()) {
       for (const RequestOutput& o : engine.step()) {
+        if (o.error) std::rethrow_exception(o.error);
         out_tokens += static_cast<int64_t>(o.new_tokens.size());
         if (o.ttft_s > 0) ttft_sum += o.ttft_s;
       }

@@ -1206,6 +1206,34 @@ TEST(MemoryService, RecomputeChunkedAndPreemptedEqualOneShot) {
   EXPECT_EQ(small.engine->blocks().num_free(), small.engine->blocks().num_blocks());
 }
 
+// Every chat family frames a block of facts: Llama 3 / 3.1 and Mistral trim each message's content
+// (Jinja's `trim`), which once cut the marker's last character, so every memory chat on a Llama 3
+// tokenizer failed ("the chat template dropped the memory marker"); with and without a client
+// system prompt, with an empty header or footer too.
+TEST(MemoryService, EveryChatFamilyFramesTheFacts) {
+  const Tokenizer& tok = *demo().tokenizer;
+  const std::string question = "What is the name of the cat Alice adopted?";
+  for (ChatFamily family : {ChatFamily::kLlama3, ChatFamily::kLlama31, ChatFamily::kChatML, ChatFamily::kMistral}) {
+    const ChatTemplate tmpl(family, "", "");
+    for (bool system : {false, true}) {
+      for (const FactsBlock& block : {FactsBlock{"Memories:\n", "\n"}, FactsBlock{"", ""}, FactsBlock{"Memories:", ""}}) {
+        std::vector<ChatMessage> msgs;
+        if (system) msgs.push_back({"system", "You are terse."});
+        msgs.push_back({"user", question});
+        const std::string what = std::string(chat_family_name(family)) + (system ? " +system" : "") + " header '" + block.header + "'";
+        PromptFrame f;
+        ASSERT_NO_THROW(f = frame_prompt(PromptSource::of_chat(msgs), tok, tmpl, &block)) << what;
+        const std::string before = tok.decode(f.before, false), after = tok.decode(f.after, false);
+        EXPECT_EQ(before.find('\x1e'), std::string::npos) << what;
+        EXPECT_EQ(after.find('\x1e'), std::string::npos) << what;
+        EXPECT_NE((before + after).find(question), std::string::npos) << what;
+        if (system) EXPECT_NE(before.find("You are terse."), std::string::npos) << what;
+        if (!block.header.empty()) EXPECT_NE(before.find("Memories:"), std::string::npos) << what;
+      }
+    }
+  }
+}
+
 // A template with a default system prompt (SmolLM2's ChatML) keeps it when memory makes the system
 // message: the memory block follows it, as it follows a client's own system prompt.
 TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {

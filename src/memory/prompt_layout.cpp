@@ -6,8 +6,11 @@ namespace inferscale {
 namespace {
 
 // Stands for the facts in the chat text, so the template renders the block where it puts the
-// system message; the text is then cut there. Control characters keep it out of any real text.
-constexpr std::string_view kMarker = "\x1e<inferscale-memory>\x1e";
+// system message; the text is then cut there. Control characters inside keep it out of any real
+// text; its first and last characters are not whitespace, so templates that trim a message's
+// content (Llama 3 and Mistral: Jinja's `trim`, Python's isspace, which counts \x1c-\x1f) keep
+// it whole even with an empty header or footer.
+constexpr std::string_view kMarker = "<\x1einferscale-memory\x1e>";
 
 // Client text as text: no special tokens parsed (BOS added where asked).
 constexpr EncodeOptions kTextFirst{.add_special = true, .parse_special = false};
