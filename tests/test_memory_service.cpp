@@ -65,13 +65,13 @@ struct Stack {
 };
 
 // The stack's engine and service again, the engine stepping at most `budget` tokens.
-void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}, SchedulerOptions so = {}) {
+void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}, SchedulerOptions so = {}, int64_t cache_blocks = 512) {
   s.service.reset();
   EngineOptions eo;
   eo.scheduler = so;
   eo.scheduler.max_num_batched_tokens = budget;
   BackendOptions bo;
-  bo.num_cache_blocks = 512;
+  bo.num_cache_blocks = cache_blocks;
   bo.num_pool_blocks = 256;
   s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
   s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
@@ -468,6 +468,40 @@ TEST(MemoryService, BackgroundCapturesYieldToRequests) {
   EXPECT_TRUE(t->prompt().fallback.empty()) << t->prompt().fallback;
   EXPECT_TRUE(t->prompt().injected.has_value());
   EXPECT_EQ(t->prompt().encoded, 0) << "the background's encodings served it";
+  EXPECT_EQ(s.service->background_encoded(), 4);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
+// Background captures hold KV blocks while they run; a request that needs those blocks takes them
+// at once (the captures are preempted, and recomputed later), and the captures still finish.
+TEST(MemoryService, BackgroundCapturesGiveTheirBlocksToARequest) {
+  TempDir dir;
+  Stack s(dir.path());
+  SchedulerOptions so;
+  so.background_tokens_idle = 16;
+  so.background_tokens_busy = 16;
+  with_budget(s, 2048, {}, so, /*cache_blocks=*/16);
+  s.service->enable_background({});
+  add_alice(*s.store);
+  std::vector<CaptureSeq> caps = s.service->queued_captures(8);
+  ASSERT_EQ(caps.size(), 4u);
+  for (CaptureSeq& c : caps) s.engine->add_background_capture(std::move(c));
+  for (int i = 0; i < 6; ++i) s.engine->step();  // the background now holds blocks
+  const int64_t held = s.engine->blocks().num_blocks() - s.engine->blocks().num_free();
+  ASSERT_GT(held, 2);
+  // A prompt that needs more blocks than are free (and fits the cache).
+  std::string text;
+  for (int i = 0; i < 20; ++i) text += "Tell me more about the lighthouse. ";
+  std::vector<int32_t> prompt = plain_tokens({{"user", text}});
+  ASSERT_GT(prompt.size(), 16u * 15);
+  prompt.resize(static_cast<size_t>((s.engine->blocks().num_free() + 1) * 16 + 1));
+  const int64_t id = s.engine->add_request(prompt, greedy(3));
+  s.engine->step();
+  const Request* r = s.engine->find(id);
+  ASSERT_NE(r, nullptr);
+  EXPECT_GT(r->num_computed_tokens, 0) << "admitted at once, with the background's blocks";
+  s.engine->run_to_completion();
+  EXPECT_EQ(s.engine->stats().captures, 4) << "the preempted captures finished later";
   EXPECT_EQ(s.service->background_encoded(), 4);
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }

@@ -413,6 +413,7 @@ std::vector<RequestOutput> Engine::run_to_completion() {
       a.logprobs.insert(a.logprobs.end(), std::make_move_iterator(o.logprobs.begin()),
                         std::make_move_iterator(o.logprobs.end()));
       if (!o.prompt_logprobs.empty()) a.prompt_logprobs = std::move(o.prompt_logprobs);
+      if (o.error) a.error = o.error;
     }
   }
   std::vector<RequestOutput> out;

@@ -164,7 +164,13 @@ SchedulerOutput Scheduler::schedule() {
     }
     admit_prefix_hits(r);
     ScheduledSeq seq;
-    if (!plan_chunk(r, budget, seq)) {
+    bool planned = plan_chunk(r, budget, seq);
+    if (!planned && !background_running_.empty()) {
+      // Background work gives its blocks back before a request waits for them.
+      while (!background_running_.empty()) preempt_background(background_running_.back());
+      planned = plan_chunk(r, budget, seq);
+    }
+    if (!planned) {
       release_blocks(r);  // give back the prefix hits; retry next step
       r->num_computed_tokens = 0;
       r->injection_done = false;
