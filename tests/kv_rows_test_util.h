@@ -34,11 +34,7 @@ inline void write_pool_f32(Backend& b, const std::vector<int64_t>& slots, const 
   const std::vector<int64_t> shape{b.config().num_layers, static_cast<int64_t>(slots.size()), b.config().kv_size()};
   auto in_pool = [&](const std::vector<float>& x) {
     HostTensor t = HostTensor::uninitialized(b.pool_dtype(), shape);
-    if (b.pool_dtype() == DType::kF32) {
-      std::memcpy(t.data, x.data(), x.size() * 4);
-    } else {
-      for (size_t i = 0; i < x.size(); ++i) t.as<uint16_t>()[i] = f32_to_bf16(x[i]);
-    }
+    convert_from_f32(b.pool_dtype(), x.data(), t.data, x.size());
     return t;
   };
   b.write_pool(slots, in_pool(k), in_pool(v));

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/host_tensor.h"
+#include "util/check.h"
 
 using namespace inferscale;
 
@@ -35,6 +37,34 @@ TEST(DType, F16RoundTrip) {
   EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);
   EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);
   EXPECT_EQ(f16_to_f32(0x3c00), 1.0f);
+}
+
+// convert_from_f32 writes each value as the scalar conversions do, and convert_to_f32 reads them back.
+TEST(DType, ConvertFromF32MatchesTheScalarConversions) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 5.f);
+  std::vector<float> x(1001);
+  for (float& v : x) v = d(rng);
+  x[0] = 0.0f;
+  x[1] = -1e6f;  // past f16's range
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint8_t> buf(x.size() * dtype_size(t));
+    convert_from_f32(t, x.data(), buf.data(), x.size());
+    std::vector<float> back(x.size());
+    convert_to_f32(t, buf.data(), back.data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = t == DType::kF32 ? x[i] : t == DType::kF16 ? f16_to_f32(f32_to_f16(x[i])) : bf16_to_f32(f32_to_bf16(x[i]));
+      ASSERT_EQ(back[i], want) << dtype_name(t) << " " << i;
+    }
+  }
+  float one = 1.0f;
+  uint8_t out[64];
+  try {
+    convert_from_f32(DType::kQ4_0, &one, out, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+  }
 }
 
 TEST(HostTensor, ToF32ConvertsBf16) {

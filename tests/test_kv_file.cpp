@@ -45,10 +45,8 @@ FactKv as_bf16_pool(const FactKv& f32) {
   kv.pool = kv.dtype = DType::kBF16;
   kv.k = HostTensor::zeros(DType::kBF16, f32.k.shape);
   kv.v = HostTensor::zeros(DType::kBF16, f32.v.shape);
-  for (int64_t i = 0; i < f32.k.numel(); ++i) {
-    kv.k.as<uint16_t>()[i] = f32_to_bf16(f32.k.as<float>()[i]);
-    kv.v.as<uint16_t>()[i] = f32_to_bf16(f32.v.as<float>()[i]);
-  }
+  convert_from_f32(DType::kBF16, f32.k.as<float>(), kv.k.data, static_cast<size_t>(f32.k.numel()));
+  convert_from_f32(DType::kBF16, f32.v.as<float>(), kv.v.data, static_cast<size_t>(f32.v.numel()));
   return kv;
 }
 

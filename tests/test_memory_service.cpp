@@ -1107,7 +1107,7 @@ TEST(MemoryService, KvFileOfAnotherPoolDtypeIsReencoded) {
     kv->dtype = DType::kBF16;
     for (HostTensor* t : {&kv->k, &kv->v}) {
       HostTensor b = HostTensor::uninitialized(DType::kBF16, t->shape);
-      for (int64_t i = 0; i < t->numel(); ++i) b.as<uint16_t>()[i] = f32_to_bf16(t->as<float>()[i]);
+      convert_from_f32(DType::kBF16, t->as<float>(), b.data, static_cast<size_t>(t->numel()));
       *t = b;
     }
     write_kv_file(s.service->kv_path(f), key, *kv);

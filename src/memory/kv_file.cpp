@@ -44,10 +44,7 @@ void encode_values(const HostTensor& t, DType file, char* dst) {
   }
   IS_CHECK(t.dtype == DType::kF32 && (file == DType::kF16 || file == DType::kBF16), "KV files store a {} pool as {}? no",
            dtype_name(t.dtype), dtype_name(file));
-  const auto half = file == DType::kBF16 ? f32_to_bf16 : f32_to_f16;
-  const float* x = t.as<float>();
-  auto* h = reinterpret_cast<uint16_t*>(dst);
-  for (size_t i = 0; i < n; ++i) h[i] = half(x[i]);
+  convert_from_f32(file, t.as<float>(), dst, n);
 }
 
 // The payload as stored: K then V in `dtype`.

@@ -39,23 +39,6 @@ float approx_normal(uint64_t h) {
   return (s * kScale + 2.0f * kScale - 2.0f) * 1.7320508f;  // +2/65536 centres the discrete uniforms
 }
 
-// Writes n floats as dtype `dt` (a tight loop per dtype).
-void store(DType dt, const float* src, void* dst, int64_t n) {
-  switch (dt) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      break;
-    case DType::kF16:
-      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
-      break;
-    case DType::kBF16:
-      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
-      break;
-    default:
-      IS_THROW(kInternal, "random weights in dtype {}", dtype_name(dt));
-  }
-}
-
 // An owned tensor whose pages are first touched by the parallel fill, not by a serial memset.
 HostTensor uninitialized(DType dt, std::vector<int64_t> shape) {
   HostTensor t = HostTensor::view(dt, std::move(shape), nullptr);
@@ -105,7 +88,8 @@ class Builder {
           for (int64_t i = 0; i < len; ++i)
             buf[static_cast<size_t>(i)] = static_cast<float>(kStd) * approx_normal(splitmix64(base + static_cast<uint64_t>(i)));
         }
-        store(dt_, buf.data(), static_cast<uint8_t*>(job.t->data) + begin * static_cast<int64_t>(dtype_size(dt_)), len);
+        convert_from_f32(dt_, buf.data(), static_cast<uint8_t*>(job.t->data) + begin * static_cast<int64_t>(dtype_size(dt_)),
+                         static_cast<size_t>(len));
       }
     }
   }

@@ -94,4 +94,20 @@ void convert_to_f32(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
+void convert_from_f32(DType t, const float* src, void* dst, size_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+      return;
+    default:
+      IS_THROW(kUnsupported, "cannot convert f32 to dtype {}", dtype_name(t));
+  }
+}
+
 }  // namespace inferscale

@@ -134,4 +134,8 @@ uint16_t f32_to_f16(float f);
 // not depend on their number.
 void convert_to_f32(DType t, const void* src, float* dst, size_t n);
 
+// Writes n floats as dtype `t` (f32: copied; f16, bf16: rounded to nearest even), one thread.
+// kUnsupported for other dtypes (block-quantized types are never written here).
+void convert_from_f32(DType t, const float* src, void* dst, size_t n);
+
 }  // namespace inferscale
