@@ -1044,6 +1044,44 @@ TEST(MemoryService, PreemptedInjectedRequestsEqualUninterrupted) {
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
+// The same through tickets, cold: four requests whose facts (w = 2) are encoded as captures inside
+// the steps of a cache too small for all of them at once, so requests and captures are preempted
+// and recomputed; every answer equals the one served alone on a fresh stack.
+TEST(MemoryService, PreemptedTicketsAndCapturesEqualUninterrupted) {
+  const std::vector<std::string> questions{"Where does Alice work?", "What does the cat hate?", "What instrument?",
+                                           "When was the cat adopted?"};
+  const MemoryRequest r = req(MemoryMode::kInject, 3, 2);
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& q : questions) {
+    TempDir other;
+    Stack a(other.path());
+    add_alice(*a.store);
+    alone.push_back(run_ticket(a, r, 60, {{"user", q}}).tokens);
+  }
+  TempDir dir;
+  Stack s(dir.path(), {}, 40);
+  add_alice(*s.store);
+  std::vector<std::shared_ptr<MemoryService::Ticket>> tickets;
+  std::vector<int64_t> ids;
+  for (const auto& q : questions) {
+    tickets.push_back(s.service->ticket(r, PromptSource::of_chat({{"user", q}})));
+    ids.push_back(s.engine->add_memory_request(tickets.back(), greedy(60)));
+  }
+  const auto out = s.engine->run_to_completion();  // in the order of their first tokens
+  EXPECT_GT(s.engine->stats().preemptions, 0);
+  EXPECT_GT(s.engine->stats().captures, 0);
+  ASSERT_EQ(out.size(), questions.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto o = std::find_if(out.begin(), out.end(), [&](const RequestOutput& x) { return x.id == ids[i]; });
+    ASSERT_NE(o, out.end());
+    EXPECT_FALSE(o->error);
+    EXPECT_TRUE(tickets[i]->prompt().fallback.empty()) << tickets[i]->prompt().fallback;
+    EXPECT_EQ(o->new_tokens, alone[i]) << i;
+  }
+  EXPECT_EQ(pins_of(s, r), 0);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
 // The memory pool cannot hold a request's facts: too small for them, or pinned by a running
 // request. Mode inject then serves the same tokens as text (and says so) instead of failing, and
 // keeps nothing pinned; once the pins go, the same request is injected again.

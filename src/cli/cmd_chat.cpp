@@ -78,8 +78,9 @@ void run_chat(const ChatArgs& a) {
     std::string answer;
     double ttft = 0;
     bool failed = false;
+    int64_t id = -1;
     try {
-      engine.add_memory_request(std::make_shared<ChainedTicket>(ticket, nullptr, show), sp);
+      id = engine.add_memory_request(std::make_shared<ChainedTicket>(ticket, nullptr, show), sp);
       while (engine.has_unfinished()) {
         for (const RequestOutput& o : engine.step()) {
           if (o.error) std::rethrow_exception(o.error);
@@ -92,6 +93,7 @@ void run_chat(const ChatArgs& a) {
     } catch (const Error& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
       failed = answer.empty();
+      if (id >= 0) engine.abort(id);  // a failed step: the next question starts clean
     }
     if (failed) {  // nothing answered (an unknown user, a prompt too long): the question is dropped
       history.pop_back();
