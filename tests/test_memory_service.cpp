@@ -316,6 +316,8 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
     ++steps;
     const EngineStats after = s.engine->stats();
     EXPECT_LE(after.tokens_computed - before.tokens_computed, kBudget);
+    EXPECT_LE(s.engine->scheduler().num_waiting() + s.engine->scheduler().num_running(), 4u)
+        << "captures are not counted as requests (the server's requests_waiting / _running)";
     if (cold_tokens.empty()) ++steps_encoding;  // steps until the cold request's first token
     for (int64_t id : running) {
       const auto it = std::find_if(outs.begin(), outs.end(), [&](const RequestOutput& o) { return o.id == id; });

@@ -6,6 +6,7 @@
 // waited for: the ready requests behind it are admitted. Background captures come last, in what
 // budget is left (capped), and are the first to be preempted.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -59,8 +60,9 @@ class Scheduler {
   size_t num_background() const { return background_waiting_.size() + background_running_.size(); }
   // Every background capture becomes ordinary work (a request waits for one of them), in order.
   void promote_background();
-  size_t num_waiting() const { return waiting_.size(); }
-  size_t num_running() const { return running_.size(); }
+  // Requests waiting / running; captures (memory encodings, internal) are not counted.
+  size_t num_waiting() const { return count_requests(waiting_); }
+  size_t num_running() const { return count_requests(running_); }
   int64_t num_preemptions() const { return num_preemptions_; }
   // Blocks one request of `num_tokens` tokens needs at most.
   int64_t blocks_for(int64_t num_tokens) const { return (num_tokens + blocks_.block_size() - 1) / blocks_.block_size(); }
@@ -75,6 +77,11 @@ class Scheduler {
   void schedule_background(int32_t tokens, SchedulerOutput& out);
   void release_blocks(Request* r);
   uint64_t extra_key(const Request* r, int32_t block_index) const;
+
+  template <class C>
+  static size_t count_requests(const C& c) {
+    return static_cast<size_t>(std::count_if(c.begin(), c.end(), [](const Request* r) { return !r->is_capture(); }));
+  }
 
   BlockManager& blocks_;
   SchedulerOptions opts_;
