@@ -365,7 +365,8 @@ int32_t MemoryService::encode_unpinned(const std::vector<Fact>& facts, int32_t w
   return stats.encoded;
 }
 
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved) {
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved,
+                                    std::vector<FactKvKey>* held) {
   if (!retrieved) {
     store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
     sync();
@@ -376,6 +377,10 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
   const Tokenizer& tok = *model_.tokenizer;
 
   MemoryPrompt out;
+  if (held) {  // released with the prompt on every path below (make_resident continues from them)
+    out.pins = std::move(*held);
+    held->clear();
+  }
   Retrieval fresh;
   if (!retrieved) fresh = retrieve(req, prompt);
   Retrieval& r = retrieved ? *retrieved : fresh;

@@ -92,8 +92,11 @@ class MemoryService : private FactStoreListener {
     double ms = 0;
   };
   // `retrieved`, when given, is this request's retrieval (a Ticket's): used instead of
-  // retrieving again, and moved from.
-  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved = nullptr);
+  // retrieving again, and moved from. `held`, when given, are pool entries the caller already
+  // pinned for these facts (a Ticket's): they become the prompt's pins (moved from), found and
+  // not pinned again.
+  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved = nullptr,
+                       std::vector<FactKvKey>* held = nullptr);
   // A chat: `chat` renders the conversation as a plain request with the same options would.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
                        const ChatRenderOptions& chat = {}) {
@@ -129,7 +132,7 @@ class MemoryService : private FactStoreListener {
     bool planned_ = false;
     Retrieval retrieval_;
     std::chrono::steady_clock::time_point planned_at_;
-    std::vector<FactKvKey> pins_;  // entries this request holds while its facts are made resident
+    std::vector<FactKvKey> pins_;  // entries held while its facts are made resident; the prompt's pins once ready
     std::shared_ptr<int32_t> in_flight_ = std::make_shared<int32_t>(0);  // its captures not yet done
     int32_t encoded_ = 0;
     int32_t loaded_ = 0;

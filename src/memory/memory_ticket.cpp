@@ -50,9 +50,11 @@ MemoryPlan MemoryService::Ticket::ready() {
     prompt_ = svc_.prepare(text, source_, &retrieval_);
     prompt_.fallback = fallback_;
   } else {
-    // Every fact is resident and pinned by this ticket: prepare() finds them all, encodes nothing.
-    prompt_ = svc_.prepare(req_, source_, &retrieval_);
-    if (planned_ && !pins_.empty())
+    // Every fact is resident and pinned by this ticket: prepare() finds them all, encodes nothing,
+    // and its pins are the ticket's.
+    const bool injects = !pins_.empty();
+    prompt_ = svc_.prepare(req_, source_, &retrieval_, &pins_);
+    if (injects)
       prompt_.kv_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - planned_at_).count();
   }
   prompt_.encoded += encoded_;
@@ -64,7 +66,7 @@ MemoryPlan MemoryService::Ticket::ready() {
 }
 
 void MemoryService::Ticket::release() {
-  for (const FactKvKey& k : pins_) svc_.pool_.unpin(k);
+  for (const FactKvKey& k : pins_) svc_.pool_.unpin(k);  // not ready yet: the ticket's own
   pins_.clear();
   svc_.release(prompt_);
   prompt_.pins.clear();
