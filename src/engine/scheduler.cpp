@@ -81,24 +81,26 @@ void Scheduler::release_blocks(Request* r) {
   r->last_block_hash = 0;
 }
 
-void Scheduler::preempt(Request* r) {
+void Scheduler::reset(Request* r) {
   release_blocks(r);
   r->num_computed_tokens = 0;
   r->injection_done = false;
-  r->status = RequestStatus::kWaiting;
-  ++r->num_preemptions;
-  ++num_preemptions_;
-  running_.erase(std::find(running_.begin(), running_.end(), r));
-  waiting_.push_front(r);
 }
 
-void Scheduler::preempt_background(Request* r) {
-  release_blocks(r);
-  r->num_computed_tokens = 0;
+void Scheduler::requeue(Request* r, std::vector<Request*>& running, std::deque<Request*>& waiting) {
+  reset(r);
   r->status = RequestStatus::kWaiting;
-  background_running_.erase(std::find(background_running_.begin(), background_running_.end(), r));
-  background_waiting_.push_front(r);
+  running.erase(std::find(running.begin(), running.end(), r));
+  waiting.push_front(r);
 }
+
+void Scheduler::preempt(Request* r) {
+  ++r->num_preemptions;
+  ++num_preemptions_;
+  requeue(r, running_, waiting_);
+}
+
+void Scheduler::preempt_background(Request* r) { requeue(r, background_running_, background_waiting_); }
 
 void Scheduler::promote_background() {
   for (Request* r : background_running_) {
@@ -171,9 +173,7 @@ SchedulerOutput Scheduler::schedule() {
       planned = plan_chunk(r, budget, seq);
     }
     if (!planned) {
-      release_blocks(r);  // give back the prefix hits; retry next step
-      r->num_computed_tokens = 0;
-      r->injection_done = false;
+      reset(r);  // give back the prefix hits; retry next step
       break;
     }
     it = waiting_.erase(it);

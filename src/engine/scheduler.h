@@ -71,6 +71,10 @@ class Scheduler {
   // Plans the next chunk of at most `budget` tokens; allocates its blocks or returns false.
   bool plan_chunk(Request* r, int32_t budget, ScheduledSeq& seq);
   void admit_prefix_hits(Request* r);
+  // A request back to its unstarted state: blocks released (full ones stay cached), nothing computed.
+  void reset(Request* r);
+  // reset, then from `running` to the front of `waiting`.
+  void requeue(Request* r, std::vector<Request*>& running, std::deque<Request*>& waiting);
   void preempt(Request* r);
   void preempt_background(Request* r);
   // Step 3 of schedule(): background captures in at most `tokens` of the budget.
