@@ -375,7 +375,7 @@ std::vector<RequestOutput> Engine::step() {
     if (r->is_capture()) {
       ++stats_.captures;
       stats_.tokens_captured += r->num_tokens();
-      auto node = captures_.extract(r->id);
+      auto owned = captures_.extract(r->id);  // keeps *r alive to the end of this iteration
       scheduler_.remove(r);
       if (r->capture_done) r->capture_done(true);
       continue;

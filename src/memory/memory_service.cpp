@@ -356,12 +356,11 @@ bool MemoryService::has_kv(const Fact& f, int32_t w) {
   return pool_.find(kv_key(f, w)) != nullptr || (!opts_.kv_dir.empty() && std::filesystem::exists(kv_path(f)));
 }
 
-int32_t MemoryService::encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys) {
+int32_t MemoryService::encode_unpinned(const std::vector<Fact>& facts, int32_t w) {
   MemoryPrompt stats;
   std::vector<FactKvKey> pinned;
-  std::vector<FactKvKey> k = make_resident(facts, w, &stats, pinned);
+  make_resident(facts, w, &stats, pinned);
   for (const FactKvKey& key : pinned) pool_.unpin(key);
-  if (keys) *keys = std::move(k);
   return stats.encoded;
 }
 

@@ -219,8 +219,8 @@ class MemoryService : private FactStoreListener {
   // it); `in_flight` (may be null) counts those not done; background ones count as queued until done.
   std::vector<CaptureSeq> captures_of(Reservation& r, std::shared_ptr<int32_t> in_flight, bool background);
   // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
-  // Returns how many were encoded; `keys` (may be null) gets their pool keys.
-  int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w, std::vector<FactKvKey>* keys = nullptr);
+  // Returns how many were encoded.
+  int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w);
   // Pins a resident pool entry for every fact (loading or encoding the missing ones, here);
   // returns their keys in the order of `facts`. kResource when one is being encoded in the steps.
   std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,

@@ -143,7 +143,7 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
   // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
   // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
   auto served = std::make_shared<std::vector<int32_t>>();
-  Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), std::move(prompt.hold), {}, 0};
+  Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), {}, {}, 0};
   // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
   // what another sent, through its latency.
   sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));

@@ -44,8 +44,6 @@ namespace inferscale::server {
 struct PreparedPrompt {
   std::vector<int32_t> ids;
   std::optional<InjectedSpan> injected;
-  // Kept alive until the request ends.
-  std::shared_ptr<void> hold;
   // Set instead of `ids` when the prompt can only be built on the engine thread (memory): the
   // engine resolves it at admission (Submission::memory).
   std::shared_ptr<MemoryTicket> memory;
