@@ -282,13 +282,10 @@ TEST(MemoryService, ATicketServesWhatPrepareServes) {
 // leave) and no step exceeds the token budget; the cold request is then served as if alone.
 TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
   TempDir dir;
-  {
-    Stack seed(dir.path());
-    add_alice(*seed.store);
-  }
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
   const std::vector<int32_t> alone = alone_tokens(r, 6);
   Stack s(dir.path());
+  add_alice(*s.store);
   constexpr int32_t kBudget = 20;
   MemoryOptions mo;
   mo.kv_dir = dir.path() / "kv";
