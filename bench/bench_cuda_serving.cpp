@@ -1,15 +1,18 @@
 // Serving benchmarks of the CUDA backend at Llama-3.1-8B shapes with seeded random bf16 weights:
 //   (a) TTFT of a request whose k facts (30 tokens each) are injected and only a 32-token
 //       question is prefilled, versus a full prefill of the same k * 30 + 32 tokens;
-//   (b) decode tokens/s at batch 1 and 32 (1024-token contexts), CUDA graphs on and off.
+//   (b) decode tokens/s at batch 1 and 32 (1024-token contexts), CUDA graphs and Programmatic
+//       Dependent Launch on and off.
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
-// events on the backend's stream. Usage: bench_cuda_serving [--quick]
+// events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only]
+// (--decode-only: table (b) alone)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -56,7 +59,17 @@ int32_t greedy_id(const ForwardOutput& out, size_t row) { return out.ids[row]; }
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, decode_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--decode-only") == 0) {
+      decode_only = true;
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only]\n");
+      return 2;
+    }
+  }
   const int iters = quick ? 3 : 10;
   const ModelConfig cfg = bench::llama31_8b();
   BackendOptions o;
@@ -91,7 +104,10 @@ int main(int argc, char** argv) {
   std::printf("| k | context tokens | inject+question wall ms | (GPU: inject + forward) | full prefill wall ms | (GPU) | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   const auto question = tokens(kQuestionLen, 7, V);
-  for (int32_t k : {5, 10, 20, 50}) {
+  // The last row repeats k = 50 with Programmatic Dependent Launch off, side by side.
+  const std::vector<std::pair<int32_t, bool>> ttft_rows{{5, true}, {10, true}, {20, true}, {50, true}, {50, false}};
+  for (const auto& [k, pdl] : decode_only ? std::vector<std::pair<int32_t, bool>>{} : ttft_rows) {
+    be->set_programmatic_launch(pdl);
     const int32_t F = k * kFactLen;
     std::vector<double> w_inj, g_inj, w_full, g_full;
     // Facts in the request in reverse rank order (best last), positions contiguous from 0.
@@ -130,14 +146,22 @@ int main(int argc, char** argv) {
       }
     }
     const double a = bench::median(w_inj), b = bench::median(w_full);
-    std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", k, F + kQuestionLen, a, bench::median(g_inj), b,
-                bench::median(g_full), b / a);
+    std::printf("| %d%s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", k, pdl ? "" : " (PDL off)", F + kQuestionLen, a,
+                bench::median(g_inj), b, bench::median(g_full), b / a);
   }
+  be->set_programmatic_launch(true);
 
   // (b) Decode, with each attention kernel for single-token batches (same cache, positions go on).
   std::printf("\n(b) decode: 1024-token contexts, one token per sequence per step\n");
-  std::printf("| batch | decode attention | CUDA graphs | step wall ms | step GPU ms | tokens/s (wall) | tokens/s (GPU) |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| batch | decode attention | CUDA graphs | PDL | step wall ms | step GPU ms | tokens/s (wall) | tokens/s (GPU) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  struct Variant {
+    DecodeAttention kind;
+    bool graphs, pdl;
+  };
+  const Variant variants[] = {{DecodeAttention::kTensorCore, true, true},  {DecodeAttention::kTensorCore, true, false},
+                              {DecodeAttention::kTensorCore, false, true}, {DecodeAttention::kTensorCore, false, false},
+                              {DecodeAttention::kSimt, true, true},        {DecodeAttention::kSimt, false, true}};
   for (int32_t batch : {1, 32}) {
     const int32_t ctx = 1024, steps = quick ? 8 : 24;
     const int32_t blocks_per_seq = (ctx + 2 * steps + kBlock - 1) / kBlock;
@@ -148,11 +172,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int32_t s = 0; s < batch; ++s) next[static_cast<size_t>(s)] = greedy_id(out, static_cast<size_t>(s));
     int32_t pos = ctx;
-    for (int variant = 0; variant < 4; ++variant) {  // graphs on / off, side by side, per attention kernel
-      const DecodeAttention kind = variant < 2 ? DecodeAttention::kTensorCore : DecodeAttention::kSimt;
-      const bool graphs = variant % 2 == 0;
+    for (const auto& [kind, graphs, pdl] : variants) {  // side by side, on the same cache
       be->set_decode_attention(kind);
       be->set_cuda_graphs(graphs);
+      be->set_programmatic_launch(pdl);
       std::vector<double> w, g;
       for (int32_t st = 0; st < steps; ++st, ++pos) {
         ForwardBatch d;
@@ -167,13 +190,15 @@ int main(int argc, char** argv) {
         }
       }
       const double mw = bench::median(w), mg = bench::median(g);
-      std::printf("| %d | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
-                  kind == DecodeAttention::kSimt ? "CUDA-core kernel" : "tensor-core tiles", graphs ? "on" : "off", mw, mg,
+      std::printf("| %d | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
+                  kind == DecodeAttention::kSimt ? "CUDA-core kernel" : "tensor-core tiles", graphs ? "on" : "off",
+                  pdl ? "on" : "off", mw, mg,
                   batch * 1000.0 / mw, batch * 1000.0 / mg);
     }
   }
   be->set_decode_attention(DecodeAttention::kTensorCore);
   be->set_cuda_graphs(true);
+  be->set_programmatic_launch(true);
   const GraphStats gs = be->graph_stats();
   std::printf("graph path: %lld warm-ups, %lld captures, %lld replays\n", static_cast<long long>(gs.eager_warmups),
               static_cast<long long>(gs.captures), static_cast<long long>(gs.replays));

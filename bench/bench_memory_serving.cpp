@@ -55,6 +55,7 @@ struct Args {
   int max_tokens = 32;
   int64_t kv_cache_mb = 16384;
   int64_t pool_mb = 4096;
+  bool no_pdl = false;
 };
 
 }  // namespace
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-tokens", a.max_tokens, "tokens generated per request in the throughput run");
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache");
   app.add_option("--pool-mb", a.pool_mb, "memory pool");
+  app.add_flag("--no-programmatic-launch", a.no_pdl, "CUDA: plain stream order between kernels (no PDL)");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -90,6 +92,7 @@ int main(int argc, char** argv) {
   const int64_t elem = cuda ? 2 : 4;
   BackendOptions bo;
   bo.block_size = 16;
+  bo.programmatic_launch = !a.no_pdl;
   bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
   bo.num_pool_blocks = (a.pool_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
   std::unique_ptr<Backend> backend;

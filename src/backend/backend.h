@@ -39,6 +39,7 @@ struct BackendOptions {
   int64_t num_pool_blocks = 0;      // memory pool (fact KV); 0 = none
   int32_t num_threads = 0;          // CPU: 0 = all cores
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
+  bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
 };
 
 class Backend {

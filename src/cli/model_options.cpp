@@ -35,6 +35,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-model-len", a.max_model_len, "longest request in tokens (0 = the model's limit)")->capture_default_str();
   cmd.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd.add_flag("--enforce-eager", a.enforce_eager, "CUDA: launch every kernel, no CUDA graphs for decode steps and short prefills (vLLM's flag)");
+  cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
+               "CUDA: launch each kernel after the previous one ends (no Programmatic Dependent Launch)");
 }
 
 Model load_model_from_args(const ModelArgs& a) {
@@ -115,6 +117,7 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
   bo.num_threads = a.threads;
   bo.cuda_graphs = !a.enforce_eager;
+  bo.programmatic_launch = !a.no_programmatic_launch;
   return bo;
 }
 

@@ -23,6 +23,7 @@ struct ModelArgs {
   int64_t memory_pool_mb = -1;  // -1: 256 on the CPU, 8192 on a GPU
   int32_t threads = 0;
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
+  bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
   int32_t max_batched_tokens = 2048;
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;

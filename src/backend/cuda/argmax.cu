@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/launch.cuh"
 
 namespace inferscale::cuda {
 namespace {
@@ -28,6 +29,7 @@ __device__ __forceinline__ void warp_argmax(float& best, int32_t& bi) {
 }
 
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t ld, int64_t n, int32_t* __restrict__ out) {
+  pdl_begin();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
   float best = -INFINITY;
   int32_t bi = INT32_MAX;
@@ -54,8 +56,7 @@ void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t*
   if (R == 0) return;
   KERNEL_REQUIRE(n >= 1 && n <= ld && n <= INT32_MAX, "argmax_rows: need 1 <= n <= ld");
   KERNEL_REQUIRE(R <= 0x7fffffff, "argmax_rows: too many rows");
-  argmax_rows_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(logits, ld, n, out);
-  CUDA_CHECK_LAUNCH("argmax_rows_kernel");
+  launch(argmax_rows_kernel, dim3(static_cast<unsigned>(R)), dim3(kThreads), 0, stream, logits, ld, n, out);
 }
 
 }  // namespace inferscale::cuda

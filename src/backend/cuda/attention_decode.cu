@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/device_utils.cuh"
 
 namespace inferscale::cuda {
@@ -31,6 +32,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
   __shared__ float sm_l[NS][kG];
   __shared__ float sm_acc[NS][kG][D];
 
+  pdl_begin();
   if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
   const AttnWorkItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
@@ -140,6 +142,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
 // CTA = one (merge item, row r < merge_rows) x one kv head; one thread per dim (blockDim = D).
 // Every row is its own CTA so a few long-context tiles still spread over the GPU.
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  pdl_begin();
   if (a.counts != nullptr && static_cast<int>(blockIdx.x / a.merge_rows) >= a.counts[1]) return;
   const AttnMergeItem mi = a.merges[blockIdx.x / a.merge_rows];
   const int r = blockIdx.x % a.merge_rows;
@@ -168,13 +171,13 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
 template <int D>
 void launch_decode(const AttentionArgs& a, int group, dim3 grid, cudaStream_t stream) {
   if (group <= 1) {
-    attention_decode_kernel<D, 1><<<grid, kThreads, 0, stream>>>(a);
+    launch(attention_decode_kernel<D, 1>, grid, dim3(kThreads), 0, stream, a);
   } else if (group <= 2) {
-    attention_decode_kernel<D, 2><<<grid, kThreads, 0, stream>>>(a);
+    launch(attention_decode_kernel<D, 2>, grid, dim3(kThreads), 0, stream, a);
   } else if (group <= 4) {
-    attention_decode_kernel<D, 4><<<grid, kThreads, 0, stream>>>(a);
+    launch(attention_decode_kernel<D, 4>, grid, dim3(kThreads), 0, stream, a);
   } else {
-    attention_decode_kernel<D, 8><<<grid, kThreads, 0, stream>>>(a);
+    launch(attention_decode_kernel<D, 8>, grid, dim3(kThreads), 0, stream, a);
   }
 }
 
@@ -191,7 +194,6 @@ void attention_decode(const AttentionArgs& a, cudaStream_t stream) {
     case 128: launch_decode<128>(a, group, grid, stream); break;
     default: KERNEL_REQUIRE(false, "attention_decode: head_dim must be 64 or 128");
   }
-  CUDA_CHECK_LAUNCH("attention_decode_kernel");
 }
 
 void attention_merge(const AttentionArgs& a, cudaStream_t stream) {
@@ -200,8 +202,7 @@ void attention_merge(const AttentionArgs& a, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(a.num_merges) * a.merge_rows;
   KERNEL_REQUIRE(blocks <= 0x7fffffff && a.head_dim <= 1024, "attention_merge: too many rows");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.num_kv_heads));
-  attention_merge_kernel<<<grid, static_cast<unsigned>(a.head_dim), 0, stream>>>(a);
-  CUDA_CHECK_LAUNCH("attention_merge_kernel");
+  launch(attention_merge_kernel, grid, dim3(static_cast<unsigned>(a.head_dim)), 0, stream, a);
 }
 
 }  // namespace inferscale::cuda

@@ -14,6 +14,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_utils.cuh"
 
 namespace inferscale::cuda {
@@ -44,6 +45,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   bf16* sK = sQ + kBM * D;
   bf16* sV = sK + 2 * kBN * D;
 
+  pdl_begin();
   if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
   const AttnWorkItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
@@ -247,8 +249,7 @@ void launch_prefill(const AttentionArgs& a, cudaStream_t stream) {
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
-  attention_prefill_kernel<D><<<grid, kThreads, smem, stream>>>(a);
-  CUDA_CHECK_LAUNCH("attention_prefill_kernel");
+  launch(attention_prefill_kernel<D>, grid, dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace

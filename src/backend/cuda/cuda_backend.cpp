@@ -34,6 +34,7 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts)
       : cfg_(cfg), rope_(cfg), block_size_(opts.block_size), graphs_(opts.cuda_graphs) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
+    if (!opts.programmatic_launch) cuda::set_programmatic_launch(false);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&ev_start_));
     CUDA_CHECK(cudaEventCreate(&ev_stop_));
@@ -95,6 +96,7 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
   void set_cuda_graphs(bool on) override { graphs_ = on; }
+  void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
   GraphStats graph_stats() const override { return ops_->graph_stats(); }
   // A forward's time is ready when it returns (it waited for its output); an injection's events
   // are recorded without waiting on them, and read here, once.
@@ -162,7 +164,7 @@ class CudaBackendImpl final : public CudaBackend {
   bool last_was_inject_ = false;
   // CUDA graphs per (shape kind, bucket, output kind, argmax span, decode attention kernel).
   bool graphs_ = true;
-  std::map<std::tuple<int, int32_t, int, int64_t, int>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
+  std::map<std::tuple<int, int32_t, int, int64_t, int, bool>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
   ForwardBatch padded_;  // the padded batch of a graph forward (reused)
   MetaUpload meta_;   // inject and pool copies (the forward has its own, in ops_)
   DeviceBuffer io_;   // staging of pool / cache copies
@@ -219,8 +221,10 @@ void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
   // The real batch against the real cache; the padded one also reaches the scratch blocks.
   check_forward_batch(b, num_blocks_ * block_size_, block_size_, num_pool_blocks_ * block_size_, cfg_.vocab_size);
   pad_for_graph(b, shape, static_cast<int32_t>(num_blocks_), block_size_, padded_);
+  // A graph keeps the launch mode it was captured with (PDL edges or plain ones): part of the key.
   const auto key = std::make_tuple(static_cast<int>(shape.kind), shape.bucket, static_cast<int>(b.output),
-                                   argmax_span(b, cfg_.vocab_size), static_cast<int>(ops_->decode_attention()));
+                                   argmax_span(b, cfg_.vocab_size), static_cast<int>(ops_->decode_attention()),
+                                   cuda::programmatic_launch());
   std::unique_ptr<ForwardGraph>& g = graphs_by_key_[key];
   if (g == nullptr) g = std::make_unique<ForwardGraph>();
   ops_->use_graph(g.get(), static_cast<int64_t>(b.output_tokens.size()));

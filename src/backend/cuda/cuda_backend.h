@@ -10,6 +10,8 @@
 //   attention    tensor-core tiles (prefill, mixed batches) or the CUDA-core decode path (every
 //                sequence has one query token), split-KV when the batch cannot fill the GPU
 //   RoPE         cos/sin tables built in double on the host (Rope::angles), indexed by position
+//   launches     a forward's kernels with PDL: each may start while the one before ends
+//                (launch.cuh); the GEMV streams its weights meanwhile
 //   graphs       decode steps of up to 128 sequences and one-sequence prefills of up to 256 tokens
 //                replay a CUDA graph per bucket (graph_batch.h), padded with dummy tokens in
 //                scratch blocks past the cache
@@ -42,6 +44,9 @@ class CudaBackend : public Backend {
   // CUDA graphs for decode steps and short prefills (graph_batch.h; on unless
   // BackendOptions::cuda_graphs is false).
   virtual void set_cuda_graphs(bool on) = 0;
+  // Programmatic Dependent Launch of the forward's kernels (launch.cuh; on unless
+  // BackendOptions::programmatic_launch is false). Process-wide: the kernels' launchers read it.
+  virtual void set_programmatic_launch(bool on) = 0;
   virtual GraphStats graph_stats() const = 0;
   virtual cudaStream_t stream() const = 0;
   // GPU time of the last forward() or inject() (events on the stream), milliseconds.

@@ -1,6 +1,7 @@
 // Launchers of the CUDA kernels. Each has a CPU twin (backend/cpu/cpu_ops.h, cpu_twins.h) and a
 // parity test in tests/cuda. All pointers are device pointers; every launch runs on `stream` and
-// is followed by CUDA_CHECK_LAUNCH. Matrices are bf16, vectors (norm weights, biases) f32,
+// is checked (CUDA_CHECK_LAUNCH, or launch.cuh's launch() for the forward's kernels, which use
+// Programmatic Dependent Launch). Matrices are bf16, vectors (norm weights, biases) f32,
 // the residual stream f32 (see cuda_backend.h).
 #pragma once
 #include <cuda_bf16.h>
@@ -14,6 +15,10 @@
 namespace inferscale::cuda {
 
 using bf16 = __nv_bfloat16;
+
+// Programmatic Dependent Launch of the forward's kernels (launch.cuh), process-wide, default on.
+bool programmatic_launch();
+void set_programmatic_launch(bool on);
 
 // x[t, :] = embed[token_ids[t], :] as f32.       embed: [vocab, H] bf16; x: [T, H] f32
 void embedding(const bf16* embed, const int32_t* token_ids, float* x, int64_t T, int64_t H, cudaStream_t stream);

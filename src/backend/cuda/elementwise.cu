@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace inferscale::cuda {
 namespace {
@@ -12,6 +13,7 @@ constexpr int kRowThreads = 256;
 // One block per token. embed: [vocab, H] bf16 -> x: [T, H] f32.
 __global__ void embedding_kernel(const bf16* __restrict__ embed, const int32_t* __restrict__ ids,
                                  float* __restrict__ x, int64_t H) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const bf16* src = embed + static_cast<int64_t>(ids[t]) * H;
   float* dst = x + t * H;
@@ -36,6 +38,7 @@ template <class OutT>
 __global__ void rmsnorm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
                                const float* __restrict__ w, OutT* __restrict__ y, int64_t H, float eps) {
   __shared__ float scratch[32];
+  pdl_begin();
   const int64_t r = blockIdx.x;
   const int64_t src = rows != nullptr ? rows[r] : r;
   const float* xr = x + src * H;
@@ -49,6 +52,7 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, const int32_t* __res
 
 // gate_up: [T, 2I] bf16 -> out: [T, I] bf16. One thread per 8 outputs when I % 8 == 0.
 __global__ void silu_mul_kernel(const bf16* __restrict__ gu, bf16* __restrict__ out, int64_t T, int64_t I) {
+  pdl_begin();
   const bool vec = I % 8 == 0;
   const int64_t per_row = vec ? I / 8 : I;
   const int64_t n = T * per_row;
@@ -124,8 +128,7 @@ void rmsnorm_impl(const float* x, const int32_t* rows, const float* w, OutT* y, 
                   cudaStream_t stream) {
   if (R == 0) return;
   KERNEL_REQUIRE(R <= 0x7fffffff && H > 0, "rmsnorm shape");
-  rmsnorm_kernel<OutT><<<static_cast<unsigned>(R), kRowThreads, 0, stream>>>(x, rows, w, y, H, eps);
-  CUDA_CHECK_LAUNCH("rmsnorm_kernel");
+  launch(rmsnorm_kernel<OutT>, dim3(static_cast<unsigned>(R)), dim3(kRowThreads), 0, stream, x, rows, w, y, H, eps);
 }
 
 }  // namespace
@@ -133,8 +136,7 @@ void rmsnorm_impl(const float* x, const int32_t* rows, const float* w, OutT* y, 
 void embedding(const bf16* embed, const int32_t* token_ids, float* x, int64_t T, int64_t H, cudaStream_t stream) {
   if (T == 0) return;
   KERNEL_REQUIRE(T <= 0x7fffffff, "embedding: too many tokens");
-  embedding_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, stream>>>(embed, token_ids, x, H);
-  CUDA_CHECK_LAUNCH("embedding_kernel");
+  launch(embedding_kernel, dim3(static_cast<unsigned>(T)), dim3(kRowThreads), 0, stream, embed, token_ids, x, H);
 }
 
 void rmsnorm(const float* x, const int32_t* rows, const float* w, bf16* y, int64_t R, int64_t H, float eps,
@@ -149,8 +151,7 @@ void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int6
 void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream) {
   if (T == 0) return;
   const int64_t work = T * (I % 8 == 0 ? I / 8 : I);
-  silu_mul_kernel<<<grid_for(work, 256), 256, 0, stream>>>(gate_up, out, T, I);
-  CUDA_CHECK_LAUNCH("silu_mul_kernel");
+  launch(silu_mul_kernel, dim3(grid_for(work, 256)), dim3(256), 0, stream, gate_up, out, T, I);
 }
 
 void copy_rows(const bf16* src, bf16* dst, const int64_t* slots, int64_t n, int64_t row, int32_t num_layers,

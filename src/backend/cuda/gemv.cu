@@ -2,6 +2,7 @@
 // per output column n streams w's row n once with 16-byte loads and dots it with every row of x.
 //   y[m, n] (+)= sum_k x[m, k] w[n, k]     x: [M, K] bf16; w: [N, K] bf16; y: [M, N] f32 or bf16
 // Weights are read with the streaming hint (each byte once a forward); x (a few KB) stays in L1.
+// Launched with PDL (launch.cuh): the first weights are in flight before the input is ready.
 // The CPU twin is the f32 GEMM the parity test computes in double.
 #include <cuda_bf16.h>
 
@@ -9,12 +10,18 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace inferscale::cuda {
 namespace {
 
 constexpr int kWarps = 4;   // columns per block
 constexpr int kInFlight = 4;  // 16-byte weight loads per lane issued before their FMAs
+// This form (the first batch loaded before pdl_wait(), the loop peeled by a flag) takes 48
+// registers a thread at M = 1; a variant at 32 (more resident blocks, qkv in one wave) and one with
+// 8 loads in flight both measured slower in the whole decode step: 5.11 and 5.08 against 4.99 ms
+// at batch 1 on the H200 (docs/BENCHMARKS.md run 14).
 
 __device__ __forceinline__ void fma8(const uint4& w, const uint4& x, float& acc) {
   const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -33,31 +40,46 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const bf16* __restric
                                                            int64_t N, int64_t K) {
   const int lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (n >= N) return;
+  if (n >= N) return;  // before any access: an exit counts as this block's launch_dependents
   const int64_t K8 = K / 8;  // 16-byte chunks of a row
   const uint4* wr = reinterpret_cast<const uint4*>(w + n * K);
   const uint4* xr = reinterpret_cast<const uint4*>(x);
+
+  // Before the inputs are ready (launch.cuh): the first batch of weights, into registers. (An L2
+  // prefetch of the next 4 KB of the row as well measured slower: batch-1 decode 5.34 against
+  // 4.99 ms on the H200, docs/BENCHMARKS.md run 14.)
+  int64_t i = lane;
+  uint4 wv[kInFlight];
+  if (i + 32 * (kInFlight - 1) < K8) {
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) wv[u] = __ldcs(wr + i + 32 * u);
+  }
+  pdl_wait();
+
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-  int64_t i = lane;
-  for (; i + 32 * (kInFlight - 1) < K8; i += 32 * kInFlight) {
-    uint4 wv[kInFlight];
+  // Batches of kInFlight chunks a lane (loaded, then their FMAs). x is read with plain loads: the
+  // kernel before wrote it during this kernel's lifetime.
+  for (bool first = true; i + 32 * (kInFlight - 1) < K8; i += 32 * kInFlight, first = false) {
+    if (!first) {
 #pragma unroll
-    for (int u = 0; u < kInFlight; ++u) wv[u] = __ldcs(wr + i + 32 * u);
+      for (int u = 0; u < kInFlight; ++u) wv[u] = __ldcs(wr + i + 32 * u);
+    }
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u)
 #pragma unroll
-      for (int m = 0; m < M; ++m) fma8(wv[u], __ldg(xr + m * K8 + i + 32 * u), acc[m]);
+      for (int m = 0; m < M; ++m) fma8(wv[u], xr[m * K8 + i + 32 * u], acc[m]);
   }
   for (; i < K8; i += 32) {
-    const uint4 wv = __ldcs(wr + i);
+    const uint4 w1 = __ldcs(wr + i);
 #pragma unroll
-    for (int m = 0; m < M; ++m) fma8(wv, __ldg(xr + m * K8 + i), acc[m]);
+    for (int m = 0; m < M; ++m) fma8(w1, xr[m * K8 + i], acc[m]);
   }
+  // The next kernel (a small one) may be scheduled now: this block's weight stream is done.
+  pdl_launch_dependents();
 #pragma unroll
-  for (int m = 0; m < M; ++m)
-    for (int off = 16; off > 0; off >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+  for (int m = 0; m < M; ++m) acc[m] = warp_sum(acc[m]);
   if (lane != 0) return;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
@@ -85,13 +107,9 @@ void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, in
   const int64_t blocks = (N + kWarps - 1) / kWarps;
   KERNEL_REQUIRE(blocks <= 0x7fffffff, "gemv: too many columns");
   const dim3 grid(static_cast<unsigned>(blocks));
-  switch (M) {
-    case 1: gemv_kernel<1><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
-    case 2: gemv_kernel<2><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
-    case 3: gemv_kernel<3><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
-    default: gemv_kernel<4><<<grid, kWarps * 32, 0, stream>>>(x, w, y, y_f32, accumulate, N, K); break;
-  }
-  CUDA_CHECK_LAUNCH("gemv_kernel");
+  void (*kernel)(const bf16*, const bf16*, void*, bool, bool, int64_t, int64_t) =
+      M == 1 ? gemv_kernel<1> : M == 2 ? gemv_kernel<2> : M == 3 ? gemv_kernel<3> : gemv_kernel<4>;
+  launch(kernel, grid, dim3(kWarps * 32), 0, stream, x, w, y, y_f32, accumulate, N, K);
 }
 
 }  // namespace inferscale::cuda

@@ -10,6 +10,7 @@
 //   interleaved layout:       elements (2p, 2p + 1)
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/device_utils.cuh"
 
 namespace inferscale::cuda {
@@ -19,6 +20,7 @@ constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 constexpr int kWarpsPerBlock = 4;
 
 __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
+  pdl_begin();
   const int NH = a.num_heads, NKV = a.num_kv_heads, D = a.head_dim, half = D / 2;
   const int heads = NH + 2 * NKV;
   const int64_t warp_id = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
@@ -115,8 +117,7 @@ void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t stream) {
   const int64_t warps = a.T * (a.num_heads + 2 * a.num_kv_heads);
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   KERNEL_REQUIRE(blocks <= 0x7fffffff, "qkv_rope_append: too many tokens");
-  qkv_rope_append_kernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(a);
-  CUDA_CHECK_LAUNCH("qkv_rope_append_kernel");
+  launch(qkv_rope_append_kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kWarpsPerBlock), 0, stream, a);
 }
 
 }  // namespace inferscale::cuda

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/launch.cuh"
 
 namespace inferscale::cuda {
 namespace {
@@ -46,6 +47,7 @@ struct Max {
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __restrict__ logits, int64_t ld, int64_t n,
                                                                const RowSampling* __restrict__ params,
                                                                int32_t* __restrict__ out) {
+  pdl_begin();
   const RowSampling s = params[blockIdx.x];
   if (s.temperature <= 0.0f || s.top_k == 1) return;  // greedy: out holds the argmax
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
@@ -129,8 +131,7 @@ void sample_rows(const float* logits, int64_t R, int64_t ld, int64_t n, const Ro
                  cudaStream_t stream) {
   if (R == 0) return;
   argmax_rows(logits, R, ld, n, out, stream);
-  sample_rows_kernel<<<static_cast<unsigned>(R), kThreads, 0, stream>>>(logits, ld, n, params, out);
-  CUDA_CHECK_LAUNCH("sample_rows_kernel");
+  launch(sample_rows_kernel, dim3(static_cast<unsigned>(R)), dim3(kThreads), 0, stream, logits, ld, n, params, out);
 }
 
 }  // namespace inferscale::cuda
