@@ -2,7 +2,8 @@
 //   (a) TTFT of a request whose k facts (30 tokens each) are injected and only a 32-token
 //       question is prefilled, versus a full prefill of the same k * 30 + 32 tokens;
 //   (b) decode tokens/s at batch 1 and 32 (1024-token contexts), CUDA graphs and Programmatic
-//       Dependent Launch on and off.
+//       Dependent Launch on and off;
+//   (c) a decode step's GPU time by op (eager, events between ops).
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
 // events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only]
@@ -164,7 +165,8 @@ int main(int argc, char** argv) {
                               {DecodeAttention::kSimt, true, true},        {DecodeAttention::kSimt, false, true}};
   for (int32_t batch : {1, 32}) {
     const int32_t ctx = 1024, steps = quick ? 8 : 24;
-    const int32_t blocks_per_seq = (ctx + 2 * steps + kBlock - 1) / kBlock;
+    // Every variant decodes `steps` more tokens into the same sequences.
+    const int32_t blocks_per_seq = (ctx + static_cast<int32_t>(std::size(variants)) * steps + kBlock - 1) / kBlock;
     ForwardBatch pre;
     for (int32_t s = 0; s < batch; ++s) add_seq(pre, tokens(ctx, 200 + s, V), 0, s * blocks_per_seq);
     pre.output = ForwardBatch::Output::kArgmax;
@@ -199,6 +201,40 @@ int main(int argc, char** argv) {
   be->set_decode_attention(DecodeAttention::kTensorCore);
   be->set_cuda_graphs(true);
   be->set_programmatic_launch(true);
+
+  // (c) Where a decode step's time goes: eager, an event before each op (op_profile.h), so the
+  // ops run one after the other (no overlap from PDL or graphs); summed per op over the steps.
+  std::printf("\n(c) decode step by op (eager, events between ops; 1024-token contexts, tensor-core tiles)\n");
+  be->set_cuda_graphs(false);
+  for (int32_t batch : {1, 32}) {
+    const int32_t ctx = 1024, steps = quick ? 4 : 12, base = 2000;  // blocks past the (b) sequences
+    const int32_t blocks_per_seq = (ctx + steps + kBlock - 1) / kBlock;
+    ForwardBatch pre;
+    for (int32_t s = 0; s < batch; ++s) add_seq(pre, tokens(ctx, 300 + s, V), 0, base + s * blocks_per_seq);
+    pre.output = ForwardBatch::Output::kArgmax;
+    be->forward(pre, out);
+    std::vector<int32_t> next(out.ids.begin(), out.ids.end());
+    be->set_op_profile(true);
+    double gpu = 0;
+    for (int32_t st = 0; st < steps; ++st) {
+      ForwardBatch d;
+      for (int32_t s = 0; s < batch; ++s) add_seq(d, {next[static_cast<size_t>(s)]}, ctx + st, base + s * blocks_per_seq);
+      d.output = ForwardBatch::Output::kArgmax;
+      be->forward(d, out);
+      next.assign(out.ids.begin(), out.ids.end());
+      gpu += be->last_gpu_ms();
+    }
+    const std::vector<OpTime> ops = be->op_profile();
+    be->set_op_profile(false);
+    double sum = 0;
+    for (const OpTime& t : ops) sum += t.ms;
+    std::printf("batch %d: %.3f ms a step (GPU, events), ops summed %.3f ms\n", batch, gpu / steps, sum / steps);
+    std::printf("| op | calls a step | ms a step | us a call | share |\n|---|---|---|---|---|\n");
+    for (const OpTime& t : ops)
+      std::printf("| %s | %lld | %.3f | %.1f | %.1f%% |\n", t.op.c_str(), static_cast<long long>(t.calls / steps),
+                  t.ms / steps, 1000.0 * t.ms / static_cast<double>(t.calls), 100.0 * t.ms / sum);
+  }
+  be->set_cuda_graphs(true);
   const GraphStats gs = be->graph_stats();
   std::printf("graph path: %lld warm-ups, %lld captures, %lld replays\n", static_cast<long long>(gs.eager_warmups),
               static_cast<long long>(gs.captures), static_cast<long long>(gs.replays));

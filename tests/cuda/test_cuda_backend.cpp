@@ -628,5 +628,58 @@ TEST(CudaBackend, ProgrammaticLaunchChangesNoBits) {
   }
 }
 
+// The per-op profile (op_profile.h) of eager forwards: every op of the forward is there with its
+// call count, and the intervals add up to the forward's own GPU time (they tile it from the upload
+// to the stop event). Graphed forwards add nothing.
+TEST(CudaBackend, OpProfileTilesTheForward) {
+  REQUIRE_GPU();
+  const Variant& v = kVariants[0];
+  Pair p = make_pair(v, 256, 0);
+  const int64_t L = p.cfg.num_layers;
+  int32_t next_block = 0;
+  Seq seq;
+  Builder pre(v.block_size, &next_block);
+  pre.add(seq, random_tokens(37, 5, 1000));
+  std::vector<float> logits;
+  p.gpu->set_cuda_graphs(false);
+  p.gpu->set_op_profile(true);
+  p.gpu->forward(pre.fb, logits);
+  const double gpu_ms = p.gpu->last_gpu_ms();
+  const std::vector<OpTime> ops = p.gpu->op_profile();
+  double sum = 0;
+  int64_t calls = 0;
+  const auto count = [&](const std::string& op) {
+    for (const OpTime& t : ops)
+      if (t.op == op) return t.calls;
+    return int64_t{0};
+  };
+  for (const OpTime& t : ops) {
+    sum += t.ms;
+    calls += t.calls;
+    EXPECT_GE(t.ms, 0.0) << t.op;
+  }
+  EXPECT_EQ(count("upload"), 1);
+  EXPECT_EQ(count("embedding"), 1);
+  EXPECT_EQ(count("rms_norm"), 2 * L + 1);  // two a layer, the final norm
+  EXPECT_EQ(count("attention"), L);
+  EXPECT_EQ(count("silu_mul"), L);
+  EXPECT_EQ(count("linear " + std::to_string(p.cfg.q_size() + 2 * p.cfg.kv_size()) + "x" +
+                  std::to_string(p.cfg.hidden_size)),
+            L);
+  EXPECT_EQ(calls, 1 + 1 + (2 * L + 1) + 4 * L + L + L + L + 1);  // + the LM head
+  EXPECT_LE(sum, gpu_ms * 1.001 + 1e-3) << "the intervals lie inside the forward";
+  EXPECT_GE(sum, gpu_ms * 0.5) << "the intervals tile the forward";
+  // Graphed decode steps are not profiled.
+  p.gpu->set_cuda_graphs(true);
+  p.gpu->set_op_profile(true);
+  for (int step = 0; step < 3; ++step) {
+    Builder d(v.block_size, &next_block);
+    d.add(seq, random_tokens(1, 50 + step, 1000));
+    p.gpu->forward(d.fb, logits);
+  }
+  EXPECT_TRUE(p.gpu->op_profile().empty());
+  p.gpu->set_op_profile(false);
+}
+
 }  // namespace
 }  // namespace inferscale

@@ -98,6 +98,8 @@ class CudaBackendImpl final : public CudaBackend {
   void set_cuda_graphs(bool on) override { graphs_ = on; }
   void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
   GraphStats graph_stats() const override { return ops_->graph_stats(); }
+  void set_op_profile(bool on) override { ops_->profiler().set_enabled(on); }
+  std::vector<OpTime> op_profile() const override { return ops_->profiler().totals(); }
   // A forward's time is ready when it returns (it waited for its output); an injection's events
   // are recorded without waiting on them, and read here, once.
   float last_gpu_ms() const override { return last_was_inject_ ? last_inject_gpu_ms() : last_gpu_ms_; }

@@ -21,8 +21,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/op_profile.h"
 
 namespace inferscale {
 
@@ -48,6 +50,9 @@ class CudaBackend : public Backend {
   // BackendOptions::programmatic_launch is false). Process-wide: the kernels' launchers read it.
   virtual void set_programmatic_launch(bool on) = 0;
   virtual GraphStats graph_stats() const = 0;
+  // Per-op GPU time of eager forwards (op_profile.h: an event before each op); on: from zero.
+  virtual void set_op_profile(bool on) = 0;
+  virtual std::vector<OpTime> op_profile() const = 0;
   virtual cudaStream_t stream() const = 0;
   // GPU time of the last forward() or inject() (events on the stream), milliseconds.
   virtual float last_gpu_ms() const = 0;

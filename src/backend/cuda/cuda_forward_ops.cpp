@@ -155,6 +155,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   ws_->part_lse.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * 4);
 
   CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
+  mark("upload");
   meta.upload(stream_);
 
   aa_ = cuda::AttentionArgs{};
@@ -211,12 +212,14 @@ Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
 
 void CudaForwardOps::embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) {
   if (skip()) return;
+  mark("embedding");
   if (index != EmbedIndex::kTokenIds || accumulate) no_gpu_op("position or token-type embeddings");
   cuda::embedding(w<bf16>(table), ws_->meta.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
 }
 
 void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool output_rows) {
   if (skip()) return;
+  mark("rms_norm");
   const int32_t* rows = output_rows ? ws_->meta.dev<int32_t>(o_out_) : nullptr;
   if (y.type == ActType::kCompute) {
     cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<bf16>(y), y.rows, y.cols, eps, stream_);
@@ -232,6 +235,7 @@ void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather withou
 void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
   if (skip()) return;
   if (!bias.empty()) no_gpu_op("linear bias");
+  if (profiler_.enabled() && graph_ == nullptr) profiler_.mark("linear " + std::to_string(wt.rows) + "x" + std::to_string(wt.cols), stream_);
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
            "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
   if (y.type == ActType::kF32) {
@@ -244,6 +248,7 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
 
 void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
   if (skip()) return;
+  mark("qkv_rope_append");
   if (!step.rope) no_gpu_op("attention without RoPE");
   const int64_t l = layer;
   cuda::QkvRopeAppendArgs ra;
@@ -272,6 +277,7 @@ void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
 
 void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   if (skip()) return;
+  mark("attention");
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
   aa_.k_cache = kv_.k_cache + static_cast<int64_t>(layer) * kv_.cache_layer_stride;
@@ -281,16 +287,19 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
 
 void CudaForwardOps::silu_mul(Act gu, Act out) {
   if (skip()) return;
+  mark("silu_mul");
   cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_);
 }
 
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {
   if (skip()) return;
+  mark("argmax");
   cuda::argmax_rows(p<float>(logits), logits.rows, logits.cols, n, p<int32_t>(ids), stream_);
 }
 
 void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
   if (skip()) return;
+  mark("sample");
   cuda::sample_rows(p<float>(logits), logits.rows, logits.cols, n, ws_->meta.dev<RowSampling>(o_samp_), p<int32_t>(ids), stream_);
 }
 
@@ -327,6 +336,7 @@ void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
     CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   CUDA_CHECK(cudaEventElapsedTime(timing_.last_ms, timing_.start, timing_.stop));
+  if (profiler_.enabled()) profiler_.collect(timing_.stop);
   if (ids) {
     out.ids.assign(out_host_.as<int32_t>(), out_host_.as<int32_t>() + n);
     out.values.clear();

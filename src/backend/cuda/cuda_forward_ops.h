@@ -21,6 +21,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/meta_upload.h"
+#include "backend/cuda/op_profile.h"
 #include "backend/cuda/rope_table.h"
 #include "model/config.h"
 #include "model/forward_ops.h"
@@ -79,6 +80,8 @@ class CudaForwardOps final : public ForwardOps {
   // the graph's warm state.
   void abort_graph() noexcept;
   const GraphStats& graph_stats() const { return stats_; }
+  // Per-op GPU time of eager forwards (op_profile.h); forwards through a graph are not profiled.
+  OpProfiler& profiler() { return profiler_; }
   size_t weight_bytes() const { return weights_.bytes(); }
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
@@ -127,6 +130,10 @@ class CudaForwardOps final : public ForwardOps {
   std::vector<const void*> graph_pointers() const;
   std::vector<int64_t> graph_launch_;  // this forward's launch shape (ForwardGraph::launch)
   bool skip() const { return phase_ == Phase::kReplay; }  // launches come from the graph
+  void mark(const char* op) {
+    if (profiler_.enabled() && graph_ == nullptr) profiler_.mark(op, stream_);
+  }
+  OpProfiler profiler_;
   ForwardGraph* graph_ = nullptr;
   int64_t graph_rows_ = 0;
   Phase phase_ = Phase::kEager;
