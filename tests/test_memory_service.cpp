@@ -812,6 +812,42 @@ TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
   s.service->release(q);
 }
 
+// The service's token caches (a fact's tokens, its window's) lose deleted facts and never grow
+// past MemoryOptions::max_cached_facts; what they serve is the same either way.
+TEST(MemoryService, TokenCachesForgetDeletedFactsAndStayBounded) {
+  TempDir dir;
+  Stack s(dir.path());
+  const auto ids = add_alice(*s.store);
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);
+  s.service->release(p);
+  const size_t cached = s.service->num_cached_tokens();
+  EXPECT_GE(cached, 4u + 3u);  // every fact's tokens; the windows of those with a predecessor
+  for (int64_t id : ids) s.store->remove(kDefaultTenant, "alice", id);
+  MemoryPrompt none = s.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);  // sync() runs first
+  EXPECT_TRUE(none.facts.empty());
+  EXPECT_EQ(s.service->num_cached_tokens(), 0u) << "deleted facts left the caches";
+  s.service->release(none);
+
+  TempDir dir2;
+  MemoryOptions small;
+  small.max_cached_facts = 2;
+  Stack b(dir2.path(), small);
+  add_alice(*b.store);
+  TempDir dir3;
+  Stack ref(dir3.path());
+  add_alice(*ref.store);
+  for (int round = 0; round < 3; ++round) {
+    MemoryPrompt q = b.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);
+    MemoryPrompt r = ref.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);
+    EXPECT_LE(b.service->num_cached_tokens(), 4u) << "two caches of at most two entries";
+    EXPECT_EQ(q.tokens, r.tokens);
+    ASSERT_TRUE(q.injected && r.injected);
+    EXPECT_EQ(b.run(q), ref.run(r));
+    b.service->release(q);
+    ref.service->release(r);
+  }
+}
+
 TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
   TempDir dir;
   const FirstRun first = first_run(dir.path());

@@ -175,10 +175,12 @@ void MemoryService::sync() {
   if (reset) {
     pool_.clear();  // pinned entries go when their requests end
     token_cache_.clear();
+    window_cache_.clear();
   }
   for (int64_t key : ids) {
     pool_.erase_fact(key);
     token_cache_.erase(key);
+    window_cache_.erase(key);
     if (!opts_.kv_dir.empty()) {
       std::error_code ec;
       std::filesystem::remove(kv_file_path(key), ec);
@@ -198,6 +200,7 @@ std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
   const std::string text = render_fact(opts_.fact_template, f.text, f.source.speaker, f.timestamp) + "\n";
   // User text never turns into special tokens.
   auto tokens = model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
+  if (token_cache_.size() >= opts_.max_cached_facts) token_cache_.clear();
   token_cache_[f.key] = {f.version, tokens};
   return tokens;
 }
@@ -220,6 +223,7 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
     turns.insert(turns.end(), t.begin(), t.end());
   }
   out.insert(out.end(), turns.begin(), turns.end());
+  if (window_cache_.size() >= opts_.max_cached_facts) window_cache_.clear();
   window_cache_[f.key] = WindowEntry{f.version, w, epoch, std::move(turns)};
   return out;
 }

@@ -55,6 +55,9 @@ struct MemoryOptions {
   std::filesystem::path kv_dir;           // KV files; empty = keep KV in the pool only
   int32_t encode_batch_tokens = 2048;
   bool sink = false;                      // encode each fact after a BOS token (its KV discarded)
+  // Entries each of the service's two token caches (a fact's rendered tokens, its window's) may
+  // hold; one that reaches it is emptied and refilled on demand. Deleted facts leave both.
+  size_t max_cached_facts = size_t{1} << 18;
 };
 
 struct MemoryPrompt {
@@ -179,6 +182,8 @@ class MemoryService : private FactStoreListener {
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
   std::vector<int32_t> fact_tokens(const Fact& f) const;
   uint64_t kv_fingerprint() const { return fingerprint_; }
+  // Entries in the token caches (MemoryOptions::max_cached_facts), both together (engine thread).
+  size_t num_cached_tokens() const { return token_cache_.size() + window_cache_.size(); }
   int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
