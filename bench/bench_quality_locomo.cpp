@@ -1,7 +1,8 @@
 // How close `inject` comes to `text` on a real model and LoCoMo, exactly, in process: for every
 // non-adversarial question of the chosen conversations, the gold answer is teacher-forced after the
-// prompt the server would build (MemoryService::prepare, BM25 retrieval, LoCoMo's short-answer
-// prompt), and over the answer tokens it compares the full next-token distributions of
+// prompt the server builds (the engine's memory connector: MemoryService tickets, BM25 retrieval,
+// LoCoMo's short-answer prompt; the engine scores the answer as prompt logprobs with whole
+// distributions), and over the answer tokens it compares the full next-token distributions of
 //   text k          the k retrieved facts prefilled with the question (the reference p)
 //   inject k w r    the same tokens, the facts' KV encoded after w preceding turns and injected,
 //                   the first r tokens of each fact recomputed (memory.recompute) and the last m
@@ -30,7 +31,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/block_manager.h"
+#include "engine/engine.h"
+#include "engine/memory_connector.h"
 #include "memory/bm25_retriever.h"
 #include "memory/fact_store.h"
 #include "memory/locomo.h"
@@ -56,63 +58,39 @@ const std::map<std::string, std::string> kPrompts{
 
 using Rows = std::vector<std::vector<double>>;  // [answer tokens][vocab] log-probabilities
 
-void log_softmax(const float* x, int64_t V, std::vector<double>& out) {
-  double mx = *std::max_element(x, x + V), s = 0;
-  for (int64_t i = 0; i < V; ++i) s += std::exp(x[i] - mx);
-  const double lse = mx + std::log(s);
-  out.resize(static_cast<size_t>(V));
-  for (int64_t i = 0; i < V; ++i) out[static_cast<size_t>(i)] = x[i] - lse;
-}
-
-// The log-softmax rows that predict tokens [from, n) of `tokens`, the KV of the span's injected
-// positions copied from the memory pool first (as Engine::step does). Blocks come from `blocks`
-// and go back before returning.
-Rows score(Backend& be, BlockManager& blocks, const std::vector<int32_t>& tokens, const InjectedSpan* span, int32_t from,
-           int64_t vocab) {
-  const int32_t bs = be.block_size();
-  const auto n = static_cast<int32_t>(tokens.size());
-  const int64_t need = (n + bs - 1) / bs;
-  if (!blocks.can_allocate(need)) throw std::runtime_error("KV cache too small for one prompt: raise --kv-cache-mb");
-  std::vector<int32_t> table;
-  for (int64_t b = 0; b < need; ++b) table.push_back(blocks.allocate());
-  auto slot = [&](int32_t i) { return static_cast<int64_t>(table[static_cast<size_t>(i / bs)]) * bs + i % bs; };
-  if (span) {
-    InjectBatch ib;
-    for (int32_t i = span->start; i < span->end; ++i)
-      if (span->injects(i)) {
-        ib.src_slots.push_back(span->pool_slots[static_cast<size_t>(i - span->start)]);
-        ib.dst_slots.push_back(slot(i));
-        ib.positions.push_back(i);
-      }
-    if (!ib.src_slots.empty()) be.inject(ib);
-  }
-  std::vector<int32_t> positions;
-  for (int32_t i = 0; i < n; ++i)
-    if (!span || !span->injects(i)) positions.push_back(i);
+// One configuration through the engine's memory connector, as the server sends a request: the
+// ticket retrieves and composes the prompt (injected facts' KV copied from the pool, as for any
+// request), the chain appends the gold answer, and the engine scores the answer's tokens
+// (prompt_logprobs over the tail, with whole distributions) without generating. `served` gets
+// the prompt as the ticket composed it.
+Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const std::vector<ChatMessage>& msgs,
+           const std::vector<int32_t>& gold, MemoryPrompt& served) {
+  auto ticket = svc.ticket(mr, PromptSource::of_chat(msgs));
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 0;
+  sp.prompt_logprobs = 0;
+  sp.prompt_logprobs_tail = static_cast<int32_t>(gold.size());
+  sp.prompt_distributions = true;
+  engine.add_memory_request(std::make_shared<ChainedTicket>(ticket,
+                                                            [&gold](MemoryPlan& p) {
+                                                              p.prompt.insert(p.prompt.end(), gold.begin(), gold.end());
+                                                              p.max_tokens = 0;
+                                                            }),
+                            sp);
+  std::vector<std::optional<LogprobEntry>> entries;
+  while (engine.has_unfinished())
+    for (RequestOutput& o : engine.step()) {
+      if (o.error) std::rethrow_exception(o.error);
+      if (!o.prompt_logprobs.empty()) entries = std::move(o.prompt_logprobs);
+    }
+  served = ticket->prompt();
+  if (entries.size() < gold.size()) throw std::runtime_error("the engine returned no prompt logprobs");
   Rows rows;
-  std::vector<float> out;
-  constexpr size_t kChunk = 2048;
-  for (size_t c = 0; c < positions.size(); c += kChunk) {
-    ForwardBatch fb;
-    for (size_t j = c; j < std::min(positions.size(), c + kChunk); ++j) {
-      const int32_t p = positions[j];
-      if (p >= from - 1 && p < n - 1) fb.output_tokens.push_back(fb.num_tokens());
-      fb.token_ids.push_back(tokens[static_cast<size_t>(p)]);
-      fb.positions.push_back(p);
-      fb.slot_mapping.push_back(slot(p));
-    }
-    fb.q_indptr = {0, fb.num_tokens()};
-    fb.kv_indices = table;
-    fb.kv_indptr = {0, static_cast<int32_t>(table.size())};
-    be.forward(fb, out);
-    const int64_t V = be.config().vocab_size;
-    for (size_t r = 0; r < fb.output_tokens.size(); ++r) {
-      rows.emplace_back();
-      log_softmax(out.data() + static_cast<int64_t>(r) * V, vocab, rows.back());
-    }
+  for (size_t i = entries.size() - gold.size(); i < entries.size(); ++i) {
+    if (!entries[i] || entries[i]->distribution.empty()) throw std::runtime_error("an answer row was not computed");
+    rows.push_back(std::move(entries[i]->distribution));
   }
-  for (auto it = table.rbegin(); it != table.rend(); ++it) blocks.release(*it);
-  if (rows.size() != static_cast<size_t>(n - from)) throw std::runtime_error("an answer row was not computed");
   return rows;
 }
 
@@ -182,19 +160,21 @@ int main(int argc, char** argv) {
   BackendOptions bo;
   bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
   bo.num_pool_blocks = (a.pool_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
-  std::unique_ptr<Backend> be;
+  std::unique_ptr<Backend> backend;
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA
-    be = make_cuda_backend(cfg, model.weights, bo);
+    backend = make_cuda_backend(cfg, model.weights, bo);
 #else
     std::fprintf(stderr, "this build has no CUDA backend\n");
     return 2;
 #endif
   } else {
-    be = make_cpu_backend(cfg, model.weights, bo);
+    backend = make_cpu_backend(cfg, model.weights, bo);
   }
-  BlockManager blocks(be->num_cache_blocks(), be->block_size());
-  const int64_t vocab = std::min<int64_t>(cfg.vocab_size, model.tokenizer->vocab_size());
+  EngineOptions eo;
+  eo.scheduler.max_num_batched_tokens = 2048;
+  Engine engine(std::move(backend), model.tokenizer, eo);
+  const Backend& be = engine.backend();
   const Tokenizer& tok = *model.tokenizer;
 
   std::vector<Config> configs{{MemoryMode::kOff}};
@@ -215,7 +195,7 @@ int main(int argc, char** argv) {
     auto store = FactStore::open(dir);
     Bm25Retriever retriever(*store);
     const auto ids = store->add_turns(kDefaultTenant, c->sample_id, c->sample_id, locomo_turns(*c));
-    MemoryService svc(*store, retriever, model, *be, blocks, MemoryOptions{});
+    MemoryService svc(*store, retriever, model, engine.backend(), engine.blocks(), MemoryOptions{});
     for (int w : a.ws) svc.encode_facts(kDefaultTenant, c->sample_id, ids, w);  // the pool keeps them all
     std::vector<const LocomoQa*> qs;
     for (const LocomoQa& q : c->qa)
@@ -239,13 +219,9 @@ int main(int argc, char** argv) {
         mr.recompute = cf.r;
         mr.recompute_last = cf.m;
         mr.query = q->question;
-        MemoryPrompt p = svc.prepare(mr, msgs);
+        MemoryPrompt p;
+        Rows rows = score(engine, svc, mr, msgs, gold, p);
         if (cf.mode == MemoryMode::kInject && !p.fallback.empty()) throw std::runtime_error("inject fell back: " + p.fallback);
-        std::vector<int32_t> seq = p.tokens;
-        const auto from = static_cast<int32_t>(seq.size());
-        seq.insert(seq.end(), gold.begin(), gold.end());
-        Rows rows = score(*be, blocks, seq, p.injected ? &*p.injected : nullptr, from, vocab);
-        svc.release(p);
         Acc& x = acc[cf.name()];
         double nll = 0, kl = 0;
         for (size_t t = 0; t < rows.size(); ++t) nll -= rows[t][static_cast<size_t>(gold[t])];
@@ -281,7 +257,7 @@ int main(int argc, char** argv) {
 
   // The table: KL against text at the same k; `off` has no k, so its KL is against no reference.
   std::printf("\n## LoCoMo %s, %s, %s backend, gold answers teacher-forced\n\n", a.convs.c_str(), model.name.c_str(),
-              be->name().c_str());
+              be.name().c_str());
   std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
               "recomputed / fact tokens |\n|---|---|---|---|---|---|---|\n");
   nlohmann::json table = nlohmann::json::array();
@@ -308,7 +284,7 @@ int main(int argc, char** argv) {
   std::printf("\n%.1f s in all\n", secs);
   if (!a.json.empty()) {
     std::ofstream f(a.json);
-    f << nlohmann::json{{"model", model.name}, {"backend", be->name()}, {"convs", a.convs}, {"prompt", kPrompts.at(a.prompt)},
+    f << nlohmann::json{{"model", model.name}, {"backend", be.name()}, {"convs", a.convs}, {"prompt", kPrompts.at(a.prompt)},
                         {"configs", table}, {"questions", per_question}}
              .dump(1);
   }

@@ -356,6 +356,47 @@ TEST(EngineLogprobs, MaxTokensZeroOnlyScoresThePrompt) {
   EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
 }
 
+// In-process scoring (bench_quality_locomo): a tail scores only the last n prompt tokens, with the
+// same entries as scoring the whole prompt, and distributions are each row's whole log-softmax.
+TEST(EngineLogprobs, ATailScoresTheLastTokensWithTheirDistributions) {
+  const auto p = prompt(37, 43);
+  const int64_t V = demo().config.vocab_size;
+  const RequestOutput all = run_alone(p, scored(0, -1, 2));
+  SamplingParams sp = scored(0, -1, 2);
+  sp.prompt_logprobs_tail = 6;
+  sp.prompt_distributions = true;
+  RecordingBackend* rec = nullptr;
+  auto be = std::make_unique<RecordingBackend>(make_cpu_backend(demo().config, demo().weights, backend_options(256)));
+  rec = be.get();
+  auto e = make_engine(256, 2048, std::move(be));
+  e->add_request(p, sp);
+  const RequestOutput o = e->run_to_completion().at(0);
+  ASSERT_EQ(o.prompt_logprobs.size(), p.size());
+  const auto ref = full_logits(p);
+  int32_t rows = 0;
+  for (const auto& c : rec->calls) rows += c.rows;
+  EXPECT_EQ(rows, 6) << "only the tail's positions leave the backend";
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (i + 6 < p.size()) {
+      EXPECT_FALSE(o.prompt_logprobs[i].has_value()) << i;
+      continue;
+    }
+    ASSERT_TRUE(o.prompt_logprobs[i].has_value()) << i;
+    EXPECT_NEAR(o.prompt_logprobs[i]->logprob, all.prompt_logprobs[i]->logprob, kScheduleTolerance) << i;
+    const std::vector<double>& got = o.prompt_logprobs[i]->distribution;  // over the sampleable ids
+    ASSERT_TRUE(!got.empty() && static_cast<int64_t>(got.size()) <= V);
+    const std::vector<double> want =
+        inferscale::testing::reference_log_softmax(ref[i - 1].data(), static_cast<int64_t>(got.size()));
+    double d = 0;
+    for (size_t v = 0; v < got.size(); ++v) d = std::max(d, std::abs(got[v] - want[v]));
+    EXPECT_LE(d, kScheduleTolerance) << i;  // the LM head ran over 6 rows here, over all in `ref`
+    EXPECT_NEAR(got[static_cast<size_t>(p[i])], o.prompt_logprobs[i]->logprob, 1e-12);
+  }
+  EXPECT_TRUE(all.prompt_logprobs.back()->distribution.empty()) << "distributions only when asked";
+  sp.prompt_logprobs_tail = -1;
+  EXPECT_THROW(e->add_request(p, sp), Error);
+}
+
 TEST(EngineLogprobs, RejectsBadCounts) {
   auto e = make_engine();
   const auto p = prompt(5, 1);

@@ -32,6 +32,8 @@ void Engine::check_sampling(const SamplingParams& sp) const {
              kMaxLogprobs, sp.logprobs);
   IS_REQUIRE(sp.prompt_logprobs >= -1 && sp.prompt_logprobs <= kMaxLogprobs, kInvalidInput,
              "prompt_logprobs must be in [-1, {}], got {}", kMaxLogprobs, sp.prompt_logprobs);
+  IS_REQUIRE(sp.prompt_logprobs_tail >= 0, kInvalidInput, "prompt_logprobs_tail must be >= 0, got {}",
+             sp.prompt_logprobs_tail);
   IS_REQUIRE(sp.max_tokens >= 1 || (sp.max_tokens == 0 && sp.prompt_logprobs >= 0), kInvalidInput,
              "max_tokens must be at least 1 (0 only to score the prompt, with prompt_logprobs), got {}", sp.max_tokens);
   IS_REQUIRE(sp.temperature >= 0.0f, kInvalidInput, "temperature must be >= 0, got {}", sp.temperature);
@@ -353,6 +355,7 @@ std::vector<RequestOutput> Engine::step() {
           if (sp.logprobs >= 0) scored[i] = compute_logprobs(lg, sampled[i], sp.logprobs);
         } else {
           scored[i] = compute_logprobs(lg, row.req->tokens[static_cast<size_t>(row.position + 1)], sp.prompt_logprobs);
+          if (sp.prompt_distributions) scored[i]->distribution = log_softmax_row(lg);
         }
       } catch (...) {
 #pragma omp critical(inferscale_engine_rows)

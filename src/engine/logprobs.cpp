@@ -112,4 +112,15 @@ LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int3
   return e;
 }
 
+std::vector<double> log_softmax_row(std::span<const float> logits) {
+  IS_CHECK(!logits.empty(), "log_softmax of an empty row");
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double s = 0;
+  for (float x : logits) s += std::exp(static_cast<double>(x) - mx);
+  const double lse = mx + std::log(s);
+  std::vector<double> out(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+  return out;
+}
+
 }  // namespace inferscale

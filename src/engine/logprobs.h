@@ -30,10 +30,14 @@ struct LogprobEntry {
   double logprob = 0;
   int32_t rank = 0;               // 1 + the number of ids with a strictly larger logit
   std::vector<TokenLogprob> top;  // the top_n most likely ids, best first; equal logits: lower id first
+  std::vector<double> distribution;  // the whole row's log-softmax, when asked (SamplingParams::prompt_distributions)
 };
 
 // logits: [V] one row. `token` in [0, V); `top_n` in [0, kMaxLogprobs] (clamped to V). Throws
 // kInternal on out-of-range arguments (the engine validates requests before they get here).
 LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n);
+
+// log_softmax(logits) of a whole row, in double: x[i] - (max + log(sum_j exp(x[j] - max))).
+std::vector<double> log_softmax_row(std::span<const float> logits);
 
 }  // namespace inferscale

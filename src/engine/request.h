@@ -36,6 +36,12 @@ struct SamplingParams {
   // logprobs); `prompt_logprobs` every prompt token after the first (RequestOutput::prompt_logprobs).
   int32_t logprobs = -1;
   int32_t prompt_logprobs = -1;
+  // In process only (benchmarks; the HTTP API sets neither), with prompt_logprobs >= 0:
+  // prompt_logprobs_tail > 0 scores only the last n prompt tokens (the others' positions need no
+  // logits), and prompt_distributions keeps each scored entry's whole log-softmax row
+  // (LogprobEntry::distribution) for divergences between two prompts' predictions.
+  int32_t prompt_logprobs_tail = 0;
+  bool prompt_distributions = false;
 };
 
 // Precomputed KV for a token range, copied from memory-pool slots at the range's positions.
@@ -119,7 +125,9 @@ struct Request {
   bool wants_prompt_logprobs() const { return sampling.prompt_logprobs >= 0 && !prompt_logprobs_sent; }
   // The row at position p scores prompt token p + 1 and that entry is still missing.
   bool needs_prompt_row(int32_t p) const {
-    return wants_prompt_logprobs() && p + 1 < num_prompt_tokens && !prompt_logprobs[static_cast<size_t>(p + 1)];
+    const int32_t tail = sampling.prompt_logprobs_tail;
+    return wants_prompt_logprobs() && p + 1 < num_prompt_tokens && (tail <= 0 || p + 1 >= num_prompt_tokens - tail) &&
+           !prompt_logprobs[static_cast<size_t>(p + 1)];
   }
   // Tokens from num_computed_tokens on that still need a forward (injected ones do not).
   int32_t num_remaining() const;
