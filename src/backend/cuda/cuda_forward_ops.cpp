@@ -155,7 +155,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   ws_->part_lse.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * 4);
 
   CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
-  mark("upload");
+  if (profiler_.enabled() && graph_ == nullptr) profiler_.start("upload", stream_);
   meta.upload(stream_);
 
   aa_ = cuda::AttentionArgs{};

@@ -25,6 +25,11 @@ class OpProfiler {
 
   void set_enabled(bool on);  // on: forgets the totals
   bool enabled() const { return enabled_; }
+  // The first mark of a forward: forgets marks a forward that threw left behind.
+  void start(std::string op, cudaStream_t stream) {
+    names_.clear();
+    mark(std::move(op), stream);
+  }
   void mark(std::string op, cudaStream_t stream);
   // After the stream has passed `stop` (the forward synchronised): adds this forward's intervals.
   void collect(cudaEvent_t stop);
