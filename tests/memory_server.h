@@ -4,6 +4,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,8 +22,10 @@ class MemoryServer {
  public:
   // background: written facts' KV is encoded between requests, as `serve` does by default
   // (AsyncEngineOptions::idle_work); off, only on demand.
+  // first_idle (background only): the engine thread's first piece of idle work waits for it, so a
+  // test can write facts before any background work has run.
   explicit MemoryServer(size_t max_body_bytes, std::shared_ptr<const server::ApiKeys> keys = nullptr,
-                        bool background = false) {
+                        bool background = false, std::shared_future<void> first_idle = {}) {
     store = FactStore::open(dir.path());
     retriever = std::make_unique<CombinedRetriever>(*store, std::make_unique<Bm25Retriever>(*store));
     MemoryOptions mo;
@@ -31,7 +34,12 @@ class MemoryServer {
     mo.kv_dir = dir.path() / "kv";
     bridge = std::make_unique<server::MemoryBridge>(*store, *retriever, TestModel::demo(), mo);
     server::AsyncEngineOptions ao;
-    if (background) ao.idle_work = [b = bridge.get()](Engine& e) { return b->background_work(e); };
+    if (background) bridge->enable_background(ao);
+    if (background && first_idle.valid())
+      ao.idle_work = [inner = ao.idle_work, first_idle](Engine& e) {
+        first_idle.wait();
+        return inner(e);
+      };
     engine = std::make_unique<server::AsyncEngine>([] {
       BackendOptions bo;
       bo.block_size = 16;

@@ -329,6 +329,29 @@ TEST(ServerMemoryBackground, WrittenFactsAreEncodedBeforeTheirFirstRequest) {
   EXPECT_EQ(w0["memory"]["encoded"], 3);
 }
 
+// Facts written before the engine thread ran any background work are queued too: the service
+// starts queueing when the engine is built (AsyncEngineOptions::on_start), not at the first idle
+// piece. (When it started there, under load, a write could come first and was never queued.)
+TEST(ServerMemoryBackground, FactsWrittenBeforeTheFirstIdlePieceAreQueued) {
+  std::promise<void> go;
+  MemoryServer s(2u << 20, nullptr, /*background=*/true, go.get_future().share());
+  const Api a{s.port, ""};
+  a.add("erin", {"Erin adopted a dog named Pip", "Erin works as a baker in Porto"});
+  go.set_value();  // only now may the first background piece run
+  auto metric = [&](const std::string& name) {
+    const auto r = a.get("/metrics");
+    if (!r) return int64_t{-1};
+    const size_t at = r->body.find("\n" + name + " ");
+    return at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(std::stoll(r->body.substr(at + name.size() + 2)));
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (metric("inferscale_memory_background_encoded_total") < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metric("inferscale_memory_background_encoded_total"), 2);
+  const json r = Api::ok(a.post("/v1/chat/completions", chat("What is the name of Erin's dog?", {{"user", "erin"}, {"k", 2}})));
+  EXPECT_EQ(r["memory"]["encoded"], 0) << "encoded in the background, not by the request";
+}
+
 // Issue 8, part 5: chat and completion prompts come from one builder (memory/prompt_layout.h), so
 // k = 0 and mode off give exactly the prompt of a plain request on both endpoints (compared token
 // for token through return_token_ids), and a completion's facts go before its prompt text.

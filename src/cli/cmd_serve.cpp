@@ -87,7 +87,7 @@ void run_serve(const ServeArgs& a) {
   server::AsyncEngineOptions ao;
   ao.max_pending = a.max_pending;
   // Facts written through the API get their KV encoded between requests (memory_bridge.h).
-  if (bridge && !a.no_background_encoding) ao.idle_work = [b = bridge.get()](Engine& e) { return b->background_work(e); };
+  if (bridge && !a.no_background_encoding) bridge->enable_background(ao);
   // The backend is built on the engine thread, which runs it.
   server::AsyncEngine engine(
       [&] { return std::make_unique<Engine>(make_backend(a.model, model), model.tokenizer, engine_options(a.model)); }, ao);

@@ -117,6 +117,7 @@ void AsyncEngine::run(const EngineFactory& make_engine, std::promise<void>& read
     max_model_len_ = engine_->max_model_len();
     block_size_ = engine_->blocks().block_size();
     num_blocks_ = engine_->blocks().num_blocks();
+    if (opts_.on_start) opts_.on_start(*engine_);
     publish_stats();
     wake_->idle_work = static_cast<bool>(opts_.idle_work);  // once at start (the engine is idle)
   } catch (...) {

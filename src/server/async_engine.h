@@ -39,6 +39,10 @@ struct AsyncEngineOptions {
   // whether more remains (then it runs again when still idle). Each call should return within
   // tens of milliseconds: a request arriving meanwhile waits for it. What it throws is logged.
   std::function<bool(Engine&)> idle_work;
+  // Runs once on the engine thread when the engine is built, before the constructor returns (so
+  // before any request or write the server takes): e.g. starting the memory service's queueing.
+  // What it throws fails the constructor.
+  std::function<void(Engine&)> on_start;
 };
 
 // What one submit asks for: token ids, sampling, and optionally an injected memory span; or,

@@ -48,12 +48,22 @@ void MemoryBridge::wake() {
   if (w) w();
 }
 
-bool MemoryBridge::background_work(Engine& engine) {
+void MemoryBridge::enable_background(AsyncEngineOptions& ao) {
+  ao.on_start = [this](Engine& e) { start_background(e); };
+  ao.idle_work = [this](Engine& e) { return background_work(e); };
+}
+
+void MemoryBridge::start_background(Engine& engine) {
   MemoryService& svc = service(engine);
-  if (!background_on_) {  // from the first piece on, writes are queued and wake the engine thread
+  if (!background_on_) {  // from now on writes are queued and wake the engine thread
     svc.enable_background([this] { wake(); });
     background_on_ = true;
   }
+}
+
+bool MemoryBridge::background_work(Engine& engine) {
+  start_background(engine);
+  MemoryService& svc = service(engine);
   // Queued as the engine's low-priority capture work: the next request is not held up by it.
   std::vector<CaptureSeq> captures = svc.queued_captures(kBackgroundFacts);
   if (!captures.empty()) spdlog::debug("memory: {} facts to encode in the background, {} queued", captures.size(), svc.num_queued());

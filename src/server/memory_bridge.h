@@ -12,6 +12,7 @@
 #include "memory/memory_service.h"
 #include "memory/retriever.h"
 #include "model/model.h"
+#include "server/async_engine.h"
 #include "server/memory_provider.h"
 
 namespace inferscale::server {
@@ -24,9 +25,12 @@ class MemoryBridge final : public MemoryProvider {
   FactStore& store() override { return store_; }
   const Retriever& retriever() const override { return retriever_; }
 
-  // AsyncEngineOptions::idle_work (engine thread): starts the memory service if it is not yet
-  // (so writes are queued from then on) and hands a few queued facts' encodings to the engine as
-  // background captures (MemoryService::queued_captures); returns whether more are queued.
+  // Background encoding for an AsyncEngine: `on_start` starts the memory service and its queueing
+  // of written facts before the server takes any write (a write before it was never queued), and
+  // `idle_work` hands a few queued facts' encodings to the engine as background captures.
+  void enable_background(AsyncEngineOptions& ao);
+  // AsyncEngineOptions::idle_work (engine thread): as above (starting the service's queueing if
+  // on_start did not); returns whether more are queued.
   bool background_work(Engine& engine);
   // How a write wakes the engine thread for background work (AsyncEngine::request_idle_work);
   // set before the server takes requests.
@@ -35,6 +39,8 @@ class MemoryBridge final : public MemoryProvider {
     wake_ = std::move(wake);
   }
   static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
+  // Engine thread: the service exists and queues written facts from now on.
+  void start_background(Engine& engine);
   BackgroundEncoding background() const override;
 
  private:
