@@ -303,16 +303,19 @@ TEST_F(ServerMemory, InjectAndTextPlaceTheSameFacts) {
 // Issue 9, part 1 (its background-encoding paragraph): facts written through the API get their KV
 // encoded between requests, so the first request that retrieves them encodes none; /metrics
 // says what is queued and what was encoded.
+// A counter or gauge of /metrics, -1 when absent.
+static int64_t metric_value(const Api& a, const std::string& name) {
+  const auto r = a.get("/metrics");
+  if (!r) return -1;
+  const size_t at = r->body.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : static_cast<int64_t>(std::stoll(r->body.substr(at + name.size() + 2)));
+}
+
 TEST(ServerMemoryBackground, WrittenFactsAreEncodedBeforeTheirFirstRequest) {
   MemoryServer s(2u << 20, nullptr, /*background=*/true);
   const Api a{s.port, ""};
   a.add("dora", {"Dora adopted a cat named Miso", "Dora works as a nurse in Oslo", "Dora likes hiking in the mountains"});
-  auto metric = [&](const std::string& name) {
-    const auto r = a.get("/metrics");
-    if (!r) return int64_t{-1};
-    const size_t at = r->body.find("\n" + name + " ");
-    return at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(std::stoll(r->body.substr(at + name.size() + 2)));
-  };
+  const auto metric = [&](const std::string& name) { return metric_value(a, name); };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while ((metric("inferscale_memory_background_encoded_total") < 3 || metric("inferscale_memory_background_queued") != 0) &&
          std::chrono::steady_clock::now() < deadline)
@@ -338,12 +341,7 @@ TEST(ServerMemoryBackground, FactsWrittenBeforeTheFirstIdlePieceAreQueued) {
   const Api a{s.port, ""};
   a.add("erin", {"Erin adopted a dog named Pip", "Erin works as a baker in Porto"});
   go.set_value();  // only now may the first background piece run
-  auto metric = [&](const std::string& name) {
-    const auto r = a.get("/metrics");
-    if (!r) return int64_t{-1};
-    const size_t at = r->body.find("\n" + name + " ");
-    return at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(std::stoll(r->body.substr(at + name.size() + 2)));
-  };
+  const auto metric = [&](const std::string& name) { return metric_value(a, name); };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (metric("inferscale_memory_background_encoded_total") < 2 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
