@@ -56,6 +56,7 @@ struct Args {
   int64_t kv_cache_mb = 16384;
   int64_t pool_mb = 4096;
   bool no_pdl = false;
+  std::string memory_kv_dtype = "native";
 };
 
 }  // namespace
@@ -76,6 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache");
   app.add_option("--pool-mb", a.pool_mb, "memory pool");
   app.add_flag("--no-programmatic-launch", a.no_pdl, "CUDA: plain stream order between kernels (no PDL)");
+  app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
+      ->check(CLI::IsMember({"native", "fp8"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -94,7 +97,8 @@ int main(int argc, char** argv) {
   bo.block_size = 16;
   bo.programmatic_launch = !a.no_pdl;
   bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
-  bo.num_pool_blocks = (a.pool_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
+  bo.pool_fp8 = a.memory_kv_dtype == "fp8";
+  bo.num_pool_blocks = (a.pool_mb << 20) / (pool_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
   std::unique_ptr<Backend> backend;
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA

@@ -115,6 +115,7 @@ struct Args {
   std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0}, ms{0};
   int max_questions = 0;
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
+  std::string memory_kv_dtype = "native";
 };
 
 std::vector<const LocomoConversation*> pick(const std::vector<LocomoConversation>& all, const std::string& names) {
@@ -147,6 +148,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache")->capture_default_str();
   app.add_option("--pool-mb", a.pool_mb, "memory pool")->capture_default_str();
   app.add_option("--json", a.json, "write the results here");
+  app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--prompt", a.prompt, "how the question is asked: memory | locomo")->capture_default_str()
       ->check(CLI::IsMember({"memory", "locomo"}));
   CLI11_PARSE(app, argc, argv);
@@ -159,7 +163,8 @@ int main(int argc, char** argv) {
   const int64_t elem = cuda ? 2 : 4;
   BackendOptions bo;
   bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
-  bo.num_pool_blocks = (a.pool_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
+  bo.pool_fp8 = a.memory_kv_dtype == "fp8";
+  bo.num_pool_blocks = (a.pool_mb << 20) / (pool_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
   std::unique_ptr<Backend> backend;
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA
@@ -256,8 +261,8 @@ int main(int argc, char** argv) {
   }
 
   // The table: KL against text at the same k; `off` has no k, so its KL is against no reference.
-  std::printf("\n## LoCoMo %s, %s, %s backend, gold answers teacher-forced\n\n", a.convs.c_str(), model.name.c_str(),
-              be.name().c_str());
+  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, gold answers teacher-forced\n\n", a.convs.c_str(),
+              model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str());
   std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
               "recomputed / fact tokens |\n|---|---|---|---|---|---|---|\n");
   nlohmann::json table = nlohmann::json::array();

@@ -10,9 +10,10 @@
 //   no facts  [BOS][q]                         what the facts are worth at all
 // and prints mean KL(full || x) and top-1 agreement as a markdown table.
 //
-// --kv-dtypes f32,bf16,f16 also serves each window's facts from KV rounded to a 16-bit dtype, as
-// a KV file in that dtype would hold it, and compares it with the f32 KV it was rounded from:
-// what storing KV files in 16 bits costs.
+// --kv-dtypes f32,bf16,f16,fp8 also serves each window's facts from KV rounded to a 16-bit dtype,
+// as a KV file in that dtype would hold it, or as an FP8 memory pool holds it
+// (--memory-kv-dtype fp8), and compares it with the f32 KV it was rounded from: what storing KV in
+// fewer bits costs.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -23,8 +24,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_pool.h"
 #include "engine/block_manager.h"
 #include "engine/engine.h"
+#include "engine/logprobs.h"
 #include "memory/fact_encoder.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
@@ -56,15 +59,6 @@ std::vector<std::string> split_sentences(const std::string& text) {
 // Next-token distributions (log-softmax rows) at token indices [from, n) of the sequence.
 using Rows = std::vector<std::vector<double>>;
 
-std::vector<double> log_softmax(const float* x, int64_t V) {
-  double mx = *std::max_element(x, x + V);
-  double s = 0;
-  for (int64_t i = 0; i < V; ++i) s += std::exp(x[i] - mx);
-  std::vector<double> out(static_cast<size_t>(V));
-  for (int64_t i = 0; i < V; ++i) out[static_cast<size_t>(i)] = x[i] - mx - std::log(s);
-  return out;
-}
-
 // One forward of `positions` of `tokens` (the rest already in the cache), rows for `rows_from`..
 Rows forward_rows(Backend& be, const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
                   const std::vector<int32_t>& table, int32_t rows_from) {
@@ -83,23 +77,43 @@ Rows forward_rows(Backend& be, const std::vector<int32_t>& tokens, const std::ve
   be.forward(fb, logits);
   const int64_t V = be.config().vocab_size;
   Rows rows;
-  for (size_t r = 0; r < fb.output_tokens.size(); ++r) rows.push_back(log_softmax(&logits[r * V], V));
+  for (size_t r = 0; r < fb.output_tokens.size(); ++r) rows.push_back(log_softmax_row(std::span<const float>(&logits[r * V], static_cast<size_t>(V))));
   return rows;
 }
 
-// Rounds every value to `dt` (kF32: unchanged) and back, as a KV file of that dtype stores it.
-void round_through(DType dt, std::vector<float>& x) {
-  if (dt == DType::kBF16)
-    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
-  else if (dt == DType::kF16)
-    for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+// How the injected KV is stored: f32 (as computed), a 16-bit dtype (as a KV file of it holds it),
+// or fp8 (as an FP8 memory pool holds it: E4M3 with a scale per token and kv head).
+struct KvStorage {
+  std::string name;
+  DType dtype = DType::kF32;
+  bool fp8 = false;
+};
+
+KvStorage storage_of(const std::string& s) {
+  if (s == "f32") return {s, DType::kF32};
+  if (s == "bf16") return {s, DType::kBF16};
+  if (s == "f16") return {s, DType::kF16};
+  if (s == "fp8") return {s, DType::kF32, true};
+  throw std::runtime_error("--kv-dtypes: f32, bf16, f16 or fp8, not " + s);
 }
 
-DType dtype_of(const std::string& s) {
-  if (s == "f32") return DType::kF32;
-  if (s == "bf16") return DType::kBF16;
-  if (s == "f16") return DType::kF16;
-  throw std::runtime_error("--kv-dtypes: f32, bf16 or f16, not " + s);
+// Rounds KV rows [L, n, NKV * D] as `st` stores them (f32: unchanged). FP8 goes through the CPU
+// backend's own FP8 pool code (cpu_pool.h), written and read back.
+void round_through(const KvStorage& st, const ModelConfig& cfg, std::vector<float>& x) {
+  if (st.fp8) {
+    const int64_t KS = cfg.kv_size(), n = static_cast<int64_t>(x.size()) / (cfg.num_layers * KS);
+    CpuPool pool(cfg.num_layers, n, cfg.num_kv_heads, cfg.head_dim, true);
+    std::vector<int64_t> slots(static_cast<size_t>(n));
+    std::iota(slots.begin(), slots.end(), 0);
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      pool.write(l, 0, slots.data(), n, x.data() + l * n * KS);
+      pool.read(l, 0, slots.data(), n, x.data() + l * n * KS);
+    }
+  } else if (st.dtype == DType::kBF16) {
+    for (float& v : x) v = bf16_to_f32(f32_to_bf16(v));
+  } else if (st.dtype == DType::kF16) {
+    for (float& v : x) v = f16_to_f32(f32_to_f16(v));
+  }
 }
 
 struct Score {
@@ -134,7 +148,7 @@ int main(int argc, char** argv) {
   app.add_option("--windows", windows, "CWE windows to compare")->delimiter(',');
   app.add_flag("--sink", sink, "encode each fact after a BOS token too (its KV discarded)");
   app.add_option("--seed", seed, "sampling seed");
-  app.add_option("--kv-dtypes", kv_dtypes, "serve the injected KV rounded to these dtypes too (f32, bf16, f16)")->delimiter(',');
+  app.add_option("--kv-dtypes", kv_dtypes, "serve the injected KV rounded to these dtypes too (f32, bf16, f16, fp8)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   Model m = load_model(model_path);
@@ -170,8 +184,8 @@ int main(int argc, char** argv) {
   auto be = make_cpu_backend(m.config, m.weights, bo);
   const int32_t bs = be->block_size();
   Score none;
-  std::vector<DType> dts;
-  for (const std::string& d : kv_dtypes) dts.push_back(dtype_of(d));
+  std::vector<KvStorage> dts;
+  for (const std::string& d : kv_dtypes) dts.push_back(storage_of(d));
   // [window][dtype]: against the full prefill, and against the same window's f32 KV.
   std::vector<std::vector<Score>> inj(windows.size(), std::vector<Score>(dts.size()));
   std::vector<std::vector<Score>> vs_f32(windows.size(), std::vector<Score>(dts.size()));
@@ -235,14 +249,14 @@ int main(int argc, char** argv) {
       Rows f32_rows;
       for (size_t di = 0; di < dts.size(); ++di) {
         std::vector<float> k(k32.as<float>(), k32.as<float>() + k32.numel()), v(v32.as<float>(), v32.as<float>() + v32.numel());
-        round_through(dts[di], k);
-        round_through(dts[di], v);
+        round_through(dts[di], m.config, k);
+        round_through(dts[di], m.config, v);
         be->write_pool(ib.src_slots, HostTensor::view(DType::kF32, k32.shape, k.data()),
                        HostTensor::view(DType::kF32, v32.shape, v.data()));
         be->inject(ib);
         const Rows rows = forward_rows(*be, seq, rest, table, q0);
         inj[wi][di].add(ref, rows);
-        if (dts[di] == DType::kF32) f32_rows = rows;
+        if (dts[di].name == "f32") f32_rows = rows;
         if (!f32_rows.empty()) vs_f32[wi][di].add(f32_rows, rows);
       }
     }
@@ -257,15 +271,15 @@ int main(int argc, char** argv) {
   for (size_t wi = 0; wi < windows.size(); ++wi)
     for (size_t di = 0; di < dts.size(); ++di) {
       const Score& sc = inj[wi][di];
-      const std::string tag = dts.size() > 1 ? ", KV in " + std::string(dtype_name(dts[di])) : "";
+      const std::string tag = dts.size() > 1 ? ", KV in " + dts[di].name : "";
       std::printf("| inject, w = %d%s | %.4f | %.1f%% |\n", windows[wi], tag.c_str(), sc.kl / sc.n, 100.0 * sc.agree / sc.n);
     }
   std::printf("| no facts | %.4f | %.1f%% |\n", none.kl / none.n, 100.0 * none.agree / none.n);
-  if (dts.size() > 1 && dts[0] == DType::kF32) {
+  if (dts.size() > 1 && dts[0].name == "f32") {
     std::printf("\n| KV stored in | window | mean KL(f32 KV || rounded KV) | top-1 agreement with f32 KV |\n|---|---|---|---|\n");
     for (size_t wi = 0; wi < windows.size(); ++wi)
       for (size_t di = 1; di < dts.size(); ++di)
-        std::printf("| %s | %d | %.2e | %.2f%% |\n", std::string(dtype_name(dts[di])).c_str(), windows[wi],
+        std::printf("| %s | %d | %.2e | %.2f%% |\n", dts[di].name.c_str(), windows[wi],
                     vs_f32[wi][di].kl / vs_f32[wi][di].n,
                     100.0 * vs_f32[wi][di].agree / vs_f32[wi][di].n);
   }

@@ -32,6 +32,14 @@ struct InjectBatch {
   std::vector<int32_t> positions;   // [N] serving positions
 };
 
+// Bytes one token's K and V take in a memory pool, over every layer: bf16 on the GPU, f32 on the
+// CPU, or the CPU's FP8 pool (backend/cpu/cpu_pool.h: a byte an element and an f32 scale per kv
+// head). Sizes --memory-pool-mb into blocks.
+inline int64_t pool_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
+  if (fp8 && !gpu) return 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4);
+  return cfg.kv_bytes_per_token(gpu ? 2 : 4);
+}
+
 struct BackendOptions {
   int32_t block_size = 16;
   int64_t num_cache_blocks = 0;     // 0 = size from cache_memory_bytes
@@ -40,6 +48,9 @@ struct BackendOptions {
   int32_t num_threads = 0;          // CPU: 0 = all cores
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
   bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
+  // The memory pool in FP8 E4M3 with a scale per (slot, kv head): ~4x the facts of an f32 pool
+  // in the same bytes (CPU: backend/cpu/cpu_pool.h; the CUDA backend does not have it yet).
+  bool pool_fp8 = false;
 };
 
 class Backend {
@@ -50,8 +61,9 @@ class Backend {
   virtual int32_t block_size() const = 0;
   virtual int64_t num_cache_blocks() const = 0;
   virtual int64_t num_pool_blocks() const = 0;
-  // The element type the memory pool stores (f32 on the CPU, bf16 on the GPU): read_pool() values
-  // are exactly representable in it, so KV files store them in it without loss.
+  // The element type the memory pool's reads and writes move (f32 on the CPU, bf16 on the GPU):
+  // read_pool() values are exactly representable in it, so KV files store them in it without
+  // loss. (An FP8 pool stores less, and reads back f32 values its codes and scales give.)
   virtual DType pool_dtype() const = 0;
 
   // The output ForwardBatch::output asks for (the config's architecture over the backend's

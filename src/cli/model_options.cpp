@@ -35,6 +35,11 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_option("--max-model-len", a.max_model_len, "longest request in tokens (0 = the model's limit)")->capture_default_str();
   cmd.add_option("--device", a.device, "auto | cpu | cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   cmd.add_flag("--enforce-eager", a.enforce_eager, "CUDA: launch every kernel, no CUDA graphs for decode steps and short prefills (vLLM's flag)");
+  cmd.add_option("--memory-kv-dtype", a.memory_kv_dtype,
+                 "how the memory pool stores fact KV: native (f32 on the CPU, bf16 on a GPU) or fp8 (E4M3 with a "
+                 "scale per token and kv head: ~4x the facts in --memory-pool-mb on the CPU; not on the CUDA backend yet)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"native", "fp8"}));
   cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
                "CUDA: launch each kernel after the previous one ends (no Programmatic Dependent Launch)");
 }
@@ -112,8 +117,9 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   BackendOptions bo;
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
-  // KV element size: bf16 on the GPU, f32 on the CPU.
-  const int64_t block_bytes = cfg.kv_bytes_per_token(gpu ? 2 : 4) * a.block_size;
+  // KV element size: bf16 on the GPU, f32 on the CPU; an FP8 pool (the CPU's) as cpu_pool.h stores it.
+  bo.pool_fp8 = a.memory_kv_dtype == "fp8";
+  const int64_t block_bytes = pool_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
   bo.num_threads = a.threads;
   bo.cuda_graphs = !a.enforce_eager;

@@ -24,6 +24,7 @@ struct ModelArgs {
   int32_t threads = 0;
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
   bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
+  std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8
   int32_t max_batched_tokens = 2048;
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;

@@ -33,11 +33,8 @@ class CpuBackend final : public Backend {
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       kv_.k_cache.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(cache_elems)}));
       kv_.v_cache.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(cache_elems)}));
-      if (pool_elems > 0) {
-        kv_.k_pool.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(pool_elems)}));
-        kv_.v_pool.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(pool_elems)}));
-      }
     }
+    if (pool_elems > 0) kv_.pool = CpuPool(cfg_.num_layers, kv_.pool_slots, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
     ops_ = std::make_unique<CpuForwardOps>(cfg_, kv_, block_size_, opts.num_threads);
     arch_ = make_architecture(cfg_);
     arch_->load(*ops_, w);
@@ -62,24 +59,30 @@ class CpuBackend final : public Backend {
     const int64_t half = cfg_.head_dim / 2;
     std::vector<float> cosv(N * static_cast<size_t>(half)), sinv(N * static_cast<size_t>(half));
     for (size_t i = 0; i < N; ++i) rope.angles(b.positions[i], &cosv[i * half], &sinv[i * half]);
-    std::vector<float> row(static_cast<size_t>(KS));
+    std::vector<float> k(N * static_cast<size_t>(KS)), v(k.size());  // [N, KS] this layer's pool rows
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      const float* kp = kv_.k_pool[static_cast<size_t>(l)].as<float>();
-      const float* vp = kv_.v_pool[static_cast<size_t>(l)].as<float>();
+      kv_.pool.read(l, 0, b.src_slots.data(), static_cast<int64_t>(N), k.data());
+      kv_.pool.read(l, 1, b.src_slots.data(), static_cast<int64_t>(N), v.data());
       float* kc = kv_.k_cache[static_cast<size_t>(l)].as<float>();
       float* vc = kv_.v_cache[static_cast<size_t>(l)].as<float>();
       for (size_t i = 0; i < N; ++i) {
-        std::memcpy(row.data(), kp + b.src_slots[i] * KS, static_cast<size_t>(KS) * 4);
-        rope.rotate_with(row.data(), cfg_.num_kv_heads, &cosv[i * half], &sinv[i * half]);
-        std::memcpy(kc + b.dst_slots[i] * KS, row.data(), static_cast<size_t>(KS) * 4);
-        std::memcpy(vc + b.dst_slots[i] * KS, vp + b.src_slots[i] * KS, static_cast<size_t>(KS) * 4);
+        float* row = k.data() + i * static_cast<size_t>(KS);
+        rope.rotate_with(row, cfg_.num_kv_heads, &cosv[i * half], &sinv[i * half]);
+        std::memcpy(kc + b.dst_slots[i] * KS, row, static_cast<size_t>(KS) * 4);
+        std::memcpy(vc + b.dst_slots[i] * KS, v.data() + i * static_cast<size_t>(KS), static_cast<size_t>(KS) * 4);
       }
     }
   }
 
   void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
-    copy_out(kv_.k_pool, kv_.v_pool, slots, k, v);
+    const int64_t KS = cfg_.kv_size(), n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
+    k = make_kv_rows(DType::kF32, L, n, KS);
+    v = make_kv_rows(DType::kF32, L, n, KS);
+    for (int64_t l = 0; l < L; ++l) {
+      kv_.pool.read(l, 0, slots.data(), n, k.as<float>() + l * n * KS);
+      kv_.pool.read(l, 1, slots.data(), n, v.as<float>() + l * n * KS);
+    }
   }
 
   void write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) override {
@@ -88,8 +91,8 @@ class CpuBackend final : public Backend {
     check_kv_rows(k, DType::kF32, L, n, KS, "write_pool K");
     check_kv_rows(v, DType::kF32, L, n, KS, "write_pool V");
     for (int64_t l = 0; l < L; ++l) {
-      cpu::scatter_rows(k.as<float>() + l * n * KS, slots.data(), kv_.k_pool[static_cast<size_t>(l)].as<float>(), n, KS);
-      cpu::scatter_rows(v.as<float>() + l * n * KS, slots.data(), kv_.v_pool[static_cast<size_t>(l)].as<float>(), n, KS);
+      kv_.pool.write(l, 0, slots.data(), n, k.as<float>() + l * n * KS);
+      kv_.pool.write(l, 1, slots.data(), n, v.as<float>() + l * n * KS);
     }
   }
 

@@ -180,8 +180,7 @@ void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
       for (size_t c = 0; c < b.capture_tokens.size(); ++c)
         std::memcpy(&capture_[c * static_cast<size_t>(KS)], all + b.capture_tokens[c] * W + QS + which * KS,
                     static_cast<size_t>(KS) * 4);
-      cpu::scatter_rows(capture_.data(), b.capture_slots.data(), (which == 0 ? kv_.k_pool : kv_.v_pool)[l].as<float>(),
-                        static_cast<int64_t>(b.capture_tokens.size()), KS);
+      kv_.pool.write(layer, which, b.capture_slots.data(), static_cast<int64_t>(b.capture_tokens.size()), capture_.data());
     }
   }
   // RoPE of q and k at each token's position -> q, and K / V rows into the cache.

@@ -11,14 +11,16 @@
 #include "model/forward_ops.h"
 #include "model/rope.h"
 #include "tensor/host_tensor.h"
+#include "backend/cpu/cpu_pool.h"
 #include "util/thread_pool.h"
 
 namespace inferscale {
 
-// The KV memory the forward writes: per layer, cache [num_blocks * bs, NKV, D] and memory pool
-// [num_pool_blocks * bs, NKV, D] (keys before RoPE), f32.
+// The KV memory the forward writes: per layer, cache [num_blocks * bs, NKV, D] f32, and the memory
+// pool [num_pool_blocks * bs, NKV, D] (keys before RoPE; f32 or FP8, cpu_pool.h).
 struct CpuKv {
-  std::vector<HostTensor> k_cache, v_cache, k_pool, v_pool;
+  std::vector<HostTensor> k_cache, v_cache;
+  CpuPool pool;
   int64_t cache_slots = 0, pool_slots = 0;
 };
 

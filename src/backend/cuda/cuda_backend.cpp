@@ -34,6 +34,8 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts)
       : cfg_(cfg), rope_(cfg), block_size_(opts.block_size), graphs_(opts.cuda_graphs) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
+    IS_REQUIRE(!opts.pool_fp8, kUnsupported,
+               "an FP8 memory pool (--memory-kv-dtype fp8) is not on the CUDA backend yet: use the native bf16 pool, or --device cpu");
     if (!opts.programmatic_launch) cuda::set_programmatic_launch(false);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&ev_start_));
