@@ -44,12 +44,13 @@ SamplingParams greedy(int n) {
 // One store + retriever + engine + memory service over a data directory.
 struct Stack {
   explicit Stack(const std::filesystem::path& dir, MemoryOptions opts = {}, int64_t cache_blocks = 512,
-                 int64_t pool_blocks = 256, const Model& model = demo()) {
+                 int64_t pool_blocks = 256, const Model& model = demo(), bool pool_fp8 = false) {
     store = FactStore::open(dir);
     retriever = std::make_unique<Bm25Retriever>(*store);
     BackendOptions bo;
     bo.num_cache_blocks = cache_blocks;
     bo.num_pool_blocks = pool_blocks;
+    bo.pool_fp8 = pool_fp8;
     engine = std::make_unique<Engine>(make_cpu_backend(model.config, model.weights, bo), model.tokenizer, EngineOptions{});
     if (opts.kv_dir.empty()) opts.kv_dir = dir / "kv";
     service = std::make_unique<MemoryService>(*store, *retriever, model, engine->backend(), engine->blocks(), opts);
@@ -869,6 +870,39 @@ TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
     EXPECT_EQ(kv->dtype, DType::kF16);  // half the bytes of the f32 pool's values
     EXPECT_EQ(kv->pool, DType::kF32);
   }
+  s.service->release(p);
+}
+
+// An FP8 pool (cpu_pool.h) behind KV files: a restart loads the facts from the files (f16 of what
+// the pool held) and serves them as the first run did; the reloaded rows are the first run's to
+// within f16's rounding of each head's scale, and the answer's tokens are the same.
+TEST(MemoryService, AnFp8PoolRestartsFromItsKvFiles) {
+  TempDir dir;
+  std::vector<float> k0, v0;
+  std::vector<int32_t> answer0;
+  {
+    Stack s(dir.path(), {}, 512, 256, demo(), /*pool_fp8=*/true);
+    add_alice(*s.store);
+    MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+    EXPECT_EQ(p.encoded, 4);
+    test::read_pool_f32(s.engine->backend(), p.injected->pool_slots, k0, v0);
+    answer0 = s.run(p);
+    s.service->release(p);
+  }
+  Stack s(dir.path(), {}, 512, 256, demo(), /*pool_fp8=*/true);
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4), kAsk);
+  EXPECT_EQ(p.encoded, 0);
+  EXPECT_EQ(p.loaded, 4);
+  std::vector<float> k1, v1;
+  test::read_pool_f32(s.engine->backend(), p.injected->pool_slots, k1, v1);
+  ASSERT_EQ(k1.size(), k0.size());
+  double worst = 0;
+  for (size_t i = 0; i < k0.size(); ++i) {
+    worst = std::max(worst, std::abs(static_cast<double>(k1[i]) - k0[i]) / (std::abs(k0[i]) + 1e-3));
+    worst = std::max(worst, std::abs(static_cast<double>(v1[i]) - v0[i]) / (std::abs(v0[i]) + 1e-3));
+  }
+  EXPECT_LE(worst, 2e-3) << "f16's rounding of the scale, not a different code";
+  EXPECT_EQ(s.run(p), answer0);
   s.service->release(p);
 }
 
