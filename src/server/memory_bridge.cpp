@@ -49,26 +49,17 @@ void MemoryBridge::wake() {
 }
 
 void MemoryBridge::enable_background(AsyncEngineOptions& ao) {
-  ao.on_start = [this](Engine& e) { start_background(e); };
-  ao.idle_work = [this](Engine& e) { return background_work(e); };
-}
-
-void MemoryBridge::start_background(Engine& engine) {
-  MemoryService& svc = service(engine);
-  if (!background_on_) {  // from now on writes are queued and wake the engine thread
-    svc.enable_background([this] { wake(); });
-    background_on_ = true;
-  }
-}
-
-bool MemoryBridge::background_work(Engine& engine) {
-  start_background(engine);
-  MemoryService& svc = service(engine);
-  // Queued as the engine's low-priority capture work: the next request is not held up by it.
-  std::vector<CaptureSeq> captures = svc.queued_captures(kBackgroundFacts);
-  if (!captures.empty()) spdlog::debug("memory: {} facts to encode in the background, {} queued", captures.size(), svc.num_queued());
-  for (CaptureSeq& c : captures) engine.add_background_capture(std::move(c));
-  return svc.has_queued();
+  // From the engine's start on, writes are queued and wake the engine thread.
+  ao.on_start = [this](Engine& e) { service(e).enable_background([this] { wake(); }); };
+  ao.idle_work = [this](Engine& e) {
+    MemoryService& svc = service(e);
+    // Queued as the engine's low-priority capture work: the next request is not held up by it.
+    std::vector<CaptureSeq> captures = svc.queued_captures(kBackgroundFacts);
+    if (!captures.empty())
+      spdlog::debug("memory: {} facts to encode in the background, {} queued", captures.size(), svc.num_queued());
+    for (CaptureSeq& c : captures) e.add_background_capture(std::move(c));
+    return svc.has_queued();
+  };
 }
 
 namespace {

@@ -27,11 +27,9 @@ class MemoryBridge final : public MemoryProvider {
 
   // Background encoding for an AsyncEngine: `on_start` starts the memory service and its queueing
   // of written facts before the server takes any write (a write before it was never queued), and
-  // `idle_work` hands a few queued facts' encodings to the engine as background captures.
+  // `idle_work` hands a few queued facts' encodings to the engine as background captures
+  // (MemoryService::queued_captures), returning whether more are queued.
   void enable_background(AsyncEngineOptions& ao);
-  // AsyncEngineOptions::idle_work (engine thread): as above (starting the service's queueing if
-  // on_start did not); returns whether more are queued.
-  bool background_work(Engine& engine);
   // How a write wakes the engine thread for background work (AsyncEngine::request_idle_work);
   // set before the server takes requests.
   void set_wake(std::function<void()> wake) {
@@ -39,8 +37,6 @@ class MemoryBridge final : public MemoryProvider {
     wake_ = std::move(wake);
   }
   static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
-  // Engine thread: the service exists and queues written facts from now on.
-  void start_background(Engine& engine);
   BackgroundEncoding background() const override;
 
  private:
@@ -52,7 +48,6 @@ class MemoryBridge final : public MemoryProvider {
   const MemoryOptions opts_;
   std::unique_ptr<MemoryService> service_;  // engine thread only
   std::atomic<MemoryService*> started_{nullptr};  // service_ once made (its background counters are thread-safe)
-  bool background_on_ = false;  // engine thread
   void wake();  // any thread
   std::mutex wake_mu_;
   std::function<void()> wake_;  // guarded by wake_mu_
