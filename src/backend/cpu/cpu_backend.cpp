@@ -27,14 +27,12 @@ class CpuBackend final : public Backend {
     num_pool_blocks_ = opts.num_pool_blocks;
     const int64_t row = cfg_.kv_size();
     const size_t cache_elems = static_cast<size_t>(num_blocks_ * block_size_ * row);
-    const size_t pool_elems = static_cast<size_t>(num_pool_blocks_ * block_size_ * row);
     kv_.cache_slots = num_blocks_ * block_size_;
-    kv_.pool_slots = num_pool_blocks_ * block_size_;
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       kv_.k_cache.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(cache_elems)}));
       kv_.v_cache.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(cache_elems)}));
     }
-    if (pool_elems > 0) kv_.pool = CpuPool(cfg_.num_layers, kv_.pool_slots, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
+    kv_.pool = CpuPool(cfg_.num_layers, num_pool_blocks_ * block_size_, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
     ops_ = std::make_unique<CpuForwardOps>(cfg_, kv_, block_size_, opts.num_threads);
     arch_ = make_architecture(cfg_);
     arch_->load(*ops_, w);

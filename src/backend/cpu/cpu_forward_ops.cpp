@@ -80,7 +80,7 @@ Weight CpuForwardOps::filled_vector(int64_t n, float value) {
 }
 
 void CpuForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
-  check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+  check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool.slots(), cfg_.vocab_size);
   batch_ = &b;
   mask_ = mask;
   const int64_t T = b.num_tokens(), half = cfg_.head_dim / 2;

@@ -21,7 +21,7 @@ namespace inferscale {
 struct CpuKv {
   std::vector<HostTensor> k_cache, v_cache;
   CpuPool pool;
-  int64_t cache_slots = 0, pool_slots = 0;
+  int64_t cache_slots = 0;
 };
 
 class CpuForwardOps final : public ForwardOps {

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <vector>
 
-
 namespace inferscale {
 
 class CpuPool {
@@ -15,8 +14,7 @@ class CpuPool {
   CpuPool() = default;
   CpuPool(int64_t layers, int64_t slots, int64_t num_kv_heads, int64_t head_dim, bool fp8);
 
-  bool fp8() const { return fp8_; }
-  int64_t slots() const { return slots_; }
+  int64_t slots() const { return slots_; }  // 0: no pool
   // rows: [n, NKV * D] f32; which: 0 = K, 1 = V. Slots must be in [0, slots()).
   void write(int64_t layer, int which, const int64_t* slots, int64_t n, const float* rows);
   void read(int64_t layer, int which, const int64_t* slots, int64_t n, float* rows) const;
