@@ -155,7 +155,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   ws_->part_lse.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * 4);
 
   CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
-  if (profiler_.enabled() && graph_ == nullptr) profiler_.start("upload", stream_);
+  if (profiling()) profiler_.start("upload", stream_);
   meta.upload(stream_);
 
   aa_ = cuda::AttentionArgs{};
@@ -235,7 +235,7 @@ void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather withou
 void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
   if (skip()) return;
   if (!bias.empty()) no_gpu_op("linear bias");
-  if (profiler_.enabled() && graph_ == nullptr) profiler_.mark("linear " + std::to_string(wt.rows) + "x" + std::to_string(wt.cols), stream_);
+  if (profiling()) profiler_.mark("linear " + std::to_string(wt.rows) + "x" + std::to_string(wt.cols), stream_);
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
            "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
   if (y.type == ActType::kF32) {

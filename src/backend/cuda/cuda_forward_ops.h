@@ -130,8 +130,10 @@ class CudaForwardOps final : public ForwardOps {
   std::vector<const void*> graph_pointers() const;
   std::vector<int64_t> graph_launch_;  // this forward's launch shape (ForwardGraph::launch)
   bool skip() const { return phase_ == Phase::kReplay; }  // launches come from the graph
+  // This forward is profiled (op_profile.h): profiling on and no graph.
+  bool profiling() const { return profiler_.enabled() && graph_ == nullptr; }
   void mark(const char* op) {
-    if (profiler_.enabled() && graph_ == nullptr) profiler_.mark(op, stream_);
+    if (profiling()) profiler_.mark(op, stream_);
   }
   OpProfiler profiler_;
   ForwardGraph* graph_ = nullptr;
