@@ -89,6 +89,13 @@ class ForwardOps {
   virtual void attention(Act q, int32_t layer, Act out) = 0;
   // out = silu(gu[:, :I]) * gu[:, I:]          gu: [T, 2 I]; out: [T, I]
   virtual void silu_mul(Act gu, Act out) = 0;
+  // The gated MLP's input projection: out = silu_mul(x w^T)   x: [T, K]; w: [2 I, K]; gu: [T, 2 I]
+  // scratch; out: [T, I]. This default is linear into gu, then silu_mul; a backend may fuse the
+  // two (gu's contents are then unspecified).
+  virtual void linear_silu_mul(Act x, const Weight& w, Act gu, Act out) {
+    linear(x, w, {}, gu, false);
+    silu_mul(gu, out);
+  }
   // x = gelu(x), the exact (erf) form, in place.
   virtual void gelu(Act x) = 0;
   // rows = x[output_tokens]                    [R, H]

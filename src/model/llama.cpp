@@ -116,8 +116,7 @@ class Llama final : public Architecture {
       ops.attention(q, static_cast<int32_t>(l), attn);
       ops.linear(attn, L.wo, {}, x, /*accumulate=*/true);
       ops.rms_norm(x, L.ffn_norm, h, eps, false);
-      ops.linear(h, L.w_gate_up, {}, gate_up, false);
-      ops.silu_mul(gate_up, ffn);
+      ops.linear_silu_mul(h, L.w_gate_up, gate_up, ffn);
       ops.linear(ffn, L.w_down, {}, x, /*accumulate=*/true);
     }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -65,7 +66,7 @@ struct DevTable {
 
 TEST(CudaKernels, Embedding) {
   REQUIRE_GPU();
-  for (int64_t H : {4096l, 100l}) {
+  for (int64_t H : {4096l, 100l, 16384l, 104l}) {
     for (int64_t T : {1l, 7l, 17l, 1000l}) {
       const int64_t V = 997;
       const auto emb = round_bf16(randn(static_cast<size_t>(V * H), 1));
@@ -85,7 +86,8 @@ TEST(CudaKernels, Embedding) {
 
 TEST(CudaKernels, RmsNormWithRowGather) {
   REQUIRE_GPU();
-  for (int64_t H : {4096l, 100l}) {
+  // 4096 and 100: the vector path, rows in registers; 20000: past them (re-read); 1027: scalar.
+  for (int64_t H : {4096l, 100l, 20000l, 1027l}) {
     for (int64_t R : {1l, 7l, 17l, 1000l}) {
       const int64_t rows_in = R + 5;
       const auto x = randn(static_cast<size_t>(rows_in * H), 3, 2.0f);
@@ -390,6 +392,38 @@ TEST(CudaKernels, GemvMatchesReference) {
       DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.N) * 4);  // Gemm::run's path for M <= its gemv rows
       via_gemm.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, sh.N, sh.K, false, nullptr);
       record(tag + "/via_gemm", compare(download<float>(y, ref.size()), ref), 1e-5);
+    }
+  }
+}
+
+// The fused gate_up GEMV + SiLU * up against the double reference of the unfused pair, at odd
+// shapes (an I that fills no block, a K with a tail past the batched loop) and every M.
+TEST(CudaKernels, GemvSiluMulMatchesReference) {
+  REQUIRE_GPU();
+  struct Shape {
+    int64_t I, K;
+  };
+  const Shape shapes[] = {{1, 8}, {37, 136}, {1001, 4096}, {14336, 4096}, {130, 1032}};
+  for (const Shape& sh : shapes) {
+    for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
+      const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 600 + M));
+      const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(2 * sh.I * sh.K), 700 + sh.I, 0.05f));
+      std::vector<float> ref(static_cast<size_t>(M * sh.I));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t i = 0; i < sh.I; ++i) {
+          double g = 0, u = 0;
+          for (int64_t k = 0; k < sh.K; ++k) {
+            const double xv = xh[static_cast<size_t>(m * sh.K + k)];
+            g += xv * wh[static_cast<size_t>(i * sh.K + k)];
+            u += xv * wh[static_cast<size_t>((sh.I + i) * sh.K + k)];
+          }
+          ref[static_cast<size_t>(m * sh.I + i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        }
+      DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
+      DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.I) * 2);
+      cuda::gemv_silu_mul(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), M, sh.I, sh.K, nullptr);
+      record("gemv_silu_mul/M" + std::to_string(M) + "_I" + std::to_string(sh.I) + "_K" + std::to_string(sh.K),
+             compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
     }
   }
 }

@@ -45,13 +45,30 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   bf16* sK = sQ + kBM * D;
   bf16* sV = sK + 2 * kBN * D;
 
-  pdl_begin();
+  // The work item, its block-table row and its positions are metadata (launch.cuh): this chain of
+  // dependent loads runs before the wait, while the kernel before (the QKV append) finishes; the
+  // first chunk's block-table entries are prefetched into L1. Q and K/V are read after it.
   if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
   const AttnWorkItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t kv_base = a.kv_indptr[it.kv_seq];
+  if (tid * a.block_size < kBN + a.block_size) {
+    const int j = it.kv_begin + tid * a.block_size;
+    if (j < it.kv_end) asm volatile("prefetch.global.L1 [%0];" ::"l"(a.kv_indices + kv_base + j / a.block_size));
+  }
+
+  // This thread's two rows: r0 = warp*16 + g and r0 + 8 (fragment rows g and g+8).
+  const int g = lane >> 2, t4 = lane & 3;
+  int pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int pr = it.row_begin + warp * 16 + g + 8 * h;
+    pos[h] = pr < it.row_end ? a.positions[it.q_start + pr / group] : -1;
+  }
+  const int warp_max_pos = __reduce_max_sync(0xffffffffu, max(pos[0], pos[1]));
+  pdl_begin();
 
   // Q tile (rows past row_end are zero and fully masked below).
   for (int c = tid; c < kBM * CH; c += kThreads) {
@@ -86,16 +103,6 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       cp_async_16(v_dst + swz<D>(r, ch), vs, valid);
     }
   };
-
-  // This thread's two rows: r0 = warp*16 + g and r0 + 8 (fragment rows g and g+8).
-  const int g = lane >> 2, t4 = lane & 3;
-  int pos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int pr = it.row_begin + warp * 16 + g + 8 * h;
-    pos[h] = pr < it.row_end ? a.positions[it.q_start + pr / group] : -1;
-  }
-  const int warp_max_pos = __reduce_max_sync(0xffffffffu, max(pos[0], pos[1]));
 
   const int n_chunks = (it.kv_end - it.kv_begin + kBN - 1) / kBN;
   load_kv(it.kv_begin, 0);

@@ -291,6 +291,19 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
   cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_);
 }
 
+void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
+  if (skip()) return;
+  if (!gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols)) {  // cuBLASLt into gu, then the SiLU kernel
+    ForwardOps::linear_silu_mul(x, wt, gu, out);
+    return;
+  }
+  if (profiling()) profiler_.mark("linear+silu_mul " + std::to_string(wt.rows) + "x" + std::to_string(wt.cols), stream_);
+  IS_CHECK(x.type == ActType::kCompute && out.type == ActType::kCompute && x.cols == wt.cols &&
+               wt.rows == 2 * out.cols && x.rows == out.rows,
+           "linear_silu_mul [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, out.rows, out.cols);
+  cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
+}
+
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {
   if (skip()) return;
   mark("argmax");

@@ -2,7 +2,9 @@
 //   weights      matrices bf16 (stacked parts stay one matrix: the fused QKV and gate/up GEMMs),
 //                vectors f32 (DeviceWeightStore)
 //   activations  kF32 f32; kCompute bf16 (GEMM inputs)
-//   linear       cuBLASLt, bf16 x bf16 -> f32 accumulate; accumulate = beta 1 (the residual adds)
+//   linear       cuBLASLt, bf16 x bf16 -> f32 accumulate; accumulate = beta 1 (the residual adds);
+//                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
+//                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
 //   attention    tensor-core tiles or the CUDA-core decode path, planned in begin(); causal only
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
@@ -98,6 +100,7 @@ class CudaForwardOps final : public ForwardOps {
   void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
   void attention(Act q, int32_t layer, Act out) override;
   void silu_mul(Act gu, Act out) override;
+  void linear_silu_mul(Act x, const Weight& w, Act gu, Act out) override;  // one GEMV kernel at gemv sizes
   void gelu(Act x) override;
   void gather_output_rows(Act x, Act rows) override;
   void argmax(Act logits, int64_t n, Act ids) override;

@@ -41,6 +41,9 @@ inline constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(int64_t M, int64_t K, const void* x, const void* w);
 void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, int64_t M, int64_t N, int64_t K,
           cudaStream_t stream);
+// The gated MLP's input projection and its SiLU * up in one pass (gate and up never leave registers):
+//   out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i])     x: [M, K]; w: [2 I, K]; out: [M, I] bf16
+void gemv_silu_mul(const bf16* x, const bf16* w, bf16* out, int64_t M, int64_t I, int64_t K, cudaStream_t stream);
 
 // Greedy sampling: out[r] = the index of the largest of logits[r * ld + 0 .. n), the lowest on ties.
 //   logits: [R, ld] f32; out: [R]

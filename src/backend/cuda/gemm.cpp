@@ -93,10 +93,14 @@ cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const cublasLtMatmulHeuristicR
   return cands[best].algo;
 }
 
+bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
+  return M <= gemv_max_rows_ && cuda::gemv_supports(M, K, x, w);
+}
+
 void Gemm::launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                   bool accumulate, cudaStream_t stream) {
   if (M == 0) return;
-  if (M <= gemv_max_rows_ && cuda::gemv_supports(M, K, x, w)) {
+  if (gemv_path(x, w, M, K)) {
     cuda::gemv(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), y, f32_out, accumulate, M, N,
                K, stream);
     return;

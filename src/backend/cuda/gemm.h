@@ -42,6 +42,8 @@ class Gemm {
   // Default 1: on the H200 at Llama-3.1-8B shapes gemv saves 1-1.4 us on qkv, o_proj and down at
   // M = 1 (loses 1.4 on gate_up) and loses at M = 4 (bench_cuda_kernels' GEMM table, BENCHMARKS.md).
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
+  // Whether run() takes cuda::gemv for these operands (CudaForwardOps fuses SiLU * up into it then).
+  bool gemv_path(const void* x, const void* w, int64_t M, int64_t K) const;
 
  private:
   struct Plan {

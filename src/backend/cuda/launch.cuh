@@ -7,8 +7,12 @@
 //     kernel wrote and before it writes anything at all; pdl_wait() returns when the previous
 //     kernel has completed and its writes are visible (and that kernel waited for its own
 //     predecessor, so every earlier kernel has completed too);
-//   * before pdl_wait() a kernel reads only what no kernel writes (weights), e.g. the GEMV
-//     prefetching its weight rows while the norm before it runs.
+//   * before pdl_wait() a kernel reads only what no kernel writes: weights (the GEMV prefetches
+//     its weight rows while the norm before it runs) and the forward's metadata (MetaUpload:
+//     positions, slots, block tables, attention work items, RoPE tables), which the host copies
+//     in stream order before the forward's first kernel (never inside a graph) and which no
+//     kernel writes; the attention kernels walk their metadata chains while the kernel before
+//     them runs.
 // Kernels launched with <<<>>> (and cuBLASLt's, memcpys) keep full stream order; pdl_wait() in a
 // kernel launched without the attribute returns at once. Capturing into a CUDA graph keeps the
 // programmatic edges.

@@ -20,16 +20,31 @@ constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 constexpr int kWarpsPerBlock = 4;
 
 __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
-  pdl_begin();
   const int NH = a.num_heads, NKV = a.num_kv_heads, D = a.head_dim, half = D / 2;
   const int heads = NH + 2 * NKV;
   const int64_t warp_id = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + (threadIdx.x >> 5);
-  if (warp_id >= a.T * heads) return;  // whole warp leaves together
+  if (warp_id >= a.T * heads) return;  // whole warp leaves together (an exit counts as launch_dependents)
   const int lane = threadIdx.x & 31;
   const int64_t t = warp_id / heads;
   const int h = static_cast<int>(warp_id % heads);
   const bool is_q = h < NH, is_k = !is_q && h < NH + NKV, is_v = !is_q && !is_k;
   const int kvh = is_k ? h - NH : h - NH - NKV;
+
+  // Metadata and the RoPE table row (launch.cuh: no kernel writes them) before the wait, so only
+  // the qkv row's load is left after it.
+  const int64_t slot = a.slot_mapping[t];
+  const int64_t cap = (a.capture_slot != nullptr && !is_q) ? a.capture_slot[t] : -1;
+  float cs[kMaxPairsPerLane], sn[kMaxPairsPerLane];
+  if (!is_v) {
+    const int64_t pos = a.positions[t];
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      const int p = lane + 32 * k;
+      cs[k] = p < half ? a.cos_table[pos * half + p] : 0.0f;
+      sn[k] = p < half ? a.sin_table[pos * half + p] : 0.0f;
+    }
+  }
+  pdl_begin();
 
   const float* src = a.qkv + (t * heads + h) * D;
   const float* bias = a.bias != nullptr ? a.bias + static_cast<int64_t>(h) * D : nullptr;
@@ -68,8 +83,6 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
     }
   }
 
-  const int64_t slot = a.slot_mapping[t];
-  const int64_t cap = (a.capture_slot != nullptr && !is_q) ? a.capture_slot[t] : -1;
   if (cap >= 0) {  // write path: k before rotation, v as is
     bf16* dst = (is_k ? a.k_pool : a.v_pool) + (cap * NKV + kvh) * D;
 #pragma unroll
@@ -82,16 +95,12 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   }
 
   if (!is_v) {  // RoPE with the host-built table row of this token's position
-    const int64_t pos = a.positions[t];
-    const float* c = a.cos_table + pos * half;
-    const float* s = a.sin_table + pos * half;
 #pragma unroll
     for (int k = 0; k < kMaxPairsPerLane; ++k) {
-      const int p = lane + 32 * k;
-      if (p < half) {
+      if (lane + 32 * k < half) {
         const float u = x0[k], v = x1[k];
-        x0[k] = u * c[p] - v * s[p];
-        x1[k] = v * c[p] + u * s[p];
+        x0[k] = u * cs[k] - v * sn[k];
+        x1[k] = v * cs[k] + u * sn[k];
       }
     }
   }
