@@ -7,10 +7,11 @@
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
 // events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only]
-// (--decode-only: table (b) alone)
+// (--decode-only: tables (b) and (c))
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -202,10 +203,28 @@ int main(int argc, char** argv) {
   be->set_cuda_graphs(true);
   be->set_programmatic_launch(true);
 
-  // (c) Where a decode step's time goes: eager, an event before each op (op_profile.h), so the
-  // ops run one after the other (no overlap from PDL or graphs); summed per op over the steps.
-  std::printf("\n(c) decode step by op (eager, events between ops; 1024-token contexts, tensor-core tiles)\n");
+  // (c) Where a step's time goes: eager, an event before each op (op_profile.h), so the ops run
+  // one after the other (no overlap from PDL or graphs); summed per op over the steps. The decode
+  // steps of (b), and the question forward of (a) at k = 50 (32 tokens after 1,500 in the cache).
+  std::printf("\n(c) a step by op (eager, events between ops; tensor-core tiles)\n");
   be->set_cuda_graphs(false);
+  const auto profile = [&](const char* what, int32_t steps, const std::function<ForwardBatch(int32_t)>& step_batch) {
+    be->set_op_profile(true);
+    double gpu = 0;
+    for (int32_t st = 0; st < steps; ++st) {
+      be->forward(step_batch(st), out);
+      gpu += be->last_gpu_ms();
+    }
+    const std::vector<OpTime> ops = be->op_profile();
+    be->set_op_profile(false);
+    double sum = 0;
+    for (const OpTime& t : ops) sum += t.ms;
+    std::printf("%s: %.3f ms a step (GPU, events), ops summed %.3f ms\n", what, gpu / steps, sum / steps);
+    std::printf("| op | calls a step | ms a step | us a call | share |\n|---|---|---|---|---|\n");
+    for (const OpTime& t : ops)
+      std::printf("| %s | %lld | %.3f | %.1f | %.1f%% |\n", t.op.c_str(), static_cast<long long>(t.calls / steps),
+                  t.ms / steps, 1000.0 * t.ms / static_cast<double>(t.calls), 100.0 * t.ms / sum);
+  };
   for (int32_t batch : {1, 32}) {
     const int32_t ctx = 1024, steps = quick ? 4 : 12, base = 2000;  // blocks past the (b) sequences
     const int32_t blocks_per_seq = (ctx + steps + kBlock - 1) / kBlock;
@@ -214,25 +233,26 @@ int main(int argc, char** argv) {
     pre.output = ForwardBatch::Output::kArgmax;
     be->forward(pre, out);
     std::vector<int32_t> next(out.ids.begin(), out.ids.end());
-    be->set_op_profile(true);
-    double gpu = 0;
-    for (int32_t st = 0; st < steps; ++st) {
+    const std::string what = "decode, batch " + std::to_string(batch) + ", 1024-token contexts";
+    profile(what.c_str(), steps, [&](int32_t st) {
       ForwardBatch d;
       for (int32_t s = 0; s < batch; ++s) add_seq(d, {next[static_cast<size_t>(s)]}, ctx + st, base + s * blocks_per_seq);
       d.output = ForwardBatch::Output::kArgmax;
-      be->forward(d, out);
-      next.assign(out.ids.begin(), out.ids.end());
-      gpu += be->last_gpu_ms();
-    }
-    const std::vector<OpTime> ops = be->op_profile();
-    be->set_op_profile(false);
-    double sum = 0;
-    for (const OpTime& t : ops) sum += t.ms;
-    std::printf("batch %d: %.3f ms a step (GPU, events), ops summed %.3f ms\n", batch, gpu / steps, sum / steps);
-    std::printf("| op | calls a step | ms a step | us a call | share |\n|---|---|---|---|---|\n");
-    for (const OpTime& t : ops)
-      std::printf("| %s | %lld | %.3f | %.1f | %.1f%% |\n", t.op.c_str(), static_cast<long long>(t.calls / steps),
-                  t.ms / steps, 1000.0 * t.ms / static_cast<double>(t.calls), 100.0 * t.ms / sum);
+      return d;
+    });
+  }
+  {
+    const int32_t ctx = max_k * kFactLen, base = 2000;
+    ForwardBatch pre;
+    add_seq(pre, tokens(ctx, 400, V), 0, base);
+    pre.output = ForwardBatch::Output::kArgmax;
+    be->forward(pre, out);
+    profile("question prefill, 32 tokens after 1,500 in the cache", quick ? 3 : 8, [&](int32_t) {
+      ForwardBatch q;
+      add_seq(q, tokens(kQuestionLen, 7, V), ctx, base);
+      q.output = ForwardBatch::Output::kArgmax;
+      return q;
+    });
   }
   be->set_cuda_graphs(true);
   const GraphStats gs = be->graph_stats();
