@@ -114,6 +114,13 @@ TEST(FactStore, FetchHitsDropsGoneFactsAndKeepsOrderAndScores) {
   EXPECT_TRUE(fetch_hits(*store, "default", "nobody", hits).empty());
   EXPECT_EQ(texts(store->get_existing("default", "u", std::vector<int64_t>{ids[2], ids[1], ids[0]})),
             (std::vector<std::string>{"fact 2", "fact 0"}));
+  // One query answers any number of ids, in their order, repeats included.
+  EXPECT_EQ(texts(store->get_existing("default", "u", std::vector<int64_t>{ids[0], ids[3], ids[0], other[0], -5})),
+            (std::vector<std::string>{"fact 0", "fact 3", "fact 0"}));
+  std::vector<int64_t> many;
+  for (int i = 0; i < 5000; ++i) many.push_back(ids[static_cast<size_t>(i % 4)]);
+  EXPECT_EQ(store->get_existing("default", "u", many).size(), 3750u);  // ids[1] is deleted
+  EXPECT_TRUE(store->get_existing("default", "u", std::vector<int64_t>{}).empty());
 }
 
 TEST(FactStore, ListPaginatesByIdWithoutGapsOrRepeats) {

@@ -185,6 +185,24 @@ std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tena
   return read_fact(*s, tenant, user);
 }
 
+std::unordered_map<int64_t, Fact> FactStore::find_facts(int64_t user_key, std::string_view tenant, std::string_view user,
+                                                        std::span<const int64_t> ids) const {
+  std::unordered_map<int64_t, Fact> out;
+  if (ids.empty()) return out;
+  std::string list = "[";
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+  list += "]";
+  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
+                        " FROM facts f WHERE f.user_key = ? AND f.public_id IN (SELECT value FROM json_each(?))");
+  s->bind(1, user_key).bind(2, list);
+  while (s->step()) {
+    Fact f = read_fact(*s, tenant, user);
+    const int64_t id = f.id;
+    out.emplace(id, std::move(f));
+  }
+  return out;
+}
+
 Fact FactStore::require_fact(std::optional<int64_t> user_key, std::string_view tenant, std::string_view user,
                              int64_t id) const {
   std::optional<Fact> f;
@@ -406,9 +424,14 @@ std::vector<Fact> FactStore::get_many(std::string_view tenant, std::string_view 
                                       std::span<const int64_t> ids) const {
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
+  const auto found = key ? find_facts(*key, tenant, user, ids) : std::unordered_map<int64_t, Fact>{};
   std::vector<Fact> out;
   out.reserve(ids.size());
-  for (int64_t id : ids) out.push_back(require_fact(key, tenant, user, id));
+  for (int64_t id : ids) {
+    const auto it = found.find(id);
+    if (it == found.end()) require_fact(std::nullopt, tenant, user, id);  // throws kNotFound naming it
+    out.push_back(it->second);
+  }
   return out;
 }
 
@@ -418,8 +441,9 @@ std::vector<Fact> FactStore::get_existing(std::string_view tenant, std::string_v
   const auto key = find_user_key(tenant, user);
   std::vector<Fact> out;
   if (!key) return out;
+  const auto found = find_facts(*key, tenant, user, ids);
   for (int64_t id : ids)
-    if (auto f = find_fact(*key, tenant, user, id)) out.push_back(std::move(*f));
+    if (const auto it = found.find(id); it != found.end()) out.push_back(it->second);
   return out;
 }
 
@@ -841,8 +865,9 @@ void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
     return;
   }
   std::vector<Fact> facts;
+  const auto found = find_facts(*key, c.tenant, c.user, ids);
   for (int64_t id : ids)
-    if (auto f = find_fact(*key, c.tenant, c.user, id)) facts.push_back(std::move(*f));
+    if (const auto it = found.find(id); it != found.end()) facts.push_back(it->second);  // a run may name a fact twice
   if (facts.empty()) return;
   if (c.op == Op::kAdd) {
     notify([&](FactStoreListener& l) { l.on_facts_added(facts); });
