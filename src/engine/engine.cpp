@@ -354,8 +354,8 @@ std::vector<RequestOutput> Engine::step() {
           sampled[i] = sample_token(lg, sp, row.req->rng);
           if (sp.logprobs >= 0) scored[i] = compute_logprobs(lg, sampled[i], sp.logprobs);
         } else {
-          scored[i] = compute_logprobs(lg, row.req->tokens[static_cast<size_t>(row.position + 1)], sp.prompt_logprobs);
-          if (sp.prompt_distributions) scored[i]->distribution = log_softmax_row(lg);
+          scored[i] = compute_logprobs(lg, row.req->tokens[static_cast<size_t>(row.position + 1)], sp.prompt_logprobs,
+                                       sp.prompt_distributions);
         }
       } catch (...) {
 #pragma omp critical(inferscale_engine_rows)

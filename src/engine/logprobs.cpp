@@ -50,7 +50,7 @@ constexpr int64_t kBlock = 1024;  // floats per block: a block stays in L1 betwe
 // Built for AVX-512, AVX2 and the baseline; the loader picks the best the CPU has (the exp loop is
 // compute bound: 8 doubles per instruction instead of 2).
 __attribute__((target_clones("avx512f", "avx2", "default")))
-LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n) {
+LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n, bool distribution) {
   const int64_t V = static_cast<int64_t>(logits.size());
   IS_CHECK(V > 0 && token >= 0 && token < V, "token {} outside a row of {} logits", token, V);
   IS_CHECK(top_n >= 0 && top_n <= kMaxLogprobs, "top_n {} outside [0, {}]", top_n, kMaxLogprobs);
@@ -109,18 +109,16 @@ LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int3
   e.top.reserve(static_cast<size_t>(filled));
   for (int32_t i = 0; i < filled; ++i)
     e.top.push_back({top[static_cast<size_t>(i)].second, static_cast<double>(top[static_cast<size_t>(i)].first) - lse});
+  if (distribution) {
+    e.distribution.resize(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) e.distribution[static_cast<size_t>(i)] = static_cast<double>(x[i]) - lse;
+  }
   return e;
 }
 
 std::vector<double> log_softmax_row(std::span<const float> logits) {
   IS_CHECK(!logits.empty(), "log_softmax of an empty row");
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double s = 0;
-  for (float x : logits) s += std::exp(static_cast<double>(x) - mx);
-  const double lse = mx + std::log(s);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
-  return out;
+  return compute_logprobs(logits, 0, 0, /*distribution=*/true).distribution;
 }
 
 }  // namespace inferscale

@@ -33,11 +33,13 @@ struct LogprobEntry {
   std::vector<double> distribution;  // the whole row's log-softmax, when asked (SamplingParams::prompt_distributions)
 };
 
-// logits: [V] one row. `token` in [0, V); `top_n` in [0, kMaxLogprobs] (clamped to V). Throws
-// kInternal on out-of-range arguments (the engine validates requests before they get here).
-LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n);
+// logits: [V] one row. `token` in [0, V); `top_n` in [0, kMaxLogprobs] (clamped to V);
+// `distribution`: also the whole row's log-softmax (LogprobEntry::distribution), from the same
+// log-sum-exp. Throws kInternal on out-of-range arguments (the engine validates requests before
+// they get here).
+LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n, bool distribution = false);
 
-// log_softmax(logits) of a whole row, in double: x[i] - (max + log(sum_j exp(x[j] - max))).
+// log_softmax(logits) of a whole row, in double: x[i] - log(sum_j exp(x[j])) (compute_logprobs').
 std::vector<double> log_softmax_row(std::span<const float> logits);
 
 }  // namespace inferscale
