@@ -7,27 +7,15 @@
 namespace inferscale {
 namespace {
 
-// The 128 non-negative codes' values (0x7f is NaN), built once.
-const std::array<float, 128>& positive_values() {
-  static const std::array<float, 128> v = [] {
-    std::array<float, 128> t{};
-    for (int c = 0; c < 128; ++c) {
-      const int e = c >> 3, m = c & 7;
-      t[static_cast<size_t>(c)] = e == 0 ? std::ldexp(static_cast<float>(m), -9)          // subnormal: m / 8 * 2^-6
-                                         : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
-    }
-    return t;
-  }();
-  return v;
-}
-
-// All 256 codes' values (NaN at 0x7f and 0xff): one load a value when dequantizing.
-const std::array<float, 256>& all_values() {
+// All 256 codes' values (NaN at 0x7f and 0xff), built once: one load a value when dequantizing.
+const std::array<float, 256>& code_values() {
   static const std::array<float, 256> v = [] {
     std::array<float, 256> t{};
     for (int c = 0; c < 256; ++c) {
-      const int mag = c & 0x7f;
-      const float x = mag == 0x7f ? std::nanf("") : positive_values()[static_cast<size_t>(mag)];
+      const int e = (c >> 3) & 0xf, m = c & 7;
+      const float x = (c & 0x7f) == 0x7f ? std::nanf("")
+                      : e == 0           ? std::ldexp(static_cast<float>(m), -9)  // subnormal: m / 8 * 2^-6
+                                         : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
       t[static_cast<size_t>(c)] = (c & 0x80) ? -x : x;
     }
     return t;
@@ -37,7 +25,7 @@ const std::array<float, 256>& all_values() {
 
 }  // namespace
 
-float e4m3_to_f32(uint8_t code) { return all_values()[code]; }
+float e4m3_to_f32(uint8_t code) { return code_values()[code]; }
 
 uint8_t f32_to_e4m3(float x) {
   if (std::isnan(x)) return 0x7f;
@@ -72,7 +60,7 @@ float quantize_e4m3_row(const float* x, int64_t n, uint8_t* codes) {
 }
 
 void dequantize_e4m3_row(const uint8_t* codes, int64_t n, float scale, float* y) {
-  const float* t = all_values().data();
+  const float* t = code_values().data();
   for (int64_t i = 0; i < n; ++i) y[i] = t[codes[i]] * scale;
 }
 
