@@ -7,11 +7,11 @@
 #include <deque>
 #include <vector>
 
+#include "backend/cpu/cpu_pool.h"
 #include "model/config.h"
 #include "model/forward_ops.h"
 #include "model/rope.h"
 #include "tensor/host_tensor.h"
-#include "backend/cpu/cpu_pool.h"
 #include "util/thread_pool.h"
 
 namespace inferscale {

@@ -235,7 +235,7 @@ void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather withou
 void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
   if (skip()) return;
   if (!bias.empty()) no_gpu_op("linear bias");
-  if (profiling()) profiler_.mark("linear " + std::to_string(wt.rows) + "x" + std::to_string(wt.cols), stream_);
+  mark_shape("linear", wt);
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
            "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
   if (y.type == ActType::kF32) {
@@ -297,7 +297,7 @@ void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
     ForwardOps::linear_silu_mul(x, wt, gu, out);
     return;
   }
-  if (profiling()) profiler_.mark("linear+silu_mul " + std::to_string(wt.rows) + "x" + std::to_string(wt.cols), stream_);
+  mark_shape("linear+silu_mul", wt);
   IS_CHECK(x.type == ActType::kCompute && out.type == ActType::kCompute && x.cols == wt.cols &&
                wt.rows == 2 * out.cols && x.rows == out.rows,
            "linear_silu_mul [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, out.rows, out.cols);

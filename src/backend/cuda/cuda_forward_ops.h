@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
@@ -137,6 +138,10 @@ class CudaForwardOps final : public ForwardOps {
   bool profiling() const { return profiler_.enabled() && graph_ == nullptr; }
   void mark(const char* op) {
     if (profiling()) profiler_.mark(op, stream_);
+  }
+  // A matrix op, named with its weight's shape ("linear 4096x14336"): the profile tells them apart.
+  void mark_shape(const char* op, const Weight& w) {
+    if (profiling()) profiler_.mark(std::string(op) + " " + std::to_string(w.rows) + "x" + std::to_string(w.cols), stream_);
   }
   OpProfiler profiler_;
   ForwardGraph* graph_ = nullptr;
