@@ -7,10 +7,12 @@
 //       decode kernel's KV bandwidth
 //   (e) retrieval: one query's wall-clock latency through the CPU VectorIndex (OpenBLAS sgemv +
 //       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
-// Usage: bench_cuda_kernels [--quick]
+// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]]
+//   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -109,128 +111,143 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, attention_only = false;
+  int only_shape = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--attention") == 0) {
+      attention_only = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') only_shape = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]])\n", argv[i]);
+      return 2;
+    }
+  }
   const int iters = quick ? 5 : 20;
   int dev = 0, sms = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   std::printf("device: %s\n", bench::device_name().c_str());
 
-  // Ceilings.
-  const size_t copy_bytes = 2ull << 30;
-  DeviceBuffer c1(copy_bytes), c2(copy_bytes);
-  CUDA_CHECK(cudaMemset(c1.data(), 1, copy_bytes));
-  const double copy_ms = bench::time_gpu_ms(nullptr, 2, iters, [&] {
-    CUDA_CHECK(cudaMemcpyAsync(c2.data(), c1.data(), copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
-  });
-  const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
-  c1.resize(0);
-  c2.resize(0);
-  Gemm gemm;
-  const int64_t G = 8192;
-  DeviceBuffer ga = random_bf16(G * G, 5), gb = random_bf16(G * G, 6), gc(static_cast<size_t>(G * G) * 2);
-  const double gemm_ms =
-      bench::time_gpu_ms(nullptr, 3, iters, [&] { gemm.run(ga.as<bf16>(), gb.as<bf16>(), gc.as<bf16>(), G, G, G, nullptr); });
-  const double gemm_tf = 2.0 * G * G * G / gemm_ms / 1e9;
-  std::printf("\nceilings: D2D copy %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt)\n", copy_gbs, gemm_tf);
+  if (!attention_only) {  // sections (a)-(c)
+    // Ceilings.
+    const size_t copy_bytes = 2ull << 30;
+    DeviceBuffer c1(copy_bytes), c2(copy_bytes);
+    CUDA_CHECK(cudaMemset(c1.data(), 1, copy_bytes));
+    const double copy_ms = bench::time_gpu_ms(nullptr, 2, iters, [&] {
+      CUDA_CHECK(cudaMemcpyAsync(c2.data(), c1.data(), copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
+    });
+    const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
+    c1.resize(0);
+    c2.resize(0);
+    Gemm gemm;
+    const int64_t G = 8192;
+    DeviceBuffer ga = random_bf16(G * G, 5), gb = random_bf16(G * G, 6), gc(static_cast<size_t>(G * G) * 2);
+    const double gemm_ms =
+        bench::time_gpu_ms(nullptr, 3, iters, [&] { gemm.run(ga.as<bf16>(), gb.as<bf16>(), gc.as<bf16>(), G, G, G, nullptr); });
+    const double gemm_tf = 2.0 * G * G * G / gemm_ms / 1e9;
+    std::printf("\nceilings: D2D copy %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt)\n", copy_gbs, gemm_tf);
 
-  // Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic vs the fastest of
-  // its top 8 (Gemm's autotuning). A ring of 8 weight copies per shape keeps them out of L2, as in
-  // a real forward where 16 GB pass between two uses of one layer.
-  std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
-  std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | gemv us (M <= 4) | best GB/s (weights) | best TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  {
-    struct G {
-      const char* name;
-      int64_t N, K;
-      bool f32_out, acc;
-    };
-    const G gemms[] = {{"qkv", 6144, 4096, true, false},
-                       {"o_proj (+residual)", 4096, 4096, true, true},
-                       {"gate_up", 28672, 4096, false, false},
-                       {"down (+residual)", 4096, 14336, true, true},
-                       {"lm_head", 128256, 4096, true, false}};
-    constexpr int kRing = 8;
-    Gemm g0, g1, g2;  // cuBLASLt's first heuristic, autotuned cuBLASLt, cuda::gemv
-    g0.set_gemv_max_rows(0);
-    g1.set_gemv_max_rows(0);
-    g1.set_autotune(true);
-    g2.set_gemv_max_rows(cuda::kGemvMaxRows);
-    for (const G& gm : gemms) {
-      std::vector<DeviceBuffer> ws;
-      for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
-      for (int64_t M : {1l, 4l, 32l, 1532l}) {
-        DeviceBuffer x = random_bf16(M * gm.K, 99);
-        DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
-        CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
-        auto ring = [&](Gemm& g) {
-          for (int r = 0; r < kRing; ++r) {
-            if (gm.f32_out) {
-              g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
-            } else {
-              g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
+    // Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic vs the fastest of
+    // its top 8 (Gemm's autotuning). A ring of 8 weight copies per shape keeps them out of L2, as in
+    // a real forward where 16 GB pass between two uses of one layer.
+    std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
+    std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | gemv us (M <= 4) | best GB/s (weights) | best TFLOP/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    {
+      struct G {
+        const char* name;
+        int64_t N, K;
+        bool f32_out, acc;
+      };
+      const G gemms[] = {{"qkv", 6144, 4096, true, false},
+                         {"o_proj (+residual)", 4096, 4096, true, true},
+                         {"gate_up", 28672, 4096, false, false},
+                         {"down (+residual)", 4096, 14336, true, true},
+                         {"lm_head", 128256, 4096, true, false}};
+      constexpr int kRing = 8;
+      Gemm g0, g1, g2;  // cuBLASLt's first heuristic, autotuned cuBLASLt, cuda::gemv
+      g0.set_gemv_max_rows(0);
+      g1.set_gemv_max_rows(0);
+      g1.set_autotune(true);
+      g2.set_gemv_max_rows(cuda::kGemvMaxRows);
+      for (const G& gm : gemms) {
+        std::vector<DeviceBuffer> ws;
+        for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
+        for (int64_t M : {1l, 4l, 32l, 1532l}) {
+          DeviceBuffer x = random_bf16(M * gm.K, 99);
+          DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
+          CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+          auto ring = [&](Gemm& g) {
+            for (int r = 0; r < kRing; ++r) {
+              if (gm.f32_out) {
+                g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
+              } else {
+                g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
+              }
             }
-          }
-        };
-        const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
-        const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
-        const bool skinny = M <= cuda::kGemvMaxRows;
-        const double t2 = skinny ? bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g2); }) / kRing : 0.0;
-        const double best = skinny ? std::min({t0, t1, t2}) : std::min(t0, t1);
-        char gemv_us[32] = "-";
-        if (skinny) std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
-        std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %s | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
-                    static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, gemv_us,
-                    gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9);
+          };
+          const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
+          const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
+          const bool skinny = M <= cuda::kGemvMaxRows;
+          const double t2 = skinny ? bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g2); }) / kRing : 0.0;
+          const double best = skinny ? std::min({t0, t1, t2}) : std::min(t0, t1);
+          char gemv_us[32] = "-";
+          if (skinny) std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
+          std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %s | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
+                      static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, gemv_us,
+                      gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9);
+        }
       }
     }
-  }
 
-  // (c) Injection: all 32 layers in one launch, Llama-3.1-8B rows (8 kv heads x 128).
-  std::printf("\n(c) injection kernel (gather pool -> rotate K -> scatter cache), 32 layers per launch\n");
-  std::printf("| tokens | bytes moved | GPU us | GB/s | of copy ceiling |\n|---|---|---|---|---|\n");
-  {
-    const ModelConfig cfg = bench::llama31_8b();
-    RopeTable table(cfg);
-    table.ensure(16383);
-    const int32_t L = 32, NKV = 8, D = 128;
-    const int64_t row = NKV * D;
-    for (int64_t N : {150l, 1500l, 8192l}) {
-      const int64_t pool_slots = N + 64, cache_slots = 2 * N + 64;
-      auto kp = random_bf16(L * pool_slots * row, 7), vp = random_bf16(L * pool_slots * row, 8);
-      DeviceBuffer kc(static_cast<size_t>(L * cache_slots * row) * 2), vc(kc.bytes());
-      std::vector<int64_t> src(static_cast<size_t>(N)), dst(static_cast<size_t>(N));
-      std::vector<int32_t> pos(static_cast<size_t>(N));
-      std::mt19937 g(9);
-      std::iota(src.begin(), src.end(), 0);
-      std::shuffle(src.begin(), src.end(), g);
-      for (int64_t i = 0; i < N; ++i) {
-        dst[static_cast<size_t>(i)] = 2 * i;  // every other slot: a request's blocks are not contiguous either
-        pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    // (c) Injection: all 32 layers in one launch, Llama-3.1-8B rows (8 kv heads x 128).
+    std::printf("\n(c) injection kernel (gather pool -> rotate K -> scatter cache), 32 layers per launch\n");
+    std::printf("| tokens | bytes moved | GPU us | GB/s | of copy ceiling |\n|---|---|---|---|---|\n");
+    {
+      const ModelConfig cfg = bench::llama31_8b();
+      RopeTable table(cfg);
+      table.ensure(16383);
+      const int32_t L = 32, NKV = 8, D = 128;
+      const int64_t row = NKV * D;
+      for (int64_t N : {150l, 1500l, 8192l}) {
+        const int64_t pool_slots = N + 64, cache_slots = 2 * N + 64;
+        auto kp = random_bf16(L * pool_slots * row, 7), vp = random_bf16(L * pool_slots * row, 8);
+        DeviceBuffer kc(static_cast<size_t>(L * cache_slots * row) * 2), vc(kc.bytes());
+        std::vector<int64_t> src(static_cast<size_t>(N)), dst(static_cast<size_t>(N));
+        std::vector<int32_t> pos(static_cast<size_t>(N));
+        std::mt19937 g(9);
+        std::iota(src.begin(), src.end(), 0);
+        std::shuffle(src.begin(), src.end(), g);
+        for (int64_t i = 0; i < N; ++i) {
+          dst[static_cast<size_t>(i)] = 2 * i;  // every other slot: a request's blocks are not contiguous either
+          pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+        }
+        auto d_src = upload(src), d_dst = upload(dst), d_pos = upload(pos);
+        cuda::InjectArgs a;
+        a.k_pool = kp.as<bf16>();
+        a.v_pool = vp.as<bf16>();
+        a.k_cache = kc.as<bf16>();
+        a.v_cache = vc.as<bf16>();
+        a.pool_layer_stride = pool_slots * row;
+        a.cache_layer_stride = cache_slots * row;
+        a.src_slots = d_src.as<int64_t>();
+        a.dst_slots = d_dst.as<int64_t>();
+        a.positions = d_pos.as<int32_t>();
+        a.cos_table = table.cos();
+        a.sin_table = table.sin();
+        a.N = N;
+        a.num_layers = L;
+        a.num_kv_heads = NKV;
+        a.head_dim = D;
+        const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::inject(a, nullptr); });
+        const double bytes = static_cast<double>(N) * L * row * 2 /*bf16*/ * 2 /*K,V*/ * 2 /*read+write*/;
+        std::printf("| %ld | %.0f MB | %.1f | %.0f | %.0f%% |\n", static_cast<long>(N), bytes / 1e6, ms * 1e3,
+                    bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
       }
-      auto d_src = upload(src), d_dst = upload(dst), d_pos = upload(pos);
-      cuda::InjectArgs a;
-      a.k_pool = kp.as<bf16>();
-      a.v_pool = vp.as<bf16>();
-      a.k_cache = kc.as<bf16>();
-      a.v_cache = vc.as<bf16>();
-      a.pool_layer_stride = pool_slots * row;
-      a.cache_layer_stride = cache_slots * row;
-      a.src_slots = d_src.as<int64_t>();
-      a.dst_slots = d_dst.as<int64_t>();
-      a.positions = d_pos.as<int32_t>();
-      a.cos_table = table.cos();
-      a.sin_table = table.sin();
-      a.N = N;
-      a.num_layers = L;
-      a.num_kv_heads = NKV;
-      a.head_dim = D;
-      const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::inject(a, nullptr); });
-      const double bytes = static_cast<double>(N) * L * row * 2 /*bf16*/ * 2 /*K,V*/ * 2 /*read+write*/;
-      std::printf("| %ld | %.0f MB | %.1f | %.0f | %.0f%% |\n", static_cast<long>(N), bytes / 1e6, ms * 1e3,
-                  bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
     }
+
   }
 
   // (d) Attention.
@@ -257,12 +274,23 @@ int main(int argc, char** argv) {
       {"decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false},
       {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, true},
       {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
+      {"decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, false},
   };
-  for (const Shape& s : shapes) {
+  const int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
+  if (only_shape >= num_shapes) {
+    std::fprintf(stderr, "bench_cuda_kernels: --attention %d: there are %d shapes (0..%d)\n", only_shape, num_shapes,
+                 num_shapes - 1);
+    return 2;
+  }
+  for (int i = 0; i < num_shapes; ++i) {
+    if (only_shape >= 0 && i != only_shape) continue;
+    const Shape& s = shapes[i];
     const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters, s.min_split);
     std::printf("| %s | S=%d ctx=%d q=%d D=%d | %.3f | %.1f | %.0f |\n", s.label, s.S, s.ctx, s.q, s.D, r.ms, r.tflops,
                 r.gbs);
   }
+
+  if (attention_only) return 0;
 
   // (e) Retrieval per query, wall clock including the host round trip (what a request waits).
   std::printf("\n(e) dense retrieval, one query, k = 50, f32 vectors: CPU index vs GPU index (median of %d)\n", 4 * iters);

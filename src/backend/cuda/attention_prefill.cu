@@ -3,8 +3,9 @@
 // CTA = one work item (attention_plan.h) x one kv head (grid.y); 4 warps, 16 packed rows each:
 //
 //   sQ [64 rows][D]      rows = packed (token, query head of this kv head)
-//   sK [2][64 kv][D]     double-buffered kv chunks, gathered through the block table by cp.async
-//   sV [2][64 kv][D]
+//   sK [3][64 kv][D]     a 3-stage cp.async pipeline of kv chunks gathered through the block table:
+//   sV [3][64 kv][D]     chunk i computed while i + 1 and i + 2 are in flight (one barrier a chunk)
+//   sSlot [4][64] int32  the pool slot of each entry of chunks i + 2 .. i + 4 (see below)
 //
 // Per chunk, per warp: S = Q K^T (16 x 64, f32 in registers) -> mask (kv j > position of the
 // row's token, or j >= kv_end) -> online softmax in the log2 domain -> O += P V with P rounded
@@ -24,10 +25,13 @@ constexpr int kBM = kPrefillRowsPerTile;  // 64 packed rows per CTA
 constexpr int kBN = kPrefillKvChunk;      // 64 kv entries per chunk
 constexpr int kThreads = 128;             // 4 warps x 16 rows
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kStages = 3;     // kv chunks in shared memory: chunk i computed, i + 1 and i + 2 in flight
+constexpr int kLookahead = kStages;  // slot tables ready this many chunks ahead of the compute
+constexpr int kTables = kLookahead + 1;
 
 template <int D>
 constexpr size_t prefill_smem_bytes() {
-  return static_cast<size_t>(kBM + 4 * kBN) * D * sizeof(bf16);
+  return static_cast<size_t>(kBM + 2 * kStages * kBN) * D * sizeof(bf16) + kTables * kBN * sizeof(int32_t);
 }
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][D] bf16 tile.
@@ -43,21 +47,18 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
   bf16* sK = sQ + kBM * D;
-  bf16* sV = sK + 2 * kBN * D;
+  bf16* sV = sK + kStages * kBN * D;
+  int32_t* sSlot = reinterpret_cast<int32_t*>(sV + kStages * kBN * D);  // [kTables][kBN]
 
-  // The work item, its block-table row and its positions are metadata (launch.cuh): this chain of
-  // dependent loads runs before the wait, while the kernel before (the QKV append) finishes; the
-  // first chunk's block-table entries are prefetched into L1. Q and K/V are read after it.
+  // The work item, its block-table row, its positions and the first slot tables are metadata
+  // (launch.cuh): this chain of dependent loads runs before the wait, while the kernel before (the
+  // QKV append) finishes. Q and K/V are read after it.
   if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
   const AttnWorkItem it = a.items[blockIdx.x];
   const int kvh = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t kv_base = a.kv_indptr[it.kv_seq];
-  if (tid * a.block_size < kBN + a.block_size) {
-    const int j = it.kv_begin + tid * a.block_size;
-    if (j < it.kv_end) asm volatile("prefetch.global.L1 [%0];" ::"l"(a.kv_indices + kv_base + j / a.block_size));
-  }
 
   // This thread's two rows: r0 = warp*16 + g and r0 + 8 (fragment rows g and g+8).
   const int g = lane >> 2, t4 = lane & 3;
@@ -68,45 +69,68 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     pos[h] = pr < it.row_end ? a.positions[it.q_start + pr / group] : -1;
   }
   const int warp_max_pos = __reduce_max_sync(0xffffffffu, max(pos[0], pos[1]));
+  // Slot tables (kTables x kBN int32, the cache slot of each entry of a chunk, 0 past kv_end): kept
+  // kLookahead chunks ahead of the copies by warps 2-3, so a copy is one shared load and one
+  // multiply-add, not a block-table load and a division by block_size per 16 bytes.
+  const int n_chunks = (it.kv_end - it.kv_begin + kBN - 1) / kBN;
+  const int tt = tid - (kThreads - kBN);  // this thread's table entry (warps 2-3), or < 0
+  auto slot_of = [&](int c, int t) {
+    const int j = it.kv_begin + c * kBN + t;
+    return j < it.kv_end ? a.kv_indices[kv_base + j / a.block_size] * a.block_size + j % a.block_size : 0;
+  };
+  if (tt >= 0) {
+#pragma unroll
+    for (int c = 0; c < kLookahead; ++c) sSlot[c * kBN + tt] = c < n_chunks ? slot_of(c, tt) : 0;
+  }
+  // Register stage of the table pipeline: the slot of chunk kLookahead, stored next iteration.
+  int next_slot = tt >= 0 && kLookahead < n_chunks ? slot_of(kLookahead, tt) : 0;
   pdl_begin();
+  __syncthreads();  // the first tables
 
-  // Q tile (rows past row_end are zero and fully masked below).
+  // This thread copies 16-byte column `ch` of rows r0 + p * kRowsPerPass of each chunk; the
+  // passes share the swizzle (kRowsPerPass is a multiple of 8).
+  constexpr int kRowsPerPass = kThreads / CH;
+  static_assert(kRowsPerPass % 8 == 0 && kBN % kRowsPerPass == 0, "copy passes");
+  const int r0 = tid / CH, ch = tid % CH;
+  const int smem_off = swz<D>(r0, ch);
+  const bf16* k_base = a.k_cache + static_cast<int64_t>(kvh) * D + ch * 8;
+  const bf16* v_base = a.v_cache + static_cast<int64_t>(kvh) * D + ch * 8;
+  const uint32_t slot_stride = static_cast<uint32_t>(a.num_kv_heads * D);
+  // Chunk c into stage c % kStages; rows past kv_end are zero-filled (their table entry is slot 0,
+  // never read).
+  auto load_kv = [&](int c) {
+    const int32_t* tbl = sSlot + (c % kTables) * kBN;
+    bf16* k_dst = sK + (c % kStages) * kBN * D + smem_off;
+    bf16* v_dst = sV + (c % kStages) * kBN * D + smem_off;
+    const int rows_left = it.kv_end - (it.kv_begin + c * kBN) - r0;
+#pragma unroll
+    for (int p = 0; p < kBN / kRowsPerPass; ++p) {
+      const size_t off = static_cast<size_t>(static_cast<uint32_t>(tbl[r0 + p * kRowsPerPass])) * slot_stride;
+      const bool valid = p * kRowsPerPass < rows_left;
+      cp_async_16(k_dst + p * kRowsPerPass * D, k_base + off, valid);
+      cp_async_16(v_dst + p * kRowsPerPass * D, v_base + off, valid);
+    }
+  };
+
+  // Q tile (rows past row_end are zero and fully masked below), with the first chunk: group 0;
+  // chunks 1 .. kStages - 2: one group each (a group is committed every step, empty or not, so
+  // that wait<kStages - 2> always means "chunk i has landed").
   for (int c = tid; c < kBM * CH; c += kThreads) {
-    const int r = c / CH, ch = c % CH, pr = it.row_begin + r;
+    const int r = c / CH, cc = c % CH, pr = it.row_begin + r;
     const bool valid = pr < it.row_end;
     const bf16* src = a.q;
     if (valid) {
       const int64_t tok = it.q_start + pr / group;
       const int head = kvh * group + pr % group;
-      src = a.q + (tok * a.num_heads + head) * D + ch * 8;
+      src = a.q + (tok * a.num_heads + head) * D + cc * 8;
     }
-    cp_async_16(sQ + swz<D>(r, ch), src, valid);
+    cp_async_16(sQ + swz<D>(r, cc), src, valid);
   }
-
-  // One kv chunk [start, start + kBN) into buffer `buf`; entries >= kv_end are zero-filled.
-  auto load_kv = [&](int start, int buf) {
-    bf16* k_dst = sK + buf * kBN * D;
-    bf16* v_dst = sV + buf * kBN * D;
-    for (int c = tid; c < kBN * CH; c += kThreads) {
-      const int r = c / CH, ch = c % CH, j = start + r;
-      const bool valid = j < it.kv_end;
-      const bf16* ks = a.k_cache;
-      const bf16* vs = a.v_cache;
-      if (valid) {
-        const int64_t slot =
-            static_cast<int64_t>(a.kv_indices[kv_base + j / a.block_size]) * a.block_size + j % a.block_size;
-        const int64_t off = (slot * a.num_kv_heads + kvh) * D + ch * 8;
-        ks += off;
-        vs += off;
-      }
-      cp_async_16(k_dst + swz<D>(r, ch), ks, valid);
-      cp_async_16(v_dst + swz<D>(r, ch), vs, valid);
-    }
-  };
-
-  const int n_chunks = (it.kv_end - it.kv_begin + kBN - 1) / kBN;
-  load_kv(it.kv_begin, 0);
-  cp_async_commit();  // group 0: Q and the first chunk
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) {
+    if (c < n_chunks) load_kv(c);
+    cp_async_commit();
+  }
 
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
@@ -117,14 +141,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
 
   for (int i = 0; i < n_chunks; ++i) {
     const int cs = it.kv_begin + i * kBN;
-    if (i + 1 < n_chunks) {
-      load_kv(cs + kBN, (i + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+    cp_async_wait<kStages - 2>();  // this thread's copies of chunk i (and Q) have landed
+    // Every thread's copies of chunk i are visible; every warp is done with chunk i - 1, so its
+    // stage takes chunk i + kStages - 1; the tables written last step are visible.
+    __syncthreads();
+    if (i + kStages - 1 < n_chunks) load_kv(i + kStages - 1);
+    cp_async_commit();
+    if (tt >= 0) {  // table of chunk i + kLookahead (its buffer's last reader was chunk i + kLookahead - kTables)
+      sSlot[((i + kLookahead) % kTables) * kBN + tt] = next_slot;
+      next_slot = i + kLookahead + 1 < n_chunks ? slot_of(i + kLookahead + 1, tt) : 0;
     }
-    __syncthreads();  // chunk i (and Q) visible to every warp
     if (i == 0) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
@@ -133,9 +159,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       }
     }
     if (cs <= warp_max_pos) {  // otherwise every row of this warp is masked for the chunk
-      const bf16* k = sK + (i & 1) * kBN * D;
-      const bf16* v = sV + (i & 1) * kBN * D;
-
+      const bf16* k = sK + (i % kStages) * kBN * D;
+      const bf16* v = sV + (i % kStages) * kBN * D;
       // S = Q K^T: 8 n-tiles of 8 kv entries.
       float s[kBN / 8][4];
 #pragma unroll
@@ -211,8 +236,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
         }
       }
     }
-    __syncthreads();  // every warp is done with buffer i & 1 before chunk i + 2 overwrites it
   }
+  cp_async_wait<0>();  // nothing in flight when the CTA exits (an empty kv range loads only Q)
 
   // Epilogue: quad-sum l, normalise, write the final output (bf16) or a partial (f32 + lse).
 #pragma unroll
@@ -253,6 +278,9 @@ void launch_prefill(const AttentionArgs& a, cudaStream_t stream) {
   if (!configured) {
     CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)));
+    // Two CTAs an SM need the whole 228 KB carveout at D = 128 (2 x (113 KB + 1 KB reserved)).
+    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
