@@ -265,6 +265,9 @@ int main(int argc, char** argv) {
       {"prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, false},
       {"prefill (tensor cores)", 4, 0, 2048, 64, 32, 8, false},
       {"question over injected facts", 1, 1500, 32, 128, 32, 8, false},
+      {"question over injected facts, pieces >= 128", 1, 1500, 32, 128, 32, 8, false, 128},
+      {"question over injected facts, pieces >= 512", 1, 1500, 32, 128, 32, 8, false, 512},
+      {"question over injected facts, pieces >= 1024", 1, 1500, 32, 128, 32, 8, false, 1024},
       {"decode, CUDA-core kernel", 1, 1532, 1, 128, 32, 8, true},
       {"decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false},
       {"decode, tensor-core tiles, pieces >= 64", 1, 1532, 1, 128, 32, 8, false, 64},
@@ -275,6 +278,7 @@ int main(int argc, char** argv) {
       {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, true},
       {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
       {"decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, false},
+      {"decode, tensor-core tiles, pieces >= 256", 1, 1532, 1, 128, 32, 8, false, 256},
   };
   const int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
   if (only_shape >= num_shapes) {
