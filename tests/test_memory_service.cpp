@@ -1375,6 +1375,40 @@ TEST(MemoryService, EveryChatFamilyFramesTheFacts) {
   }
 }
 
+// The cache of the text before the facts (EncodeCache) changes no frame: chat in every family,
+// with and without a system prompt, completion text and ids, a second request served from the
+// cache, and a full cache cleared rather than grown.
+TEST(MemoryService, FrameCacheGivesTheSameFrames) {
+  const Tokenizer& tok = *demo().tokenizer;
+  const FactsBlock block{"Memories:\n", "\n"};
+  EncodeCache cache(4);
+  std::vector<PromptSource> sources;
+  for (const char* q : {"What is the name of the cat Alice adopted?", "Where does Bob work?"}) {
+    sources.push_back(PromptSource::of_chat({{"user", q}}));
+    sources.push_back(PromptSource::of_chat({{"system", "You are terse."}, {"user", q}}));
+    sources.push_back(PromptSource::of_text(q));
+    sources.push_back(PromptSource::of_ids(tok.encode(q, {.add_special = true, .parse_special = false})));
+  }
+  for (ChatFamily family : {ChatFamily::kLlama31, ChatFamily::kChatML, ChatFamily::kMistral}) {
+    const ChatTemplate tmpl(family, "", "");
+    for (int round = 0; round < 2; ++round) {
+      for (const PromptSource& src : sources) {
+        const PromptFrame plain = frame_prompt(src, tok, tmpl, &block);
+        const PromptFrame cached = frame_prompt(src, tok, tmpl, &block, &cache);
+        EXPECT_EQ(cached.before, plain.before) << chat_family_name(family) << " round " << round;
+        EXPECT_EQ(cached.after, plain.after) << chat_family_name(family) << " round " << round;
+        EXPECT_LE(cache.size(), 4u);
+      }
+    }
+  }
+  // Two questions under one system prompt share the text before the facts: one entry.
+  EncodeCache one;
+  const ChatTemplate mistral(ChatFamily::kMistral, "", "");
+  frame_prompt(sources[0], tok, mistral, &block, &one);
+  frame_prompt(sources[4], tok, mistral, &block, &one);
+  EXPECT_EQ(one.size(), 1u);
+}
+
 // A template with a default system prompt (SmolLM2's ChatML) keeps it when memory makes the system
 // message: the memory block follows it, as it follows a client's own system prompt.
 TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {

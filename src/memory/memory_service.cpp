@@ -419,7 +419,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
   std::vector<std::vector<int32_t>> fact_toks;
   for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
   const FactsBlock block{opts_.header, opts_.footer};
-  const PromptFrame frame = frame_prompt(prompt, tok, model_.chat_template, &block);
+  const PromptFrame frame = frame_prompt(prompt, tok, model_.chat_template, &block, &frame_cache_);
   ComposedPrompt c = compose_tokens(frame.before, fact_toks, frame.after);
   out.tokens = std::move(c.tokens);
   if (req.mode != MemoryMode::kInject) return out;

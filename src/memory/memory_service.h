@@ -244,6 +244,8 @@ class MemoryService : private FactStoreListener {
   uint64_t fingerprint_ = 0;
   // Rendered tokens per fact key, valid for the cached version (engine thread only).
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
+  // The encodes of prompt text before the facts (prompt_layout.h; engine thread only).
+  EncodeCache frame_cache_;
   // Window tokens per (fact key, version, w) (engine thread only), valid while window_epoch_ is
   // the one they were read at: every add, update, delete or reset anywhere in the store moves the
   // epoch (listener thread), since any of them may change some fact's w preceding turns. Saves a

@@ -18,7 +18,13 @@ constexpr EncodeOptions kTextRest{.add_special = false, .parse_special = false};
 
 void append(std::vector<int32_t>& to, const std::vector<int32_t>& from) { to.insert(to.end(), from.begin(), from.end()); }
 
-PromptFrame frame_chat(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block) {
+// The text before the facts, through the cache when there is one.
+std::vector<int32_t> encode_before(const Tokenizer& tok, const std::string& text, EncodeOptions opts, EncodeCache* cache) {
+  return cache ? cache->encode(tok, text, opts) : tok.encode(text, opts);
+}
+
+PromptFrame frame_chat(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block,
+                       EncodeCache* cache) {
   // The text before the facts starts the prompt (BOS where the template wants one); the rest follows.
   const EncodeOptions first = tmpl.encode_options(tok);
   if (!block) return {tok.encode(render_chat(tmpl, src.messages, src.render), first), {}};
@@ -36,26 +42,36 @@ PromptFrame frame_chat(const PromptSource& src, const Tokenizer& tok, const Chat
   const size_t at = text.find(kMarker);
   IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
   const EncodeOptions rest{.add_special = false, .parse_special = first.parse_special};
-  return {tok.encode(text.substr(0, at), first), tok.encode(text.substr(at + kMarker.size()), rest)};
+  return {encode_before(tok, text.substr(0, at), first, cache), tok.encode(text.substr(at + kMarker.size()), rest)};
 }
 
-PromptFrame frame_completion(const PromptSource& src, const Tokenizer& tok, const FactsBlock* block) {
+PromptFrame frame_completion(const PromptSource& src, const Tokenizer& tok, const FactsBlock* block, EncodeCache* cache) {
   if (src.ids) {
     if (!block) return {*src.ids, {}};
     const std::vector<int32_t>& ids = *src.ids;
     const bool bos_first = !ids.empty() && tok.bos_id() && ids[0] == *tok.bos_id();
     PromptFrame f;
     if (bos_first) f.before.push_back(ids[0]);
-    append(f.before, tok.encode(block->header, kTextRest));
+    append(f.before, encode_before(tok, block->header, kTextRest, cache));
     f.after = tok.encode(block->footer, kTextRest);
     f.after.insert(f.after.end(), ids.begin() + (bos_first ? 1 : 0), ids.end());
     return f;
   }
   if (!block) return {tok.encode(src.text, kTextFirst), {}};
-  return {tok.encode(block->header, kTextFirst), tok.encode(block->footer + src.text, kTextRest)};
+  return {encode_before(tok, block->header, kTextFirst, cache), tok.encode(block->footer + src.text, kTextRest)};
 }
 
 }  // namespace
+
+std::vector<int32_t> EncodeCache::encode(const Tokenizer& tok, const std::string& text, EncodeOptions opts) {
+  std::string key(1, static_cast<char>((opts.add_special ? 1 : 0) | (opts.parse_special ? 2 : 0)));
+  key += text;
+  if (auto it = map_.find(key); it != map_.end()) return it->second;
+  std::vector<int32_t> ids = tok.encode(text, opts);
+  if (map_.size() >= max_entries_) map_.clear();
+  map_.emplace(std::move(key), ids);
+  return ids;
+}
 
 PromptSource PromptSource::of_chat(std::vector<ChatMessage> messages, ChatRenderOptions render) {
   PromptSource s;
@@ -86,8 +102,9 @@ std::string PromptSource::default_query(const Tokenizer& tok) const {
   return {};
 }
 
-PromptFrame frame_prompt(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block) {
-  return src.chat ? frame_chat(src, tok, tmpl, block) : frame_completion(src, tok, block);
+PromptFrame frame_prompt(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block,
+                         EncodeCache* before_cache) {
+  return src.chat ? frame_chat(src, tok, tmpl, block, before_cache) : frame_completion(src, tok, block, before_cache);
 }
 
 }  // namespace inferscale

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/chat_render.h"
@@ -54,8 +55,27 @@ struct PromptFrame {
   std::vector<int32_t> after;   // the prompt after the facts; without a block, empty
 };
 
+// Encodes of the text a frame puts before the facts, memoized by text and options. That text is
+// the same for every request with one template, system prompt and header, and its encode right
+// after a forward (cold caches) took ~0.2 ms of a k = 5 request's preparation on the CPU
+// (docs/BENCHMARKS.md run 16). Holds one tokenizer's encodes; at most `max_entries` (cleared when
+// full); not thread-safe (MemoryService keeps one for its engine thread).
+class EncodeCache {
+ public:
+  explicit EncodeCache(size_t max_entries = 64) : max_entries_(max_entries) {}
+  std::vector<int32_t> encode(const Tokenizer& tok, const std::string& text, EncodeOptions opts);
+  size_t size() const { return map_.size(); }
+
+ private:
+  size_t max_entries_;
+  std::unordered_map<std::string, std::vector<int32_t>> map_;  // key: options byte + text
+};
+
 // Lays out `src` with the facts' place marked by `block` (null: no block). Throws what the chat
 // template throws (kUnsupported without a known family, kInvalidInput for bad messages).
-PromptFrame frame_prompt(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block);
+// `before_cache` (optional) serves the encode of the text before the block; the frame is the same
+// with or without it.
+PromptFrame frame_prompt(const PromptSource& src, const Tokenizer& tok, const ChatTemplate& tmpl, const FactsBlock* block,
+                         EncodeCache* before_cache = nullptr);
 
 }  // namespace inferscale
