@@ -29,6 +29,10 @@ constexpr int kStages = 3;     // kv chunks in shared memory: chunk i computed, 
 constexpr int kLookahead = kStages;  // slot tables ready this many chunks ahead of the compute
 constexpr int kTables = kLookahead + 1;
 
+// At D = 128 this is 113 KB: two CTAs an SM (the 2 per __launch_bounds__ and the register budget)
+// take the whole 228 KB carveout with the 1 KB the driver reserves a CTA. The kernel has no static
+// __shared__: 4 bytes more would leave one CTA an SM (BENCHMARKS.md run 16: batch-32 decode 6.04 ->
+// 7.03 ms).
 template <int D>
 constexpr size_t prefill_smem_bytes() {
   return static_cast<size_t>(kBM + 2 * kStages * kBN) * D * sizeof(bf16) + kTables * kBN * sizeof(int32_t);
