@@ -794,6 +794,34 @@ TEST(MemoryService, TenantsWithTheSameFactIdsGetTheirOwnKv) {
   EXPECT_EQ(kva.k, as_stored(a0.k));
 }
 
+// The service's cache of retrieved facts serves repeated retrievals, but never another tenant's
+// fact of the same id (ids are per tenant), nor a fact as it was before an update or a delete.
+TEST(MemoryService, FactCacheFollowsTenantsAndWrites) {
+  TempDir dir;
+  Stack s(dir.path());
+  ASSERT_EQ(s.store->add_fact(kDefaultTenant, "alice", NewFact{"Alice adopted a cat named Miso", "", {}, "", {}}), 1);
+  ASSERT_EQ(s.store->add_fact("acme", "alice", NewFact{"Alice adopted a parrot named Rio", "", {}, "", {}}), 1);
+  auto ask = [&](const std::string& tenant) {
+    MemoryRequest r = req(MemoryMode::kText, 1);
+    r.tenant = tenant;
+    r.query = "adopted";
+    MemoryPrompt p = s.service->prepare(r, kAsk);
+    s.service->release(p);
+    return p.facts.empty() ? std::string() : p.facts[0].tenant + ": " + p.facts[0].text;
+  };
+  for (int round = 0; round < 3; ++round) {  // interleaved: each tenant's fact 1 replaces the other's
+    EXPECT_EQ(ask(kDefaultTenant), std::string(kDefaultTenant) + ": Alice adopted a cat named Miso") << round;
+    EXPECT_EQ(ask(kDefaultTenant), std::string(kDefaultTenant) + ": Alice adopted a cat named Miso") << round;
+    EXPECT_EQ(ask("acme"), "acme: Alice adopted a parrot named Rio") << round;
+  }
+  s.store->update(kDefaultTenant, "alice", 1, FactUpdate{std::string("Alice adopted a cat named Mochi"), std::nullopt});
+  EXPECT_EQ(ask(kDefaultTenant), std::string(kDefaultTenant) + ": Alice adopted a cat named Mochi");
+  EXPECT_EQ(ask("acme"), "acme: Alice adopted a parrot named Rio");
+  s.store->remove("acme", "alice", 1);
+  EXPECT_EQ(ask("acme"), "");
+  EXPECT_EQ(ask(kDefaultTenant), std::string(kDefaultTenant) + ": Alice adopted a cat named Mochi");
+}
+
 TEST(MemoryService, DeletingAFactRemovesItFromRetrievalAndFreesItsKv) {
   TempDir dir;
   Stack s(dir.path());

@@ -54,7 +54,7 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
 MemoryService::~MemoryService() { store_.detach(this); }
 
 void MemoryService::on_facts_added(std::span<const Fact> facts) {
-  window_epoch_.fetch_add(1);
+  store_epoch_.fetch_add(1);
   if (attaching_ || facts.empty()) return;
   std::function<void()> wake;
   {
@@ -147,19 +147,19 @@ std::vector<CaptureSeq> MemoryService::captures_of(Reservation& r, std::shared_p
 
 void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
                                      std::span<const int64_t> keys) {
-  window_epoch_.fetch_add(1);
+  store_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stale_mu_);
   stale_.insert(stale_.end(), keys.begin(), keys.end());
 }
 
 void MemoryService::on_fact_updated(const Fact& fact, bool) {
-  window_epoch_.fetch_add(1);
+  store_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stale_mu_);
   stale_.push_back(fact.key);
 }
 
 void MemoryService::on_reset() {
-  window_epoch_.fetch_add(1);
+  store_epoch_.fetch_add(1);
   std::lock_guard<std::mutex> lock(stale_mu_);
   reset_ = true;
 }
@@ -210,7 +210,7 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
   if (w <= 0) return out;
   // The epoch before the read: a write during it moves the epoch, so the entry is stale at once.
-  const uint64_t epoch = window_epoch_.load();
+  const uint64_t epoch = store_epoch_.load();
   if (auto it = window_cache_.find(f.key); it != window_cache_.end() && it->second.version == f.version &&
                                             it->second.w == w && it->second.epoch == epoch) {
     out.insert(out.end(), it->second.tokens.begin(), it->second.tokens.end());
@@ -352,8 +352,40 @@ MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const
     }
     r.ms = ms_since(t0);
   }
-  r.hits = fetch_hits(store_, req.tenant, req.user, hits);  // facts deleted since the search are gone
+  r.hits = fetch_hits_cached(req.tenant, req.user, hits);  // facts deleted since the search are gone
   return r;
+}
+
+std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant, const std::string& user,
+                                                      std::span<const ScoredFact> hits) {
+  // The epoch before the read: a write during it moves the epoch, so what it read is dropped at
+  // the next retrieval.
+  const uint64_t epoch = store_epoch_.load();
+  if (epoch != fact_cache_epoch_ || fact_cache_.size() >= kMaxCachedFactRows || fact_cache_bytes_ >= kMaxCachedFactBytes) {
+    fact_cache_.clear();
+    fact_cache_bytes_ = 0;
+    fact_cache_epoch_ = epoch;
+  }
+  auto cached = [&](const ScoredFact& h) -> const Fact* {
+    const auto it = fact_cache_.find(h.id);
+    return it != fact_cache_.end() && it->second.tenant == tenant && it->second.user == user ? &it->second : nullptr;
+  };
+  // The store reads only the facts not here (one query); a hit it no longer has is dropped.
+  std::vector<ScoredFact> missing;
+  for (const ScoredFact& h : hits)
+    if (!cached(h)) missing.push_back(h);
+  if (!missing.empty()) {
+    for (FactHit& h : fetch_hits(store_, tenant, user, missing)) {
+      fact_cache_bytes_ += h.fact.text.size() + h.fact.metadata.size();
+      const int64_t id = h.fact.id;
+      fact_cache_.insert_or_assign(id, std::move(h.fact));  // another tenant's fact of this id goes
+    }
+  }
+  std::vector<FactHit> out;
+  out.reserve(hits.size());
+  for (const ScoredFact& h : hits)
+    if (const Fact* f = cached(h)) out.push_back(FactHit{*f, h.score});
+  return out;
 }
 
 bool MemoryService::has_kv(const Fact& f, int32_t w) {
