@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "memory/change_log.h"
@@ -185,9 +186,9 @@ std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tena
   return read_fact(*s, tenant, user);
 }
 
-std::unordered_map<int64_t, Fact> FactStore::find_facts(int64_t user_key, std::string_view tenant, std::string_view user,
-                                                        std::span<const int64_t> ids) const {
-  std::unordered_map<int64_t, Fact> out;
+std::vector<Fact> FactStore::find_facts(int64_t user_key, std::string_view tenant, std::string_view user,
+                                        std::span<const int64_t> ids) const {
+  std::vector<Fact> out;
   if (ids.empty()) return out;
   std::string list = "[";
   for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
@@ -195,11 +196,15 @@ std::unordered_map<int64_t, Fact> FactStore::find_facts(int64_t user_key, std::s
   auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
                         " FROM facts f WHERE f.user_key = ? AND f.public_id IN (SELECT value FROM json_each(?))");
   s->bind(1, user_key).bind(2, list);
+  std::unordered_map<int64_t, Fact> found;
   while (s->step()) {
     Fact f = read_fact(*s, tenant, user);
     const int64_t id = f.id;
-    out.emplace(id, std::move(f));
+    found.emplace(id, std::move(f));
   }
+  out.reserve(found.size());
+  for (int64_t id : ids)
+    if (const auto it = found.find(id); it != found.end()) out.push_back(it->second);
   return out;
 }
 
@@ -424,14 +429,10 @@ std::vector<Fact> FactStore::get_many(std::string_view tenant, std::string_view 
                                       std::span<const int64_t> ids) const {
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
-  const auto found = key ? find_facts(*key, tenant, user, ids) : std::unordered_map<int64_t, Fact>{};
-  std::vector<Fact> out;
-  out.reserve(ids.size());
-  for (int64_t id : ids) {
-    const auto it = found.find(id);
-    if (it == found.end()) require_fact(std::nullopt, tenant, user, id);  // throws kNotFound naming it
-    out.push_back(it->second);
-  }
+  std::vector<Fact> out = key ? find_facts(*key, tenant, user, ids) : std::vector<Fact>{};
+  // In ids' order: the first id without its fact is the one to name (require_fact throws kNotFound).
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (i >= out.size() || out[i].id != ids[i]) require_fact(key, tenant, user, ids[i]);
   return out;
 }
 
@@ -439,12 +440,7 @@ std::vector<Fact> FactStore::get_existing(std::string_view tenant, std::string_v
                                           std::span<const int64_t> ids) const {
   std::lock_guard lock(mu_);
   const auto key = find_user_key(tenant, user);
-  std::vector<Fact> out;
-  if (!key) return out;
-  const auto found = find_facts(*key, tenant, user, ids);
-  for (int64_t id : ids)
-    if (const auto it = found.find(id); it != found.end()) out.push_back(it->second);
-  return out;
+  return key ? find_facts(*key, tenant, user, ids) : std::vector<Fact>{};
 }
 
 std::vector<Fact> FactStore::list(std::string_view tenant, std::string_view user, const ListOptions& opts) const {
@@ -864,10 +860,7 @@ void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
       notify([&](FactStoreListener& l) { l.on_embeddings_put(c.tenant, c.user, c.embedder, m.ids, m.data, m.dim); });
     return;
   }
-  std::vector<Fact> facts;
-  const auto found = find_facts(*key, c.tenant, c.user, ids);
-  for (int64_t id : ids)
-    if (const auto it = found.find(id); it != found.end()) facts.push_back(it->second);  // a run may name a fact twice
+  const std::vector<Fact> facts = find_facts(*key, c.tenant, c.user, ids);  // a run may name a fact twice
   if (facts.empty()) return;
   if (c.op == Op::kAdd) {
     notify([&](FactStoreListener& l) { l.on_facts_added(facts); });
