@@ -172,15 +172,14 @@ void MemoryService::sync() {
     ids.swap(stale_);
     std::swap(reset, reset_);
   }
+  drop_caches_of_past_epochs();  // the deletes, updates and resets below moved the epoch
   if (reset) {
     pool_.clear();  // pinned entries go when their requests end
     token_cache_.clear();
-    window_cache_.clear();
   }
   for (int64_t key : ids) {
     pool_.erase_fact(key);
     token_cache_.erase(key);
-    window_cache_.erase(key);
     if (!opts_.kv_dir.empty()) {
       std::error_code ec;
       std::filesystem::remove(kv_file_path(key), ec);
@@ -209,10 +208,9 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   std::vector<int32_t> out;
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
   if (w <= 0) return out;
-  // The epoch before the read: a write during it moves the epoch, so the entry is stale at once.
-  const uint64_t epoch = store_epoch_.load();
-  if (auto it = window_cache_.find(f.key); it != window_cache_.end() && it->second.version == f.version &&
-                                            it->second.w == w && it->second.epoch == epoch) {
+  drop_caches_of_past_epochs();
+  if (auto it = window_cache_.find(f.key);
+      it != window_cache_.end() && it->second.version == f.version && it->second.w == w) {
     out.insert(out.end(), it->second.tokens.begin(), it->second.tokens.end());
     return out;
   }
@@ -224,8 +222,19 @@ std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) cons
   }
   out.insert(out.end(), turns.begin(), turns.end());
   if (window_cache_.size() >= opts_.max_cached_facts) window_cache_.clear();
-  window_cache_[f.key] = WindowEntry{f.version, w, epoch, std::move(turns)};
+  window_cache_[f.key] = WindowEntry{f.version, w, std::move(turns)};
   return out;
+}
+
+void MemoryService::drop_caches_of_past_epochs() const {
+  // Loaded before the caller's store reads: a write during them moves the epoch, so what they
+  // read is dropped at the next call.
+  const uint64_t epoch = store_epoch_.load();
+  if (epoch == cache_epoch_) return;
+  window_cache_.clear();
+  fact_cache_.clear();
+  fact_cache_bytes_ = 0;
+  cache_epoch_ = epoch;
 }
 
 FactKvKey MemoryService::kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window) const {
@@ -358,33 +367,28 @@ MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const
 
 std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant, const std::string& user,
                                                       std::span<const ScoredFact> hits) {
-  // The epoch before the read: a write during it moves the epoch, so what it read is dropped at
-  // the next retrieval.
-  const uint64_t epoch = store_epoch_.load();
-  if (epoch != fact_cache_epoch_ || fact_cache_.size() >= kMaxCachedFactRows || fact_cache_bytes_ >= kMaxCachedFactBytes) {
+  drop_caches_of_past_epochs();
+  if (fact_cache_.size() >= kMaxCachedFactRows || fact_cache_bytes_ >= kMaxCachedFactBytes) {
     fact_cache_.clear();
     fact_cache_bytes_ = 0;
-    fact_cache_epoch_ = epoch;
   }
-  auto cached = [&](const ScoredFact& h) -> const Fact* {
-    const auto it = fact_cache_.find(h.id);
+  auto cached = [&](int64_t id) -> const Fact* {
+    const auto it = fact_cache_.find(id);
     return it != fact_cache_.end() && it->second.tenant == tenant && it->second.user == user ? &it->second : nullptr;
   };
   // The store reads only the facts not here (one query); a hit it no longer has is dropped.
-  std::vector<ScoredFact> missing;
+  std::vector<int64_t> missing;
   for (const ScoredFact& h : hits)
-    if (!cached(h)) missing.push_back(h);
-  if (!missing.empty()) {
-    for (FactHit& h : fetch_hits(store_, tenant, user, missing)) {
-      fact_cache_bytes_ += h.fact.text.size() + h.fact.metadata.size();
-      const int64_t id = h.fact.id;
-      fact_cache_.insert_or_assign(id, std::move(h.fact));  // another tenant's fact of this id goes
-    }
+    if (!cached(h.id)) missing.push_back(h.id);
+  for (Fact& f : store_.get_existing(tenant, user, missing)) {
+    fact_cache_bytes_ += f.text.size() + f.metadata.size();
+    const int64_t id = f.id;
+    fact_cache_.insert_or_assign(id, std::move(f));  // another tenant's fact of this id goes
   }
   std::vector<FactHit> out;
   out.reserve(hits.size());
   for (const ScoredFact& h : hits)
-    if (const Fact* f = cached(h)) out.push_back(FactHit{*f, h.score});
+    if (const Fact* f = cached(h.id)) out.push_back(FactHit{*f, h.score});
   return out;
 }
 

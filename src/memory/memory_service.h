@@ -246,30 +246,31 @@ class MemoryService : private FactStoreListener {
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
   // The encodes of prompt text before the facts (prompt_layout.h; engine thread only).
   EncodeCache frame_cache_;
-  // Window tokens per (fact key, version, w) (engine thread only), valid while store_epoch_ is
-  // the one they were read at: every add, update, delete or reset anywhere in the store moves the
-  // epoch (listener thread, before the write's call returns), since any of them may change some
-  // fact's w preceding turns. Saves a store query per retrieved fact per request (k = 50: ~1 ms of
-  // a ~7 ms TTFT on the GPU).
+  // Two caches of store reads (engine thread only), both read at cache_epoch_: every add, update,
+  // delete or reset anywhere in the store moves store_epoch_ (listener thread, before the write's
+  // call returns), and the first use of either cache after that empties both
+  // (drop_caches_of_past_epochs), so a deleted fact's text leaves memory then.
+  //   window_cache_  window tokens per (fact key, version, w): any write may change some fact's w
+  //                  preceding turns. Saves a store query per retrieved fact per request (k = 50:
+  //                  ~1 ms of a ~7 ms TTFT on the GPU).
+  //   fact_cache_    the facts retrievals read, by fact id, served only to their own tenant and
+  //                  user (ids are per tenant): a retrieval reads from the store only the hits not
+  //                  here (the fetch took ~0.1-0.25 ms of a request's preparation on the CPU at
+  //                  k = 5-50, docs/BENCHMARKS.md run 16); also emptied past kMaxCachedFactRows
+  //                  facts or kMaxCachedFactBytes of text.
   struct WindowEntry {
     int64_t version = 0;
     int32_t w = 0;
-    uint64_t epoch = 0;
     std::vector<int32_t> tokens;
   };
   mutable std::unordered_map<int64_t, WindowEntry> window_cache_;
-  std::atomic<uint64_t> store_epoch_{0};
-  // The facts retrievals read, by fact id (engine thread only), all read at fact_cache_epoch_ and
-  // served only to their own tenant and user (ids are per tenant): a retrieval reads from the
-  // store only the hits not here (the fetch took ~0.1-0.25 ms of a request's preparation on the
-  // CPU at k = 5-50, docs/BENCHMARKS.md run 16). The first retrieval after the epoch moves empties
-  // it, so a deleted fact's text leaves memory then; so does one past kMaxCachedFactRows facts or
-  // kMaxCachedFactBytes of text.
   static constexpr size_t kMaxCachedFactRows = size_t{1} << 14;
   static constexpr size_t kMaxCachedFactBytes = size_t{64} << 20;
-  std::unordered_map<int64_t, Fact> fact_cache_;
-  uint64_t fact_cache_epoch_ = 0;
-  size_t fact_cache_bytes_ = 0;
+  mutable std::unordered_map<int64_t, Fact> fact_cache_;
+  mutable size_t fact_cache_bytes_ = 0;
+  mutable uint64_t cache_epoch_ = 0;
+  std::atomic<uint64_t> store_epoch_{0};
+  void drop_caches_of_past_epochs() const;
   // fetch_hits (retriever.h) through fact_cache_.
   std::vector<FactHit> fetch_hits_cached(const std::string& tenant, const std::string& user,
                                          std::span<const ScoredFact> hits);
