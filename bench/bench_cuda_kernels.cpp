@@ -1,17 +1,14 @@
 // Kernel benchmarks at Llama-3.1-8B shapes (32 layers, 8 kv heads, head_dim 128, GQA 4):
 //   ceilings    device-to-device copy (bytes read + written) and an 8192^3 bf16 GEMM (cuBLASLt)
-//   GEMMs       the forward's per-layer GEMMs at M = 1 / 4 / 16 / 32 / 100 / 1532: cuBLASLt heuristic vs
-//               autotuned, cuda::gemv at M <= 4 and cuda::skinny_gemm at M <= 32 (its own split
-//               count, and the fastest of 1 .. 8); the gate_up row's skinny figures are its gated
-//               form (SiLU * up fused), against cuBLASLt's GEMM alone
+//   GEMMs       the forward's per-layer GEMMs at M = 1 / 4 / 32 / 1532: cuBLASLt heuristic vs
+//               autotuned, and cuda::gemv at M <= 4
 //   (c) injection kernel bandwidth vs the copy ceiling
 //   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs) and the
 //       decode kernel's KV bandwidth
 //   (e) retrieval: one query's wall-clock latency through the CPU VectorIndex (OpenBLAS sgemv +
 //       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
-// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--gemm]
+// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]]
 //   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
-//   --gemm: the ceilings and the GEMM table only.
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
@@ -114,7 +111,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, attention_only = false, gemm_only = false;
+  bool quick = false, attention_only = false;
   int only_shape = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -122,11 +119,8 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--attention") == 0) {
       attention_only = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') only_shape = std::atoi(argv[++i]);
-    } else if (std::strcmp(argv[i], "--gemm") == 0) {
-      gemm_only = true;
     } else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--gemm])\n",
-                   argv[i]);
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]])\n", argv[i]);
       return 2;
     }
   }
@@ -159,8 +153,8 @@ int main(int argc, char** argv) {
     // its top 8 (Gemm's autotuning). A ring of 8 weight copies per shape keeps them out of L2, as in
     // a real forward where 16 GB pass between two uses of one layer.
     std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
-    std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | gemv us (M <= 4) | skinny us (S) | skinny best us (S) | best GB/s (weights) | best TFLOP/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | gemv us (M <= 4) | best GB/s (weights) | best TFLOP/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
     {
       struct G {
         const char* name;
@@ -173,73 +167,40 @@ int main(int argc, char** argv) {
                          {"down (+residual)", 4096, 14336, true, true},
                          {"lm_head", 128256, 4096, true, false}};
       constexpr int kRing = 8;
-      Gemm g0, g1, g2, g3;  // cuBLASLt's first heuristic, autotuned cuBLASLt, cuda::gemv, cuda::skinny_gemm
+      Gemm g0, g1, g2;  // cuBLASLt's first heuristic, autotuned cuBLASLt, cuda::gemv
       g0.set_gemv_max_rows(0);
-      g0.set_skinny_max_rows(0);
       g1.set_gemv_max_rows(0);
-      g1.set_skinny_max_rows(0);
       g1.set_autotune(true);
       g2.set_gemv_max_rows(cuda::kGemvMaxRows);
-      g2.set_skinny_max_rows(0);
-      g3.set_gemv_max_rows(0);
-      g3.set_skinny_max_rows(cuda::kSkinnyMaxRows);
       for (const G& gm : gemms) {
         std::vector<DeviceBuffer> ws;
         for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
-        const bool gated = std::strcmp(gm.name, "gate_up") == 0;
-        for (int64_t M : {1l, 4l, 16l, 32l, 100l, 1532l}) {
+        for (int64_t M : {1l, 4l, 32l, 1532l}) {
           DeviceBuffer x = random_bf16(M * gm.K, 99);
           DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
           CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
-          auto ring = [&](Gemm& g, bool fused) {
+          auto ring = [&](Gemm& g) {
             for (int r = 0; r < kRing; ++r) {
-              const bf16* wr = ws[static_cast<size_t>(r)].as<bf16>();
-              if (fused) {
-                g.run_silu_mul(x.as<bf16>(), wr, y.as<bf16>(), M, gm.N / 2, gm.K, nullptr);
-              } else if (gm.f32_out) {
-                g.run(x.as<bf16>(), wr, y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
+              if (gm.f32_out) {
+                g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
               } else {
-                g.run(x.as<bf16>(), wr, y.as<bf16>(), M, gm.N, gm.K, nullptr);
+                g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
               }
             }
           };
-          auto time_ring = [&](Gemm& g, bool fused) { return bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g, fused); }) / kRing; };
-          const double t0 = time_ring(g0, false), t1 = time_ring(g1, false);
-          double best = std::min(t0, t1);
-          char gemv_us[32] = "-", skinny_us[32] = "-", skinny_best[32] = "-";
-          if (M <= cuda::kGemvMaxRows) {
-            const double t2 = time_ring(g2, false);
-            best = std::min(best, t2);
-            std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
-          }
-          if (M <= cuda::kSkinnyMaxRows) {
-            const int32_t auto_s = cuda::skinny_splits(M, gated ? gm.N / 2 : gm.N, gm.K, gated);
-            g3.set_skinny_splits(0);
-            const double t3 = time_ring(g3, gated);
-            double t_best = t3;
-            int32_t s_best = auto_s;
-            for (int32_t sp = 1; sp <= cuda::kSkinnyMaxSplits; ++sp) {
-              const int64_t tiles = gated ? (gm.N / 2 + 31) / 32 : (gm.N + 63) / 64;
-              if (sp > 1 && tiles * sp > cuda::kSkinnyMaxPartials) break;
-              g3.set_skinny_splits(sp);
-              const double t = time_ring(g3, gated);
-              if (t < t_best) {
-                t_best = t;
-                s_best = sp;
-              }
-            }
-            g3.set_skinny_splits(0);
-            best = std::min(best, t3);
-            std::snprintf(skinny_us, sizeof skinny_us, "%.1f (%d)", t3 * 1e3, auto_s);
-            std::snprintf(skinny_best, sizeof skinny_best, "%.1f (%d)", t_best * 1e3, s_best);
-          }
-          std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %s | %s | %s | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
-                      static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, gemv_us, skinny_us,
-                      skinny_best, gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9);
+          const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
+          const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
+          const bool skinny = M <= cuda::kGemvMaxRows;
+          const double t2 = skinny ? bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g2); }) / kRing : 0.0;
+          const double best = skinny ? std::min({t0, t1, t2}) : std::min(t0, t1);
+          char gemv_us[32] = "-";
+          if (skinny) std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
+          std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %s | %.0f | %.1f |\n", gm.name, static_cast<long>(M),
+                      static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, gemv_us,
+                      gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9);
         }
       }
     }
-    if (gemm_only) return 0;
 
     // (c) Injection: all 32 layers in one launch, Llama-3.1-8B rows (8 kv heads x 128).
     std::printf("\n(c) injection kernel (gather pool -> rotate K -> scatter cache), 32 layers per launch\n");

@@ -1,9 +1,8 @@
 // Serving benchmarks of the CUDA backend at Llama-3.1-8B shapes with seeded random bf16 weights:
 //   (a) TTFT of a request whose k facts (30 tokens each) are injected and only a 32-token
-//       question is prefilled, versus a full prefill of the same k * 30 + 32 tokens (k = 50 also
-//       with PDL off, and with the linear layers on cuBLASLt instead of the skinny GEMM);
+//       question is prefilled, versus a full prefill of the same k * 30 + 32 tokens;
 //   (b) decode tokens/s at batch 1 and 32 (1024-token contexts), CUDA graphs and Programmatic
-//       Dependent Launch on and off, the linear layers on the skinny GEMM or on cuBLASLt;
+//       Dependent Launch on and off;
 //   (c) a decode step's GPU time by op (eager, events between ops).
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
@@ -107,17 +106,10 @@ int main(int argc, char** argv) {
   std::printf("| k | context tokens | inject+question wall ms | (GPU: inject + forward) | full prefill wall ms | (GPU) | speedup |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   const auto question = tokens(kQuestionLen, 7, V);
-  // The last rows repeat k = 50 with Programmatic Dependent Launch off, then with the linear
-  // layers on cuBLASLt instead of the skinny GEMM, side by side.
-  struct TtftRow {
-    int32_t k;
-    bool pdl, skinny;
-  };
-  const std::vector<TtftRow> ttft_rows{{5, true, true},   {10, true, true},  {20, true, true},
-                                       {50, true, true},  {50, false, true}, {50, true, false}};
-  for (const auto& [k, pdl, skinny] : decode_only ? std::vector<TtftRow>{} : ttft_rows) {
+  // The last row repeats k = 50 with Programmatic Dependent Launch off, side by side.
+  const std::vector<std::pair<int32_t, bool>> ttft_rows{{5, true}, {10, true}, {20, true}, {50, true}, {50, false}};
+  for (const auto& [k, pdl] : decode_only ? std::vector<std::pair<int32_t, bool>>{} : ttft_rows) {
     be->set_programmatic_launch(pdl);
-    be->set_skinny_gemm(skinny);
     const int32_t F = k * kFactLen;
     std::vector<double> w_inj, g_inj, w_full, g_full;
     // Facts in the request in reverse rank order (best last), positions contiguous from 0.
@@ -156,25 +148,22 @@ int main(int argc, char** argv) {
       }
     }
     const double a = bench::median(w_inj), b = bench::median(w_full);
-    std::printf("| %d%s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", k,
-                !pdl ? " (PDL off)" : !skinny ? " (cuBLASLt)" : "", F + kQuestionLen, a,
+    std::printf("| %d%s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", k, pdl ? "" : " (PDL off)", F + kQuestionLen, a,
                 bench::median(g_inj), b, bench::median(g_full), b / a);
   }
   be->set_programmatic_launch(true);
-  be->set_skinny_gemm(true);
 
   // (b) Decode, with each attention kernel for single-token batches (same cache, positions go on).
   std::printf("\n(b) decode: 1024-token contexts, one token per sequence per step\n");
-  std::printf("| batch | decode attention | CUDA graphs | PDL | linear | step wall ms | step GPU ms | tokens/s (wall) | tokens/s (GPU) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| batch | decode attention | CUDA graphs | PDL | step wall ms | step GPU ms | tokens/s (wall) | tokens/s (GPU) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   struct Variant {
     DecodeAttention kind;
-    bool graphs, pdl, skinny;
+    bool graphs, pdl;
   };
-  const Variant variants[] = {{DecodeAttention::kTensorCore, true, true, true},  {DecodeAttention::kTensorCore, true, false, true},
-                              {DecodeAttention::kTensorCore, false, true, true}, {DecodeAttention::kTensorCore, false, false, true},
-                              {DecodeAttention::kTensorCore, true, true, false}, {DecodeAttention::kSimt, true, true, true},
-                              {DecodeAttention::kSimt, false, true, true}};
+  const Variant variants[] = {{DecodeAttention::kTensorCore, true, true},  {DecodeAttention::kTensorCore, true, false},
+                              {DecodeAttention::kTensorCore, false, true}, {DecodeAttention::kTensorCore, false, false},
+                              {DecodeAttention::kSimt, true, true},        {DecodeAttention::kSimt, false, true}};
   for (int32_t batch : {1, 32}) {
     const int32_t ctx = 1024, steps = quick ? 8 : 24;
     // Every variant decodes `steps` more tokens into the same sequences.
@@ -186,11 +175,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int32_t s = 0; s < batch; ++s) next[static_cast<size_t>(s)] = greedy_id(out, static_cast<size_t>(s));
     int32_t pos = ctx;
-    for (const auto& [kind, graphs, pdl, skinny] : variants) {  // side by side, on the same cache
+    for (const auto& [kind, graphs, pdl] : variants) {  // side by side, on the same cache
       be->set_decode_attention(kind);
       be->set_cuda_graphs(graphs);
       be->set_programmatic_launch(pdl);
-      be->set_skinny_gemm(skinny);
       std::vector<double> w, g;
       for (int32_t st = 0; st < steps; ++st, ++pos) {
         ForwardBatch d;
@@ -205,16 +193,15 @@ int main(int argc, char** argv) {
         }
       }
       const double mw = bench::median(w), mg = bench::median(g);
-      std::printf("| %d | %s | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
+      std::printf("| %d | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
                   kind == DecodeAttention::kSimt ? "CUDA-core kernel" : "tensor-core tiles", graphs ? "on" : "off",
-                  pdl ? "on" : "off", skinny ? "skinny" : "cuBLASLt", mw, mg,
+                  pdl ? "on" : "off", mw, mg,
                   batch * 1000.0 / mw, batch * 1000.0 / mg);
     }
   }
   be->set_decode_attention(DecodeAttention::kTensorCore);
   be->set_cuda_graphs(true);
   be->set_programmatic_launch(true);
-  be->set_skinny_gemm(true);
 
   // (c) Where a step's time goes: eager, an event before each op (op_profile.h), so the ops run
   // one after the other (no overlap from PDL or graphs); summed per op over the steps. The decode

@@ -353,31 +353,6 @@ void expect_ids(const std::string& what, const std::vector<int32_t>& got, const 
   test::note(what, std::to_string(equal) + "/" + std::to_string(ref.size()) + " ids equal");
 }
 
-// The CPU twins of the linear-layer kernels, in double from the same bf16-rounded operands:
-//   y[m, n] = x[m] . w[n]   and   out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i])
-std::vector<float> ref_gemm(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N, int64_t K) {
-  std::vector<float> y(static_cast<size_t>(M * N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += static_cast<double>(x[static_cast<size_t>(m * K + k)]) * w[static_cast<size_t>(n * K + k)];
-      y[static_cast<size_t>(m * N + n)] = static_cast<float>(acc);
-    }
-  return y;
-}
-std::vector<float> ref_gemm_silu_mul(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t I,
-                                     int64_t K) {
-  const std::vector<float> gu = ref_gemm(x, w, M, 2 * I, K);
-  std::vector<float> out(static_cast<size_t>(M * I));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t i = 0; i < I; ++i) {
-      const double g = gu[static_cast<size_t>(m * 2 * I + i)], u = gu[static_cast<size_t>(m * 2 * I + I + i)];
-      out[static_cast<size_t>(m * I + i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
-    }
-  return out;
-}
-
 // The skinny-M linear layer (cuda::gemv) against the same product in double from the same bf16
 // operands: f32 out with and without accumulation, bf16 out; odd N, K down to one 16-byte chunk
 // and long rows past the unrolled loop; M 1..4. Through Gemm (the forward's entry) too.
@@ -394,7 +369,14 @@ TEST(CudaKernels, GemvMatchesReference) {
       const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 300 + M));
       const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(sh.N * sh.K), 400 + sh.N, 0.05f));
       const std::vector<float> y0 = randn(static_cast<size_t>(M * sh.N), 500);
-      const std::vector<float> ref = ref_gemm(xh, wh, M, sh.N, sh.K);
+      std::vector<float> ref(static_cast<size_t>(M * sh.N));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < sh.N; ++n) {
+          double acc = 0;
+          for (int64_t k = 0; k < sh.K; ++k)
+            acc += static_cast<double>(xh[static_cast<size_t>(m * sh.K + k)]) * wh[static_cast<size_t>(n * sh.K + k)];
+          ref[static_cast<size_t>(m * sh.N + n)] = static_cast<float>(acc);
+        }
       DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
       const std::string tag = "gemv/M" + std::to_string(M) + "_N" + std::to_string(sh.N) + "_K" + std::to_string(sh.K);
       for (int variant = 0; variant < 3; ++variant) {  // f32, f32 += , bf16
@@ -426,7 +408,17 @@ TEST(CudaKernels, GemvSiluMulMatchesReference) {
     for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
       const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 600 + M));
       const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(2 * sh.I * sh.K), 700 + sh.I, 0.05f));
-      const std::vector<float> ref = ref_gemm_silu_mul(xh, wh, M, sh.I, sh.K);
+      std::vector<float> ref(static_cast<size_t>(M * sh.I));
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t i = 0; i < sh.I; ++i) {
+          double g = 0, u = 0;
+          for (int64_t k = 0; k < sh.K; ++k) {
+            const double xv = xh[static_cast<size_t>(m * sh.K + k)];
+            g += xv * wh[static_cast<size_t>(i * sh.K + k)];
+            u += xv * wh[static_cast<size_t>((sh.I + i) * sh.K + k)];
+          }
+          ref[static_cast<size_t>(m * sh.I + i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        }
       DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
       DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.I) * 2);
       cuda::gemv_silu_mul(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), M, sh.I, sh.K, nullptr);
@@ -434,118 +426,6 @@ TEST(CudaKernels, GemvSiluMulMatchesReference) {
              compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
     }
   }
-}
-
-// The tensor-core skinny GEMM (cuda::skinny_gemm) against the double twin: every output kind, M
-// across both n-tile widths (1 .. 32, odd ones included), N that fills no tile, K from one stage
-// to the down projection's, its own split choice and forced ones (1, 3, the maximum). The
-// workspace's counters are shared across every launch here: a launch that left one non-zero
-// would break the next. Through Gemm too, at its default rows.
-TEST(CudaKernels, SkinnyGemmMatchesReference) {
-  REQUIRE_GPU();
-  struct Shape {
-    int64_t N, K;
-  };
-  const Shape shapes[] = {{1, 64}, {37, 192}, {1000, 576}, {4099, 1024}, {129, 14336}};
-  DeviceBuffer partials(cuda::kSkinnyPartialBytes), counters(static_cast<size_t>(cuda::kSkinnyMaxPartials) * 4);
-  CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
-  const cuda::SkinnyWorkspace ws{partials.as<float>(), counters.as<int>()};
-  Gemm via_gemm;
-  for (const Shape& sh : shapes) {
-    for (int64_t M : {1l, 2l, 7l, 16l, 17l, 32l}) {
-      const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 310 + M));
-      const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(sh.N * sh.K), 410 + sh.N, 0.05f));
-      const std::vector<float> y0 = randn(static_cast<size_t>(M * sh.N), 510);
-      const std::vector<float> ref = ref_gemm(xh, wh, M, sh.N, sh.K);
-      DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
-      const std::string tag = "skinny_gemm/M" + std::to_string(M) + "_N" + std::to_string(sh.N) + "_K" + std::to_string(sh.K);
-      for (int32_t splits : {0, 1, 3, cuda::kSkinnyMaxSplits}) {
-        if (splits > sh.K / 64) continue;
-        for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
-          const bool acc = variant == 1, f32 = variant < 2;
-          DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * sh.N) * 4);
-          cuda::skinny_gemm(x.as<bf16>(), w.as<bf16>(), y.data(), f32, acc, false, M, sh.N, sh.K, ws, splits, nullptr);
-          std::vector<float> want = ref;
-          if (acc)
-            for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-          const std::vector<float> got =
-              f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
-          // One f32 chain over 14,336 products (S = 1) is ~1.6e-5 from the double sum.
-          record(tag + "/S" + std::to_string(splits) + (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16"), compare(got, want),
-                 f32 ? 3e-5 : 4e-3);
-        }
-      }
-      if (M > 1) {  // Gemm::run's path for 1 < M <= 32
-        ASSERT_TRUE(via_gemm.skinny_path(x.data(), w.data(), M, sh.K));
-        DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.N) * 4);
-        via_gemm.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, sh.N, sh.K, false, nullptr);
-        record(tag + "/via_gemm", compare(download<float>(y, ref.size()), ref), 1e-5);
-      }
-    }
-  }
-}
-
-// The gated form (gate_up + SiLU * up in the epilogue) against the double twin of the unfused
-// pair: an I that fills no 32-feature tile, split or not; through Gemm::run_silu_mul too.
-TEST(CudaKernels, SkinnyGemmSiluMulMatchesReference) {
-  REQUIRE_GPU();
-  struct Shape {
-    int64_t I, K;
-  };
-  const Shape shapes[] = {{1, 64}, {37, 192}, {1001, 576}, {130, 1088}};
-  DeviceBuffer partials(cuda::kSkinnyPartialBytes), counters(static_cast<size_t>(cuda::kSkinnyMaxPartials) * 4);
-  CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
-  const cuda::SkinnyWorkspace ws{partials.as<float>(), counters.as<int>()};
-  Gemm via_gemm;
-  for (const Shape& sh : shapes) {
-    for (int64_t M : {1l, 5l, 16l, 29l, 32l}) {
-      const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 610 + M));
-      const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(2 * sh.I * sh.K), 710 + sh.I, 0.05f));
-      const std::vector<float> ref = ref_gemm_silu_mul(xh, wh, M, sh.I, sh.K);
-      DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
-      const std::string tag = "skinny_silu_mul/M" + std::to_string(M) + "_I" + std::to_string(sh.I) + "_K" + std::to_string(sh.K);
-      for (int32_t splits : {0, 1, 3}) {
-        if (splits > sh.K / 64) continue;
-        DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.I) * 2);
-        cuda::skinny_gemm(x.as<bf16>(), w.as<bf16>(), y.data(), false, false, true, M, sh.I, sh.K, ws, splits, nullptr);
-        record(tag + "/S" + std::to_string(splits), compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
-      }
-      if (M > 1) {
-        ASSERT_TRUE(via_gemm.fuses_silu_mul(x.data(), w.data(), M, sh.K));
-        DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.I) * 2);
-        via_gemm.run_silu_mul(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), M, sh.I, sh.K, nullptr);
-        record(tag + "/via_gemm", compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
-      }
-    }
-  }
-}
-
-// Batched == alone, bit for bit: row r of a 32-row product equals the same row computed alone
-// (M = 1) and in a 16-row product, and a repeated launch gives the same bits (split-K sums its
-// partials in a fixed order whichever CTA finishes last).
-TEST(CudaKernels, SkinnyGemmRowsDoNotDependOnBatch) {
-  REQUIRE_GPU();
-  const int64_t N = 1000, K = 4096, M = 32;
-  DeviceBuffer partials(cuda::kSkinnyPartialBytes), counters(static_cast<size_t>(cuda::kSkinnyMaxPartials) * 4);
-  CUDA_CHECK(cudaMemset(counters.data(), 0, counters.bytes()));
-  const cuda::SkinnyWorkspace ws{partials.as<float>(), counters.as<int>()};
-  const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * K), 811));
-  const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(N * K), 812, 0.05f));
-  DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
-  ASSERT_GT(cuda::skinny_splits(M, N, K, false), 1) << "the test wants a split-K launch";
-  auto run = [&](int64_t rows, int64_t first_row) {
-    DeviceBuffer y = poisoned(static_cast<size_t>(rows * N) * 4);
-    cuda::skinny_gemm(x.as<bf16>() + first_row * K, w.as<bf16>(), y.data(), true, false, false, rows, N, K, ws, 0,
-                      nullptr);
-    return download<float>(y, static_cast<size_t>(rows * N));
-  };
-  const std::vector<float> all = run(M, 0), again = run(M, 0), half = run(16, 16);
-  EXPECT_EQ(all, again) << "a repeated launch changed bits";
-  for (int64_t r : {0l, 5l, 31l}) {
-    const std::vector<float> alone = run(1, r);
-    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r * N)) << "row " << r << " alone differs";
-  }
-  EXPECT_TRUE(std::equal(half.begin(), half.end(), all.begin() + 16 * N)) << "rows 16..31 as a 16-row batch differ";
 }
 
 TEST(CudaKernels, ArgmaxRows) {

@@ -99,10 +99,6 @@ class CudaBackendImpl final : public CudaBackend {
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
   void set_cuda_graphs(bool on) override { graphs_ = on; }
   void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
-  void set_skinny_gemm(bool on) override {
-    skinny_ = on;
-    ops_->gemm().set_skinny_max_rows(on ? cuda::kSkinnyMaxRows : 0);
-  }
   GraphStats graph_stats() const override { return ops_->graph_stats(); }
   void set_op_profile(bool on) override { ops_->profiler().set_enabled(on); }
   std::vector<OpTime> op_profile() const override { return ops_->profiler().totals(); }
@@ -170,11 +166,9 @@ class CudaBackendImpl final : public CudaBackend {
   mutable float inject_ms_ = 0.0f;    // of the last injection, once read
   mutable bool inject_pending_ = false;  // its events are not read yet
   bool last_was_inject_ = false;
-  // CUDA graphs per (shape kind, bucket, output kind, argmax span, decode attention kernel, PDL,
-  // skinny GEMM): each key is one set of captured kernels.
+  // CUDA graphs per (shape kind, bucket, output kind, argmax span, decode attention kernel).
   bool graphs_ = true;
-  bool skinny_ = true;
-  std::map<std::tuple<int, int32_t, int, int64_t, int, bool, bool>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
+  std::map<std::tuple<int, int32_t, int, int64_t, int, bool>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
   ForwardBatch padded_;  // the padded batch of a graph forward (reused)
   MetaUpload meta_;   // inject and pool copies (the forward has its own, in ops_)
   DeviceBuffer io_;   // staging of pool / cache copies
@@ -234,7 +228,7 @@ void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
   // A graph keeps the launch mode it was captured with (PDL edges or plain ones): part of the key.
   const auto key = std::make_tuple(static_cast<int>(shape.kind), shape.bucket, static_cast<int>(b.output),
                                    argmax_span(b, cfg_.vocab_size), static_cast<int>(ops_->decode_attention()),
-                                   cuda::programmatic_launch(), skinny_);
+                                   cuda::programmatic_launch());
   std::unique_ptr<ForwardGraph>& g = graphs_by_key_[key];
   if (g == nullptr) g = std::make_unique<ForwardGraph>();
   ops_->use_graph(g.get(), static_cast<int64_t>(b.output_tokens.size()));

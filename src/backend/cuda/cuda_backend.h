@@ -49,9 +49,6 @@ class CudaBackend : public Backend {
   // Programmatic Dependent Launch of the forward's kernels (launch.cuh; on unless
   // BackendOptions::programmatic_launch is false). Process-wide: the kernels' launchers read it.
   virtual void set_programmatic_launch(bool on) = 0;
-  // Linear layers of 2 .. 32 rows on the tensor-core skinny GEMM (gemm.h; on by default) or on
-  // cuBLASLt: a side-by-side benchmark.
-  virtual void set_skinny_gemm(bool on) = 0;
   virtual GraphStats graph_stats() const = 0;
   // Per-op GPU time of eager forwards (op_profile.h: an event before each op); on: from zero.
   virtual void set_op_profile(bool on) = 0;

@@ -293,7 +293,7 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
 
 void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
   if (skip()) return;
-  if (!gemm_.fuses_silu_mul(x.data, wt.impl, x.rows, wt.cols)) {  // cuBLASLt into gu, then the SiLU kernel
+  if (!gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols)) {  // cuBLASLt into gu, then the SiLU kernel
     ForwardOps::linear_silu_mul(x, wt, gu, out);
     return;
   }
@@ -301,7 +301,7 @@ void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
   IS_CHECK(x.type == ActType::kCompute && out.type == ActType::kCompute && x.cols == wt.cols &&
                wt.rows == 2 * out.cols && x.rows == out.rows,
            "linear_silu_mul [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, out.rows, out.cols);
-  gemm_.run_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
+  cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
 }
 
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {

@@ -2,10 +2,9 @@
 //   weights      matrices bf16 (stacked parts stay one matrix: the fused QKV and gate/up GEMMs),
 //                vectors f32 (DeviceWeightStore)
 //   activations  kF32 f32; kCompute bf16 (GEMM inputs)
-//   linear       Gemm: bf16 x bf16 -> f32 accumulate; accumulate adds into y (the residual adds);
-//                cuda::gemv at one row, cuda::skinny_gemm (tensor cores, split-K) up to 32 rows,
-//                cuBLASLt above; the first two fuse SiLU * up into the gate_up projection
-//                (linear_silu_mul, Gemm::fuses_silu_mul)
+//   linear       cuBLASLt, bf16 x bf16 -> f32 accumulate; accumulate = beta 1 (the residual adds);
+//                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
+//                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
 //   attention    tensor-core tiles or the CUDA-core decode path, planned in begin(); causal only
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
@@ -86,7 +85,6 @@ class CudaForwardOps final : public ForwardOps {
   const GraphStats& graph_stats() const { return stats_; }
   // Per-op GPU time of eager forwards (op_profile.h); forwards through a graph are not profiled.
   OpProfiler& profiler() { return profiler_; }
-  Gemm& gemm() { return gemm_; }
   size_t weight_bytes() const { return weights_.bytes(); }
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;

@@ -45,27 +45,6 @@ void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, in
 //   out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i])     x: [M, K]; w: [2 I, K]; out: [M, I] bf16
 void gemv_silu_mul(const bf16* x, const bf16* w, bf16* out, int64_t M, int64_t I, int64_t K, cudaStream_t stream);
 
-// Skinny linear layers on tensor cores (gemm_skinny.cu): the same products as gemv, and the gated
-// form, for M <= kSkinnyMaxRows, streaming the weights once with split-K over the SMs. Needs
-// K % 64 == 0 and 16-byte aligned x and w (skinny_gemm_supports). Split-K (splits > 1) sums its
-// partials in a fixed order, so a row of y does not depend on M; it uses the workspace, whose
-// counters must be zero before the first launch (they are zero again after every launch).
-//   y[m, n] (+)= x[m] . w[n]                         y: [M, N] f32 (accumulate allowed) or bf16
-//   gated: out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i])    N = I; w: [2 I, K]; out: [M, I] bf16
-inline constexpr int64_t kSkinnyMaxRows = 32;
-inline constexpr int32_t kSkinnyMaxSplits = 8;
-inline constexpr int64_t kSkinnyMaxPartials = 1024;  // tiles x splits of one split-K launch
-struct SkinnyWorkspace {
-  float* partials = nullptr;  // kSkinnyPartialBytes
-  int* counters = nullptr;    // kSkinnyMaxPartials ints, zero
-};
-inline constexpr size_t kSkinnyPartialBytes = static_cast<size_t>(kSkinnyMaxPartials) * 16 * 128 * sizeof(float);
-bool skinny_gemm_supports(int64_t M, int64_t K, const void* x, const void* w);
-// The split count skinny_gemm takes for splits <= 0 (whole waves of resident CTAs).
-int32_t skinny_splits(int64_t M, int64_t N, int64_t K, bool gated);
-void skinny_gemm(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, bool gated, int64_t M, int64_t N,
-                 int64_t K, const SkinnyWorkspace& ws, int32_t splits, cudaStream_t stream);
-
 // Greedy sampling: out[r] = the index of the largest of logits[r * ld + 0 .. n), the lowest on ties.
 //   logits: [R, ld] f32; out: [R]
 void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out, cudaStream_t stream);

@@ -14,9 +14,6 @@ constexpr int kTimedRuns = 3;
 Gemm::Gemm() {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(kWorkspaceBytes);
-  skinny_partials_.resize(cuda::kSkinnyPartialBytes);
-  skinny_counters_.resize(static_cast<size_t>(cuda::kSkinnyMaxPartials) * sizeof(int));
-  CUDA_CHECK(cudaMemset(skinny_counters_.data(), 0, skinny_counters_.bytes()));
 }
 
 Gemm::~Gemm() {
@@ -100,40 +97,18 @@ bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
   return M <= gemv_max_rows_ && cuda::gemv_supports(M, K, x, w);
 }
 
-bool Gemm::skinny_path(const void* x, const void* w, int64_t M, int64_t K) const {
-  return M > gemv_max_rows_ && M <= skinny_max_rows_ && cuda::skinny_gemm_supports(M, K, x, w);
-}
-
 void Gemm::launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                   bool accumulate, cudaStream_t stream) {
   if (M == 0) return;
-  const auto* xb = static_cast<const __nv_bfloat16*>(x);
-  const auto* wb = static_cast<const __nv_bfloat16*>(w);
   if (gemv_path(x, w, M, K)) {
-    cuda::gemv(xb, wb, y, f32_out, accumulate, M, N, K, stream);
-    return;
-  }
-  if (skinny_path(x, w, M, K)) {
-    cuda::skinny_gemm(xb, wb, y, f32_out, accumulate, /*gated=*/false, M, N, K,
-                      {skinny_partials_.as<float>(), skinny_counters_.as<int>()}, skinny_splits_, stream);
+    cuda::gemv(static_cast<const __nv_bfloat16*>(x), static_cast<const __nv_bfloat16*>(w), y, f32_out, accumulate, M, N,
+               K, stream);
     return;
   }
   const Plan& p = plan(x, w, M, N, K, f32_out, accumulate, stream);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                               workspace_.data(), kWorkspaceBytes, stream));
-}
-
-void Gemm::run_silu_mul(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int64_t M, int64_t I,
-                        int64_t K, cudaStream_t stream) {
-  IS_CHECK(fuses_silu_mul(x, w, M, K), "Gemm::run_silu_mul: M = {}, K = {} takes neither the gemv nor the skinny path", M, K);
-  if (M == 0) return;
-  if (gemv_path(x, w, M, K)) {
-    cuda::gemv_silu_mul(x, w, out, M, I, K, stream);
-  } else {
-    cuda::skinny_gemm(x, w, out, false, false, /*gated=*/true, M, I, K,
-                      {skinny_partials_.as<float>(), skinny_counters_.as<int>()}, skinny_splits_, stream);
-  }
 }
 
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t M, int64_t N, int64_t K,

@@ -1,7 +1,5 @@
-// Linear layers: bf16 operands, f32 accumulate, f32 or bf16 output. Three paths by M (rows of x):
-// cuda::gemv for M <= gemv rows (one row by default), cuda::skinny_gemm (tensor cores, split-K)
-// up to its rows (kSkinnyMaxRows by default: a question after injected facts, decode steps of up
-// to 32 sequences), cuBLASLt above.
+// Linear layers through cuBLASLt (and cuda::gemv for one-row inputs): bf16 operands, f32
+// accumulate, f32 or bf16 output.
 //
 //   y[M, N] (+)= x[M, K] @ w[N, K]^T        (row-major, w in HF [out, in] layout)
 //
@@ -44,22 +42,8 @@ class Gemm {
   // Default 1: on the H200 at Llama-3.1-8B shapes gemv saves 1-1.4 us on qkv, o_proj and down at
   // M = 1 (loses 1.4 on gate_up) and loses at M = 4 (bench_cuda_kernels' GEMM table, BENCHMARKS.md).
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
-  // GEMMs of gemv rows < M <= rows (at most cuda::kSkinnyMaxRows) run cuda::skinny_gemm; 0: never.
-  void set_skinny_max_rows(int64_t rows) { skinny_max_rows_ = rows; }
-  // The skinny kernel's split-K count (0: its own choice, cuda::skinny_splits); for benchmarks.
-  void set_skinny_splits(int32_t splits) { skinny_splits_ = splits; }
-  // Whether run() takes cuda::gemv / cuda::skinny_gemm for these operands.
+  // Whether run() takes cuda::gemv for these operands (CudaForwardOps fuses SiLU * up into it then).
   bool gemv_path(const void* x, const void* w, int64_t M, int64_t K) const;
-  bool skinny_path(const void* x, const void* w, int64_t M, int64_t K) const;
-  // The gated MLP's input projection with SiLU * up fused into the GEMM (gate and up never reach
-  // memory): out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i]), w: [2 I, K]. Only where
-  // fuses_silu_mul() (the gemv and skinny paths); CudaForwardOps runs run() then the SiLU kernel
-  // otherwise.
-  bool fuses_silu_mul(const void* x, const void* w, int64_t M, int64_t K) const {
-    return gemv_path(x, w, M, K) || skinny_path(x, w, M, K);
-  }
-  void run_silu_mul(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* out, int64_t M, int64_t I, int64_t K,
-                    cudaStream_t stream);
 
  private:
   struct Plan {
@@ -79,13 +63,8 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
   DeviceBuffer scratch_;  // autotuning output
-  // The skinny kernel's split-K partials and tile counters: allocated once, never moved (CUDA
-  // graphs capture them); the counters are zero between launches.
-  DeviceBuffer skinny_partials_, skinny_counters_;
   bool autotune_ = false;
   int64_t gemv_max_rows_ = 1;
-  int64_t skinny_max_rows_ = 32;  // cuda::kSkinnyMaxRows
-  int32_t skinny_splits_ = 0;
   std::map<Key, Plan> plans_;
 };
 
