@@ -3,7 +3,7 @@
 //   GEMMs       the forward's per-layer GEMMs at M = 1 / 4 / 32 / 1532: cuBLASLt heuristic vs
 //               autotuned, and cuda::gemv at M <= 4
 //   (c) injection kernel bandwidth vs the copy ceiling
-//   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs) and the
+//   (d) attention TFLOP/s: tensor-core prefill (causal, counted over unmasked pairs; bf16 and FP8 caches) and the
 //       decode kernel's KV bandwidth
 //   (e) retrieval: one query's wall-clock latency through the CPU VectorIndex (OpenBLAS sgemv +
 //       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
@@ -52,8 +52,9 @@ struct AttnBench {
 // S sequences of `q_len` new tokens each after `ctx` cached entries; prefill or decode kernel.
 // decode: the CUDA-core decode kernel (q_len 1); otherwise the tensor-core tiles. min_split > 0
 // overrides the planner's shortest split piece (a sweep of that setting).
+// fp8: the cache in E4M3 codes with a scale per (slot, kv head) (its bytes counted as such).
 AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, bool decode,
-                          int num_sms, int iters, int32_t min_split = 0) {
+                          int num_sms, int iters, int32_t min_split = 0, bool fp8 = false) {
   const int32_t bs = 16, group = NH / NKV;
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
   int32_t next = 0;
@@ -64,7 +65,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
       pairs += ctx + i + 1;
     }
     const int32_t len = ctx + q_len, nb = (len + bs - 1) / bs;
-    kv_bytes += static_cast<double>(len) * NKV * D * 2 * 2;
+    kv_bytes += static_cast<double>(len) * NKV * (fp8 ? D + 4 : D * 2) * 2;
     for (int32_t b = 0; b < nb; ++b) kv_indices.push_back(next++);
     q_indptr.push_back(static_cast<int32_t>(positions.size()));
     kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
@@ -75,6 +76,15 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   if (min_split > 0) po.min_split_len = min_split;
   const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), nullptr, group, po);
   auto q = random_bf16(T * NH * D, 1), k = random_bf16(slots * NKV * D, 2), v = random_bf16(slots * NKV * D, 3);
+  DeviceBuffer ks, vs;  // fp8: k and v hold codes (their first half), every code 0x30 (0.5), scales 0.01
+  if (fp8) {
+    CUDA_CHECK(cudaMemset(k.data(), 0x30, static_cast<size_t>(slots * NKV * D)));
+    CUDA_CHECK(cudaMemset(v.data(), 0x30, static_cast<size_t>(slots * NKV * D)));
+    ks.resize(static_cast<size_t>(slots * NKV) * 4);
+    vs.resize(ks.bytes());
+    cuda::fill_f32(ks.as<float>(), slots * NKV, 0.01f, nullptr);
+    cuda::fill_f32(vs.as<float>(), slots * NKV, 0.01f, nullptr);
+  }
   DeviceBuffer out(static_cast<size_t>(T * NH * D) * 2);
   auto d_pos = upload(positions), d_kvp = upload(kv_indptr), d_kvi = upload(kv_indices), d_items = upload(plan.items),
        d_merges = upload(plan.merges);
@@ -82,8 +92,11 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   DeviceBuffer po_buf(np * NKV * plan.rows_per_tile * D * 4), pl_buf(np * NKV * plan.rows_per_tile * 4);
   cuda::AttentionArgs a;
   a.q = q.as<bf16>();
-  a.k_cache = k.as<bf16>();
-  a.v_cache = v.as<bf16>();
+  a.cache.k = k.data();
+  a.cache.v = v.data();
+  a.cache.fp8 = fp8;
+  a.cache.k_scale = ks.as<float>();
+  a.cache.v_scale = vs.as<float>();
   a.out = out.as<bf16>();
   a.positions = d_pos.as<int32_t>();
   a.kv_indptr = d_kvp.as<int32_t>();
@@ -228,8 +241,8 @@ int main(int argc, char** argv) {
         cuda::InjectArgs a;
         a.k_pool = kp.as<bf16>();
         a.v_pool = vp.as<bf16>();
-        a.k_cache = kc.as<bf16>();
-        a.v_cache = vc.as<bf16>();
+        a.cache.k = kc.data();
+        a.cache.v = vc.data();
         a.pool_layer_stride = pool_slots * row;
         a.cache_layer_stride = cache_slots * row;
         a.src_slots = d_src.as<int64_t>();
@@ -258,6 +271,7 @@ int main(int argc, char** argv) {
     int32_t S, ctx, q, D, NH, NKV;
     bool decode;
     int32_t min_split = 0;  // 0: the planner's
+    bool fp8 = false;       // an FP8 cache
   };
   const Shape shapes[] = {
       {"prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false},
@@ -279,6 +293,13 @@ int main(int argc, char** argv) {
       {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
       {"decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, false},
       {"decode, tensor-core tiles, pieces >= 256", 1, 1532, 1, 128, 32, 8, false, 256},
+      {"FP8 cache: prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false, 0, true},
+      {"FP8 cache: prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, false, 0, true},
+      {"FP8 cache: question over injected facts", 1, 1500, 32, 128, 32, 8, false, 0, true},
+      {"FP8 cache: decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false, 0, true},
+      {"FP8 cache: decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false, 0, true},
+      {"FP8 cache: decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false, 0, true},
+      {"FP8 cache: decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, false, 0, true},
   };
   const int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
   if (only_shape >= num_shapes) {
@@ -289,7 +310,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < num_shapes; ++i) {
     if (only_shape >= 0 && i != only_shape) continue;
     const Shape& s = shapes[i];
-    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters, s.min_split);
+    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters, s.min_split, s.fp8);
     std::printf("| %s | S=%d ctx=%d q=%d D=%d | %.3f | %.1f | %.0f |\n", s.label, s.S, s.ctx, s.q, s.D, r.ms, r.tflops,
                 r.gbs);
   }

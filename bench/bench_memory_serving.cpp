@@ -57,6 +57,7 @@ struct Args {
   int64_t pool_mb = 4096;
   bool no_pdl = false;
   std::string memory_kv_dtype = "native";
+  std::string kv_cache_dtype = "native";
 };
 
 }  // namespace
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-programmatic-launch", a.no_pdl, "CUDA: plain stream order between kernels (no PDL)");
   app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
       ->check(CLI::IsMember({"native", "fp8"}));
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8 (CUDA)")
+      ->check(CLI::IsMember({"native", "fp8"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -92,11 +95,11 @@ int main(int argc, char** argv) {
   model.random_weights = true;
   const ModelConfig& cfg = model.config;
   const bool cuda = a.device == "cuda";
-  const int64_t elem = cuda ? 2 : 4;
   BackendOptions bo;
   bo.block_size = 16;
   bo.programmatic_launch = !a.no_pdl;
-  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
+  bo.cache_fp8 = a.kv_cache_dtype == "fp8";
+  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cache_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
   bo.num_pool_blocks = (a.pool_mb << 20) / (pool_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
   std::unique_ptr<Backend> backend;

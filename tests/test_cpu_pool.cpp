@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_pool.h"
 #include "model/model.h"
 #include "tensor/fp8.h"
+#include "fp8_test_util.h"
 
 using namespace inferscale;
 
@@ -23,16 +24,7 @@ std::vector<float> randn(size_t n, uint32_t seed, float std = 1.0f) {
   return v;
 }
 
-// Each head's D values through E4M3 with their own scale: what an FP8 pool keeps of a row.
-std::vector<float> fp8_rounded(const std::vector<float>& rows, int64_t dim) {
-  std::vector<float> out(rows.size());
-  std::vector<uint8_t> q(static_cast<size_t>(dim));
-  for (size_t off = 0; off < rows.size(); off += static_cast<size_t>(dim)) {
-    const float s = quantize_e4m3_row(rows.data() + off, dim, q.data());
-    dequantize_e4m3_row(q.data(), dim, s, out.data() + off);
-  }
-  return out;
-}
+using test::fp8_rounded;  // each head's D values through E4M3 with their own scale
 
 const Model& demo() {
   static const Model m = load_model("demo");

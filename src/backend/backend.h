@@ -32,12 +32,21 @@ struct InjectBatch {
   std::vector<int32_t> positions;   // [N] serving positions
 };
 
-// Bytes one token's K and V take in a memory pool, over every layer: bf16 on the GPU, f32 on the
-// CPU, or the CPU's FP8 pool (backend/cpu/cpu_pool.h: a byte an element and an f32 scale per kv
-// head). Sizes --memory-pool-mb into blocks.
+// Bytes one token's K and V take over every layer in elements of `elem_bytes`, or (fp8) as FP8
+// E4M3 codes with an f32 scale per kv head (a byte an element and 4 a head: the CPU's FP8 pool,
+// backend/cpu/cpu_pool.h, and the GPU's FP8 KV cache, cuda_ops.h KvCache).
+inline int64_t kv_bytes_per_token_stored(const ModelConfig& cfg, int64_t elem_bytes, bool fp8) {
+  return fp8 ? 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4) : cfg.kv_bytes_per_token(elem_bytes);
+}
+// A memory pool's: bf16 on the GPU, f32 on the CPU, or the CPU's FP8 pool (the GPU has no FP8
+// pool). Sizes --memory-pool-mb into blocks.
 inline int64_t pool_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
-  if (fp8 && !gpu) return 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4);
-  return cfg.kv_bytes_per_token(gpu ? 2 : 4);
+  return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8 && !gpu);
+}
+// The paged KV cache's: bf16 on the GPU, f32 on the CPU, or the GPU's FP8 cache. Sizes
+// --kv-cache-mb into blocks.
+inline int64_t cache_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
+  return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8);
 }
 
 struct BackendOptions {
@@ -51,6 +60,10 @@ struct BackendOptions {
   // The memory pool in FP8 E4M3 with a scale per (slot, kv head): ~4x the facts of an f32 pool
   // in the same bytes (CPU: backend/cpu/cpu_pool.h; the CUDA backend does not have it yet).
   bool pool_fp8 = false;
+  // The paged KV cache in FP8 E4M3 with a scale per (slot, kv head) (--kv-cache-dtype fp8; CUDA
+  // only): half the bytes of bf16, so twice the tokens in the same memory and half the bytes a
+  // decode step's attention reads. Keys are rotated before they are rounded.
+  bool cache_fp8 = false;
 };
 
 class Backend {

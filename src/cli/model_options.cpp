@@ -40,6 +40,11 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
                  "scale per token and kv head: ~4x the facts in --memory-pool-mb on the CPU; not on the CUDA backend yet)")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
+  cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                 "how the paged KV cache stores K and V: native (f32 on the CPU, bf16 on a GPU) or fp8 (CUDA: E4M3 "
+                 "with a scale per token and kv head, ~2x the tokens in --kv-cache-mb and half the bytes decode reads)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"native", "fp8"}));
   cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
                "CUDA: launch each kernel after the previous one ends (no Programmatic Dependent Launch)");
 }
@@ -121,6 +126,7 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
   const int64_t block_bytes = pool_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
+  bo.cache_fp8 = a.kv_cache_dtype == "fp8";
   bo.num_threads = a.threads;
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;

@@ -1,7 +1,7 @@
 // Paged attention parity: the tensor-core prefill kernel and the CUDA-core decode kernel against
 // cpu::paged_attention (f32 over the same bf16-rounded q and cache), at odd shapes: 1/7/17
 // sequences, new-token counts 1/15/16/17/1000, head_dim 64/128, GQA 1/4/7, block sizes 16 and 7,
-// with and without split-KV, and positions that jump.
+// with and without split-KV, and positions that jump; the tensor-core kernel over an FP8 cache too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_ops.h"
+#include "../fp8_test_util.h"
 #include "cuda_test_util.h"
 
 namespace inferscale {
@@ -28,12 +29,13 @@ struct AttnCase {
   bool jumps;       // a sequence's new tokens skip a range of positions
   bool tensor_core = false;  // decode cases: the tensor-core tiles instead of the decode kernel
   bool kv_start = false;     // each sequence attends from entry ctx / 2 on (ForwardBatch::kv_start)
+  bool fp8 = false;          // the cache in FP8 codes and scales (the tensor-core kernel)
 };
 
 std::string case_name(const char* fam, const AttnCase& c) {
   return std::string(fam) + "/S" + std::to_string(c.num_seqs) + "/D" + std::to_string(c.head_dim) + "/g" +
          std::to_string(c.num_heads / c.num_kv_heads) + "/bs" + std::to_string(c.block_size) + "/sms" +
-         std::to_string(c.num_sms) + (c.jumps ? "/jumps" : "") + (c.kv_start ? "/kv_start" : "");
+         std::to_string(c.num_sms) + (c.jumps ? "/jumps" : "") + (c.kv_start ? "/kv_start" : "") + (c.fp8 ? "/fp8" : "");
 }
 
 void run_case(const AttnCase& c, uint64_t seed) {
@@ -68,8 +70,13 @@ void run_case(const AttnCase& c, uint64_t seed) {
   const int64_t slots = static_cast<int64_t>(num_blocks) * bs;
 
   const auto q = test::round_bf16(test::randn(static_cast<size_t>(T * NH * D), seed + 1));
-  const auto kc = test::round_bf16(test::randn(static_cast<size_t>(slots * NKV * D), seed + 2));
-  const auto vc = test::round_bf16(test::randn(kc.size(), seed + 3));
+  // FP8: the reference reads the codes x scales the kernel reads (its twin: tensor/fp8.h rounding).
+  const auto k_raw = test::round_bf16(test::randn(static_cast<size_t>(slots * NKV * D), seed + 2));
+  const auto v_raw = test::round_bf16(test::randn(k_raw.size(), seed + 3));
+  const test::Fp8Rows k8 = c.fp8 ? test::fp8_quantize(k_raw, D) : test::Fp8Rows{};
+  const test::Fp8Rows v8 = c.fp8 ? test::fp8_quantize(v_raw, D) : test::Fp8Rows{};
+  const auto kc = c.fp8 ? test::fp8_dequantize(k8.codes, k8.scales, D) : k_raw;
+  const auto vc = c.fp8 ? test::fp8_dequantize(v8.codes, v8.scales, D) : v_raw;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 
   std::vector<float> ref(static_cast<size_t>(T * NH * D));
@@ -81,7 +88,9 @@ void run_case(const AttnCase& c, uint64_t seed) {
   const AttnPlanOptions po = cuda::attention_plan_options(simt, c.decode, group, NKV, c.num_sms);
   const AttnPlan plan = plan_attention(q_indptr.data(), c.num_seqs, positions.data(), kv_start.data(), group, po);
 
-  auto d_q = upload(test::to_bf16(q)), d_k = upload(test::to_bf16(kc)), d_v = upload(test::to_bf16(vc));
+  auto d_q = upload(test::to_bf16(q));
+  auto d_k = c.fp8 ? upload(k8.codes) : upload(test::to_bf16(kc)), d_v = c.fp8 ? upload(v8.codes) : upload(test::to_bf16(vc));
+  auto d_ks = upload(c.fp8 ? k8.scales : std::vector<float>{}), d_vs = upload(c.fp8 ? v8.scales : std::vector<float>{});
   auto d_pos = upload(positions), d_kvp = upload(kv_indptr), d_kvi = upload(kv_indices);
   auto d_items = upload(plan.items), d_merges = upload(plan.merges);
   const size_t np = static_cast<size_t>(std::max(plan.num_partials, 1));
@@ -89,8 +98,7 @@ void run_case(const AttnCase& c, uint64_t seed) {
   auto d_out = poisoned(ref.size() * 2);
   cuda::AttentionArgs a;
   a.q = d_q.as<bf16>();
-  a.k_cache = d_k.as<bf16>();
-  a.v_cache = d_v.as<bf16>();
+  a.cache = {d_k.data(), d_v.data(), c.fp8 ? d_ks.as<float>() : nullptr, c.fp8 ? d_vs.as<float>() : nullptr, c.fp8};
   a.out = d_out.as<bf16>();
   a.positions = d_pos.as<int32_t>();
   a.kv_indptr = d_kvp.as<int32_t>();
@@ -144,6 +152,29 @@ TEST(CudaAttention, KvStart) {
     run_case({7, 128, 32, 8, 16, false, sms, false, false, true}, seed += 10);
     run_case({7, 64, 8, 2, 7, true, sms, false, false, true}, seed += 10);
     run_case({7, 64, 8, 2, 7, true, sms, false, true, true}, seed += 10);
+  }
+}
+
+// The tensor-core kernel over an FP8 cache (codes and a scale per slot and kv head, converted to
+// bf16 in shared memory) against the reference over the same codes x scales: prefill, split-KV,
+// decode tiles and kv_start, both head dims, GQA 1 / 4 / 7, block sizes 16 and 7.
+TEST(CudaAttention, Fp8Cache) {
+  REQUIRE_GPU();
+  uint64_t seed = 4000;
+  for (int32_t D : {64, 128}) {
+    for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}}) {
+      for (int32_t bs : {16, 7}) {
+        AttnCase prefill{7, D, nh, nkv, bs, false, 1, true};
+        prefill.fp8 = true;
+        run_case(prefill, seed += 10);
+        AttnCase split{1, D, nh, nkv, bs, false, 1000, false};
+        split.fp8 = true;
+        run_case(split, seed += 10);
+        AttnCase decode{17, D, nh, nkv, bs, true, 132, false, true, bs == 7};
+        decode.fp8 = true;
+        run_case(decode, seed += 10);
+      }
+    }
   }
 }
 

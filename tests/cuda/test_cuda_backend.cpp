@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "model/weights.h"
+#include "../fp8_test_util.h"
 #include "../kv_rows_test_util.h"
 
 namespace inferscale {
@@ -140,13 +141,30 @@ std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
 
 int32_t argmax(const float* p, int64_t n) { return static_cast<int32_t>(std::max_element(p, p + n) - p); }
 
+// Extends `req` (blocks taken from *next_block) by pool_slots.size() entries at its end and
+// returns the batch injecting those pool slots there, at their serving positions.
+InjectBatch inject_at_end(Seq& req, const std::vector<int64_t>& pool_slots, int32_t bs, int32_t* next_block) {
+  const int32_t p0 = req.len, n = static_cast<int32_t>(pool_slots.size());
+  while (static_cast<int32_t>(req.blocks.size()) * bs < p0 + n) req.blocks.push_back((*next_block)++);
+  InjectBatch inj;
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t pos = p0 + i;
+    inj.src_slots.push_back(pool_slots[static_cast<size_t>(i)]);
+    inj.dst_slots.push_back(static_cast<int64_t>(req.blocks[static_cast<size_t>(pos / bs)]) * bs + pos % bs);
+    inj.positions.push_back(pos);
+  }
+  req.len = p0 + n;
+  return inj;
+}
+
 struct Pair {
   std::unique_ptr<Backend> cpu;
   std::unique_ptr<CudaBackend> gpu;
   ModelConfig cfg;
 };
 
-Pair make_pair(const Variant& v, int64_t cache_blocks, int64_t pool_blocks) {
+// gpu_cache_fp8: the GPU's KV cache in FP8 (the CPU's stays f32).
+Pair make_pair(const Variant& v, int64_t cache_blocks, int64_t pool_blocks, bool gpu_cache_fp8 = false) {
   Pair p;
   p.cfg = tiny_config(v);
   const ModelWeights w = tiny_weights(p.cfg, 1234);
@@ -155,6 +173,7 @@ Pair make_pair(const Variant& v, int64_t cache_blocks, int64_t pool_blocks) {
   o.num_cache_blocks = cache_blocks;
   o.num_pool_blocks = pool_blocks;
   p.cpu = make_cpu_backend(p.cfg, w, o);
+  o.cache_fp8 = gpu_cache_fp8;
   p.gpu = make_cuda_backend(p.cfg, w, o);
   return p;
 }
@@ -274,15 +293,7 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
     p.cpu->forward(hdr.fb, lc);
     p.gpu->forward(hdr.fb, lg);
     const int32_t p0 = req.len;
-    while (static_cast<int32_t>(req.blocks.size()) * bs < p0 + static_cast<int32_t>(fact.size())) req.blocks.push_back(next_block++);
-    InjectBatch inj;
-    for (size_t i = 0; i < fact.size(); ++i) {
-      const int32_t pos = p0 + static_cast<int32_t>(i);
-      inj.src_slots.push_back(pool_slots[i]);
-      inj.dst_slots.push_back(static_cast<int64_t>(req.blocks[static_cast<size_t>(pos / bs)]) * bs + pos % bs);
-      inj.positions.push_back(pos);
-    }
-    req.len = p0 + static_cast<int32_t>(fact.size());
+    const InjectBatch inj = inject_at_end(req, pool_slots, bs, &next_block);
     p.cpu->inject(inj);
     p.gpu->inject(inj);
     test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
@@ -364,6 +375,79 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_k", test::compare(kg, kc), gpu ? 4e-3 : 1e-6);
       test::record(tag + (gpu ? "/gpu" : "/cpu") + "_inject_eq_prefill_v", test::compare(vg, vc), gpu ? 0.0 : 1e-7);
     }
+  }
+}
+
+// The FP8 KV cache through whole forwards against the CPU's f32 cache: a prefill of three
+// prompts, decode steps (the CUDA-core kernel asked for, the tensor-core tiles taken: it reads
+// bf16 only), a captured fact injected after a header, and a question over it. The cache reads
+// back as the CPU's rows through E4M3 (bf16 activations flip codes: ~3% rel. L2 of the rows, a
+// flip being one E4M3 step), and logits stay
+// within FP8's rounding (bounds looser than bf16's 2e-2; the quality cost is measured on real
+// models, docs/QUALITY.md).
+TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
+  REQUIRE_GPU();
+  for (const Variant& v : kVariants) {
+    Pair p = make_pair(v, 512, 16, /*gpu_cache_fp8=*/true);
+    const int32_t V = static_cast<int32_t>(p.cfg.vocab_size), bs = v.block_size;
+    const int64_t D = p.cfg.head_dim;
+    const std::string tag = std::string("fp8_cache/") + v.name;
+    int32_t next_block = 0, agree = 0, total = 0;
+    std::vector<float> lc, lg, kc, vc, kg, vg;
+    auto step = [&](const ForwardBatch& fb, const std::string& what) {
+      p.cpu->forward(fb, lc);
+      p.gpu->forward(fb, lg);
+      test::record(tag + "/" + what, test::compare(lg, lc), 1e-1);
+      for (size_t r = 0; r < fb.output_tokens.size(); ++r) {
+        agree += argmax(&lc[r * V], V) == argmax(&lg[r * V], V);
+        ++total;
+      }
+    };
+    std::vector<Seq> seqs(3);
+    Builder b(bs, &next_block);
+    const size_t lens[] = {17, 1, 40};
+    for (size_t s = 0; s < 3; ++s) b.add(seqs[s], random_tokens(lens[s], 80 + s, V));
+    step(b.fb, "prefill");
+    std::vector<int64_t> slots;  // the 40-token prompt's cache rows
+    for (int32_t t = 18; t < b.fb.num_tokens(); ++t) slots.push_back(b.fb.slot_mapping[static_cast<size_t>(t)]);
+    test::read_cache_f32(*p.cpu, slots, kc, vc);
+    test::read_cache_f32(*p.gpu, slots, kg, vg);
+    test::record(tag + "/cache_k", test::compare(kg, test::fp8_rounded(kc, D)), 5e-2);
+    test::record(tag + "/cache_v", test::compare(vg, test::fp8_rounded(vc, D)), 5e-2);
+    p.gpu->set_decode_attention(DecodeAttention::kSimt);
+    for (int it = 0; it < 3; ++it) {
+      std::vector<int32_t> next;
+      for (size_t s = 0; s < 3; ++s) next.push_back(argmax(&lc[s * V], V));
+      Builder d(bs, &next_block);
+      for (size_t s = 0; s < 3; ++s) d.add(seqs[s], {next[s]});
+      step(d.fb, "decode" + std::to_string(it));
+    }
+    p.gpu->set_decode_attention(DecodeAttention::kTensorCore);
+
+    // A fact captured into the (bf16) pool, injected after a 60-token header, then a question.
+    const auto fact = random_tokens(23, 90, V);
+    std::vector<int64_t> pool_slots(fact.size());
+    std::iota(pool_slots.begin(), pool_slots.end(), 3);
+    Seq enc, req;
+    Builder eb(bs, &next_block);
+    eb.add(enc, fact, true, -1, pool_slots);
+    step(eb.fb, "encode");
+    Builder hdr(bs, &next_block);
+    hdr.add(req, random_tokens(60, 91, V), false);
+    p.cpu->forward(hdr.fb, lc);
+    p.gpu->forward(hdr.fb, lg);
+    const InjectBatch inj = inject_at_end(req, pool_slots, bs, &next_block);
+    p.cpu->inject(inj);
+    p.gpu->inject(inj);
+    test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
+    test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
+    test::record(tag + "/injected_k", test::compare(kg, test::fp8_rounded(kc, D)), 5e-2);
+    test::record(tag + "/injected_v", test::compare(vg, test::fp8_rounded(vc, D)), 5e-2);
+    Builder qb(bs, &next_block);
+    qb.add(req, random_tokens(7, 92, V));
+    step(qb.fb, "question");
+    test::note(tag + "/greedy", std::to_string(agree) + "/" + std::to_string(total) + " argmax equal");
+    EXPECT_GE(agree * 10, total * 7) << v.name << ": greedy tokens disagree too often";
   }
 }
 

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/rope_table.h"
+#include "../fp8_test_util.h"
 #include "../sampling_test_util.h"
 #include "cuda_test_util.h"
 #include "model/rope.h"
@@ -189,8 +190,10 @@ TEST(CudaKernels, QkvRopeAppend) {
           DevTable tab(rope, 20000);
           auto d_qkv = upload(qkv), d_bias = upload(bias), d_qn = upload(qn), d_kn = upload(kn), d_pos = upload(pos),
                d_slot = upload(slot), d_cap = upload(cap);
-          auto d_q = poisoned(rq.size() * 2), d_k = poisoned(rk.size() * 2), d_v = poisoned(rv.size() * 2),
-               d_kp = poisoned(rkp.size() * 2), d_vp = poisoned(rvp.size() * 2);
+          for (const bool fp8 : {false, true}) {  // the cache in bf16, then in FP8 codes and scales
+          auto d_q = poisoned(rq.size() * 2), d_k = poisoned(rk.size() * (fp8 ? 1 : 2)),
+               d_v = poisoned(rv.size() * (fp8 ? 1 : 2)), d_kp = poisoned(rkp.size() * 2), d_vp = poisoned(rvp.size() * 2);
+          auto d_ks = poisoned(static_cast<size_t>(slots * hs.nkv) * 4), d_vs = poisoned(static_cast<size_t>(slots * hs.nkv) * 4);
           cuda::QkvRopeAppendArgs a;
           a.qkv = d_qkv.as<float>();
           a.bias = norm ? d_bias.as<float>() : nullptr;
@@ -202,8 +205,7 @@ TEST(CudaKernels, QkvRopeAppend) {
           a.slot_mapping = d_slot.as<int64_t>();
           a.capture_slot = d_cap.as<int64_t>();
           a.q_out = d_q.as<bf16>();
-          a.k_cache = d_k.as<bf16>();
-          a.v_cache = d_v.as<bf16>();
+          a.cache = {d_k.data(), d_v.data(), fp8 ? d_ks.as<float>() : nullptr, fp8 ? d_vs.as<float>() : nullptr, fp8};
           a.k_pool = d_kp.as<bf16>();
           a.v_pool = d_vp.as<bf16>();
           a.T = T;
@@ -221,20 +223,33 @@ TEST(CudaKernels, QkvRopeAppend) {
               if (s >= 0) o.insert(o.end(), all.begin() + s * row, all.begin() + (s + 1) * row);
             return o;
           };
-          const auto gk = test::from_bf16(download<uint16_t>(d_k, rk.size()));
-          const auto gv = test::from_bf16(download<uint16_t>(d_v, rv.size()));
+          // The cache as values: bf16, or codes x scales (poison: code 0xff and NaN scales, both NaN).
+          auto cache_values = [&](const DeviceBuffer& codes, const DeviceBuffer& scales, size_t n) {
+            return fp8 ? test::fp8_dequantize(download<uint8_t>(codes, n), download<float>(scales, n / D), D)
+                       : test::from_bf16(download<uint16_t>(codes, n));
+          };
+          const auto gk = cache_values(d_k, d_ks, rk.size());
+          const auto gv = cache_values(d_v, d_vs, rv.size());
           const auto gkp = test::from_bf16(download<uint16_t>(d_kp, rkp.size()));
           const auto gvp = test::from_bf16(download<uint16_t>(d_vp, rvp.size()));
           size_t stray = 0;  // writes outside the expected slots
           for (size_t i = 0; i < gk.size(); ++i) stray += std::isnan(rk[i]) != std::isnan(gk[i]);
           for (size_t i = 0; i < gkp.size(); ++i) stray += std::isnan(rkp[i]) != std::isnan(gkp[i]);
           EXPECT_EQ(stray, 0u);
-          const std::string n = name("qkv_rope_append", {{"D", D}, {"nh", hs.nh}, {"nkv", hs.nkv}, {"T", T}, {"feat", feat}});
+          const std::string n = name(fp8 ? "qkv_rope_append_fp8" : "qkv_rope_append",
+                                     {{"D", D}, {"nh", hs.nh}, {"nkv", hs.nkv}, {"T", T}, {"feat", feat}});
           record(n + "/q", compare(test::from_bf16(download<uint16_t>(d_q, rq.size())), rq), 5e-3);
-          record(n + "/k", compare(pick(gk, slot), pick(rk, slot)), 5e-3);
-          record(n + "/v", compare(pick(gv, slot), pick(rv, slot)), 5e-3);
+          // FP8: against the twin's rows through tensor/fp8.h; the f32 values the kernel rounds differ
+          // from the twin's in the last bits (FMA), which flips the odd code to its neighbour (one
+          // E4M3 step, up to 1/16 of the head's amax).
+          const double tol = fp8 ? 2e-2 : 5e-3;
+          const auto want_k = fp8 ? test::fp8_rounded(pick(rk, slot), D) : pick(rk, slot);
+          const auto want_v = fp8 ? test::fp8_rounded(pick(rv, slot), D) : pick(rv, slot);
+          record(n + "/k", compare(pick(gk, slot), want_k), tol);
+          record(n + "/v", compare(pick(gv, slot), want_v), tol);
           record(n + "/k_pool", compare(pick(gkp, cap), pick(rkp, cap)), 5e-3);
           record(n + "/v_pool", compare(pick(gvp, cap), pick(rvp, cap)), 5e-3);
+          }
         }
       }
     }
@@ -270,12 +285,13 @@ TEST(CudaKernels, InjectAllLayers) {
           DevTable tab(rope, 100000);
           auto d_kp = upload(to_bf16(kp)), d_vp = upload(to_bf16(vp)), d_src = upload(src), d_dst = upload(dst),
                d_pos = upload(pos);
-          auto d_k = poisoned(rk.size() * 2), d_v = poisoned(rv.size() * 2);
+          for (const bool fp8 : {false, true}) {  // the cache in bf16, then in FP8 codes and scales
+          auto d_k = poisoned(rk.size() * (fp8 ? 1 : 2)), d_v = poisoned(rv.size() * (fp8 ? 1 : 2));
+          auto d_ks = poisoned(rk.size() / D * 4), d_vs = poisoned(rv.size() / D * 4);
           cuda::InjectArgs a;
           a.k_pool = d_kp.as<bf16>();
           a.v_pool = d_vp.as<bf16>();
-          a.k_cache = d_k.as<bf16>();
-          a.v_cache = d_v.as<bf16>();
+          a.cache = {d_k.data(), d_v.data(), fp8 ? d_ks.as<float>() : nullptr, fp8 ? d_vs.as<float>() : nullptr, fp8};
           a.pool_layer_stride = pool_slots * row;
           a.cache_layer_stride = cache_slots * row;
           a.src_slots = d_src.as<int64_t>();
@@ -289,8 +305,12 @@ TEST(CudaKernels, InjectAllLayers) {
           a.head_dim = static_cast<int32_t>(D);
           a.interleaved = inter;
           cuda::inject(a, nullptr);
-          const auto gk = test::from_bf16(download<uint16_t>(d_k, rk.size()));
-          const auto gv = test::from_bf16(download<uint16_t>(d_v, rv.size()));
+          auto cache_values = [&](const DeviceBuffer& codes, const DeviceBuffer& scales, size_t n) {
+            return fp8 ? test::fp8_dequantize(download<uint8_t>(codes, n), download<float>(scales, n / D), D)
+                       : test::from_bf16(download<uint16_t>(codes, n));
+          };
+          const auto gk = cache_values(d_k, d_ks, rk.size());
+          const auto gv = cache_values(d_v, d_vs, rv.size());
           std::vector<float> ek, eg, vk, vg;  // written slots only; the others must stay poisoned
           size_t stray = 0;
           for (size_t i = 0; i < rk.size(); ++i) {
@@ -304,9 +324,12 @@ TEST(CudaKernels, InjectAllLayers) {
             vg.push_back(gv[i]);
           }
           EXPECT_EQ(stray, 0u);
-          const std::string n = name("inject", {{"D", D}, {"nkv", nkv}, {"N", N}, {"inter", inter}});
-          record(n + "/k", compare(eg, ek), 4e-3);
-          record(n + "/v", compare(vg, vk), 0.0);  // a copy: exact
+          const std::string n = name(fp8 ? "inject_fp8" : "inject", {{"D", D}, {"nkv", nkv}, {"N", N}, {"inter", inter}});
+          // FP8: against the twin's rows through tensor/fp8.h. V is quantized from the same bf16 values
+          // with the same f32 operations: exact. K's rotation (FMA) can flip the odd code (as above).
+          record(n + "/k", compare(eg, fp8 ? test::fp8_rounded(ek, D) : ek), fp8 ? 2e-2 : 4e-3);
+          record(n + "/v", compare(vg, fp8 ? test::fp8_rounded(vk, D) : vk), 0.0);  // a copy: exact
+          }
         }
       }
     }

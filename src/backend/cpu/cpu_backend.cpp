@@ -22,6 +22,8 @@ class CpuBackend final : public Backend {
   CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
       : cfg_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
+    IS_REQUIRE(!opts.cache_fp8, kUnsupported,
+               "an FP8 KV cache (--kv-cache-dtype fp8) is on the CUDA backend only: the CPU keeps its cache in f32");
     const int64_t bytes_per_block = cfg_.kv_bytes_per_token(4) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;

@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
         const int64_t slot =
             static_cast<int64_t>(a.kv_indices[kv_base + j / a.block_size]) * a.block_size + j % a.block_size;
         const int64_t off = (slot * a.num_kv_heads + kvh) * D + sub * 8;
-        kr[u] = *reinterpret_cast<const Bf16x8*>(a.k_cache + off);
-        vr[u] = *reinterpret_cast<const Bf16x8*>(a.v_cache + off);
+        kr[u] = *reinterpret_cast<const Bf16x8*>(static_cast<const bf16*>(a.cache.k) + off);
+        vr[u] = *reinterpret_cast<const Bf16x8*>(static_cast<const bf16*>(a.cache.v) + off);
       }
     }
 #pragma unroll
@@ -207,6 +207,7 @@ void attention_decode(const AttentionArgs& a, cudaStream_t stream) {
   const int group = a.num_heads / a.num_kv_heads;
   KERNEL_REQUIRE(a.num_heads % a.num_kv_heads == 0 && group <= kDecodeMaxGroup, "attention_decode: group must be <= 8");
   KERNEL_REQUIRE(a.rows_per_tile == group, "attention_decode: plan with rows_per_tile == group");
+  KERNEL_REQUIRE(!a.cache.fp8, "attention_decode: the CUDA-core kernel reads a bf16 cache (an FP8 one takes the tensor-core tiles)");
   const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
   switch (a.head_dim) {
     case 64: launch_decode<64>(a, group, grid, stream); break;

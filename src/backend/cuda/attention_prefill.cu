@@ -7,6 +7,13 @@
 //   sV [3][64 kv][D]     chunk i computed while i + 1 and i + 2 are in flight (one barrier a chunk)
 //   sSlot [4][64] int32  the pool slot of each entry of chunks i + 2 .. i + 4 (see below)
 //
+// An FP8 cache (KvCache::fp8, FP8 = true): the stages hold E4M3 codes (half the bytes) and each
+// entry's scale, sK8 / sV8 [3][64 kv][D] uint8 and sKs / sVs [3][64] f32; after chunk i lands,
+// every thread converts a share of it (codes x scale -> f16, bit moves and one f16 multiply a
+// pair: fp8_utils.cuh) into sKb / sVb [64 kv][D], one more barrier, and the MMAs below read those
+// as they read a bf16 stage, in f16 (Q converted once, P packed as f16). K and V times their
+// scales, and q, must be within f16's range.
+//
 // Per chunk, per warp: S = Q K^T (16 x 64, f32 in registers) -> mask (kv j > position of the
 // row's token, or j >= kv_end) -> online softmax in the log2 domain -> O += P V with P rounded
 // to bf16 as the A operand. Shared tiles are XOR-swizzled by 16-byte chunk
@@ -15,6 +22,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/fp8_utils.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_utils.cuh"
 
@@ -29,30 +37,69 @@ constexpr int kStages = 3;     // kv chunks in shared memory: chunk i computed, 
 constexpr int kLookahead = kStages;  // slot tables ready this many chunks ahead of the compute
 constexpr int kTables = kLookahead + 1;
 
-// At D = 128 this is 113 KB: two CTAs an SM (the 2 per __launch_bounds__ and the register budget)
-// take the whole 228 KB carveout with the 1 KB the driver reserves a CTA. The kernel has no static
-// __shared__: 4 bytes more would leave one CTA an SM (BENCHMARKS.md run 16: batch-32 decode 6.04 ->
-// 7.03 ms).
-template <int D>
-constexpr size_t prefill_smem_bytes() {
-  return static_cast<size_t>(kBM + 2 * kStages * kBN) * D * sizeof(bf16) + kTables * kBN * sizeof(int32_t);
-}
+// Byte offsets of the shared tiles. At D = 128 the bf16 layout is 113 KB: two CTAs an SM (the 2
+// per __launch_bounds__ and the register budget) take the whole 228 KB carveout with the 1 KB the
+// driver reserves a CTA. The kernel has no static __shared__: 4 bytes more would leave one CTA an
+// SM (BENCHMARKS.md run 16: batch-32 decode 6.04 -> 7.03 ms). The FP8 layout is 98.5 KB.
+template <int D, bool FP8>
+struct PrefillSmem {
+  static constexpr size_t stage = static_cast<size_t>(kBN) * D * (FP8 ? 1 : 2);  // K or V of one chunk
+  static constexpr size_t converted = FP8 ? static_cast<size_t>(kBN) * D * sizeof(bf16) : 0;
+  static constexpr size_t scales = FP8 ? static_cast<size_t>(kStages) * kBN * sizeof(float) : 0;
+  static constexpr size_t q = 0;
+  static constexpr size_t k = q + static_cast<size_t>(kBM) * D * sizeof(bf16);
+  static constexpr size_t v = k + kStages * stage;
+  static constexpr size_t kb = v + kStages * stage;
+  static constexpr size_t vb = kb + converted;
+  static constexpr size_t ks = vb + converted;
+  static constexpr size_t vs = ks + scales;
+  static constexpr size_t slot = vs + scales;
+  static constexpr size_t bytes = slot + static_cast<size_t>(kTables) * kBN * sizeof(int32_t);
+};
+static_assert(PrefillSmem<128, false>::bytes == 115712 && PrefillSmem<128, true>::bytes <= 115712,
+              "two CTAs an SM at D = 128");
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][D] bf16 tile.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
-
+// Byte offset of (row, 16-byte chunk) in a swizzled [rows][D] uint8 tile: 8 consecutive rows'
+// chunk c fall in 8 distinct 16-byte bank groups (rows are 128 or 64 bytes; the pattern repeats
+// every 8 rows).
 template <int D>
+__device__ __forceinline__ int swz8(int row, int chunk) {
+  return row * D + ((chunk ^ (D == 128 ? (row & 7) : ((row >> 1) & 3))) << 4);
+}
+
+// The tile's MMA and P's packing: bf16, or f16 over an FP8 cache.
+template <bool F16>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (F16) {
+    mma_f16_16816(c, a, b0, b1);
+  } else {
+    mma_bf16_16816(c, a, b0, b1);
+  }
+}
+template <bool F16>
+__device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
+  return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi);
+}
+
+template <int D, bool FP8>
 __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(AttentionArgs a) {
-  static_assert(D % 16 == 0 && D <= 256, "head_dim");
-  constexpr int CH = D / 8;  // 16-byte chunks per row
+  static_assert(D == 64 || D == 128, "head_dim");
+  constexpr int CH = D / 8;  // 16-byte chunks per bf16 row
+  using L = PrefillSmem<D, FP8>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);
-  bf16* sK = sQ + kBM * D;
-  bf16* sV = sK + kStages * kBN * D;
-  int32_t* sSlot = reinterpret_cast<int32_t*>(sV + kStages * kBN * D);  // [kTables][kBN]
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw + L::q);
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw + L::k);  // bf16 stages, or FP8: codes (uint8)
+  bf16* sV = reinterpret_cast<bf16*>(smem_raw + L::v);
+  bf16* sKb = reinterpret_cast<bf16*>(smem_raw + L::kb);  // FP8: the converted chunk
+  bf16* sVb = reinterpret_cast<bf16*>(smem_raw + L::vb);
+  float* sKs = reinterpret_cast<float*>(smem_raw + L::ks);  // FP8: [kStages][kBN] scales
+  float* sVs = reinterpret_cast<float*>(smem_raw + L::vs);
+  int32_t* sSlot = reinterpret_cast<int32_t*>(smem_raw + L::slot);  // [kTables][kBN]
 
   // The work item, its block-table row, its positions and the first slot tables are metadata
   // (launch.cuh): this chain of dependent loads runs before the wait, while the kernel before (the
@@ -93,26 +140,39 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
 
   // This thread copies 16-byte column `ch` of rows r0 + p * kRowsPerPass of each chunk; the
   // passes share the swizzle (kRowsPerPass is a multiple of 8).
-  constexpr int kRowsPerPass = kThreads / CH;
-  static_assert(kRowsPerPass % 8 == 0 && kBN % kRowsPerPass == 0, "copy passes");
-  const int r0 = tid / CH, ch = tid % CH;
-  const int smem_off = swz<D>(r0, ch);
-  const bf16* k_base = a.k_cache + static_cast<int64_t>(kvh) * D + ch * 8;
-  const bf16* v_base = a.v_cache + static_cast<int64_t>(kvh) * D + ch * 8;
-  const uint32_t slot_stride = static_cast<uint32_t>(a.num_kv_heads * D);
+  // (FP8: 16-byte chunks of D codes, CH8 a row, and each entry's two scales.)
+  constexpr int CH8 = D / 16;
+  constexpr int kChunksPerRow = FP8 ? CH8 : CH;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static_assert(kRowsPerPass % 8 == 0 && kBN % kRowsPerPass == 0 && kThreads == 2 * kBN, "copy passes");
+  const int r0 = tid / kChunksPerRow, ch = tid % kChunksPerRow;
+  const int smem_off = FP8 ? swz8<D>(r0, ch) : static_cast<int>(swz<D>(r0, ch) * sizeof(bf16));  // bytes
+  const size_t elem = FP8 ? 1 : sizeof(bf16);
+  const unsigned char* k_base =
+      static_cast<const unsigned char*>(a.cache.k) + (static_cast<size_t>(kvh) * D + ch * (16 / elem)) * elem;
+  const unsigned char* v_base =
+      static_cast<const unsigned char*>(a.cache.v) + (static_cast<size_t>(kvh) * D + ch * (16 / elem)) * elem;
+  const uint32_t slot_stride = static_cast<uint32_t>(a.num_kv_heads * D * elem);  // bytes
   // Chunk c into stage c % kStages; rows past kv_end are zero-filled (their table entry is slot 0,
-  // never read).
+  // never read), their scales too.
   auto load_kv = [&](int c) {
     const int32_t* tbl = sSlot + (c % kTables) * kBN;
-    bf16* k_dst = sK + (c % kStages) * kBN * D + smem_off;
-    bf16* v_dst = sV + (c % kStages) * kBN * D + smem_off;
-    const int rows_left = it.kv_end - (it.kv_begin + c * kBN) - r0;
+    unsigned char* k_dst = reinterpret_cast<unsigned char*>(sK) + (c % kStages) * L::stage + smem_off;
+    unsigned char* v_dst = reinterpret_cast<unsigned char*>(sV) + (c % kStages) * L::stage + smem_off;
+    const int chunk_rows = it.kv_end - (it.kv_begin + c * kBN);
+    const int rows_left = chunk_rows - r0;
 #pragma unroll
     for (int p = 0; p < kBN / kRowsPerPass; ++p) {
       const size_t off = static_cast<size_t>(static_cast<uint32_t>(tbl[r0 + p * kRowsPerPass])) * slot_stride;
       const bool valid = p * kRowsPerPass < rows_left;
-      cp_async_16(k_dst + p * kRowsPerPass * D, k_base + off, valid);
-      cp_async_16(v_dst + p * kRowsPerPass * D, v_base + off, valid);
+      cp_async_16(k_dst + p * kRowsPerPass * D * elem, k_base + off, valid);
+      cp_async_16(v_dst + p * kRowsPerPass * D * elem, v_base + off, valid);
+    }
+    if constexpr (FP8) {  // thread t: the K (t < kBN) or V scale of entry t % kBN
+      const int e = tid % kBN;
+      const float* src = (tid < kBN ? a.cache.k_scale : a.cache.v_scale) +
+                         static_cast<int64_t>(static_cast<uint32_t>(tbl[e])) * a.num_kv_heads + kvh;
+      cp_async_4((tid < kBN ? sKs : sVs) + (c % kStages) * kBN + e, src, e < chunk_rows);
     }
   };
 
@@ -155,16 +215,39 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       sSlot[((i + kLookahead) % kTables) * kBN + tt] = next_slot;
       next_slot = i + kLookahead + 1 < n_chunks ? slot_of(i + kLookahead + 1, tt) : 0;
     }
+    if constexpr (FP8) {  // chunk i's codes x scales -> sKb / sVb (their readers, chunk i - 1, are done)
+      const int row = tid % kBN, half_id = tid / kBN;
+      const int st = i % kStages;
+#pragma unroll
+      for (int w = 0; w < 2; ++w) {
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(w == 0 ? sK : sV) + st * L::stage;
+        const __half2 sc = e4m3_f16_scale((w == 0 ? sKs : sVs)[st * kBN + row]);
+        bf16* dst = w == 0 ? sKb : sVb;  // f16 bits here
+#pragma unroll
+        for (int cc = 0; cc < CH8 / 2; ++cc) {
+          const int c8 = half_id * (CH8 / 2) + cc;
+          uint4 lo, hi;
+          e4m3x16_to_f16(*reinterpret_cast<const uint4*>(src + swz8<D>(row, c8)), sc, lo, hi);
+          *reinterpret_cast<uint4*>(dst + swz<D>(row, 2 * c8)) = lo;
+          *reinterpret_cast<uint4*>(dst + swz<D>(row, 2 * c8 + 1)) = hi;
+        }
+      }
+      __syncthreads();
+    }
     if (i == 0) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
         const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
         ldmatrix_x4(qf[ks], sQ + swz<D>(row, ks * 2 + (lane >> 4)));
+        if constexpr (FP8) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) qf[ks][r] = bf16x2_to_f16x2(qf[ks][r]);
+        }
       }
     }
     if (cs <= warp_max_pos) {  // otherwise every row of this warp is masked for the chunk
-      const bf16* k = sK + (i % kStages) * kBN * D;
-      const bf16* v = sV + (i % kStages) * kBN * D;
+      const bf16* k = FP8 ? sKb : sK + (i % kStages) * kBN * D;
+      const bf16* v = FP8 ? sVb : sV + (i % kStages) * kBN * D;
       // S = Q K^T: 8 n-tiles of 8 kv entries.
       float s[kBN / 8][4];
 #pragma unroll
@@ -176,8 +259,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
           uint32_t b[4];  // b[0], b[1]: n-tile 2np; b[2], b[3]: n-tile 2np + 1
           const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
           ldmatrix_x4(b, k + swz<D>(row, ks * 2 + ((lane >> 3) & 1)));
-          mma_bf16_16816(s[2 * np], qf[ks], b[0], b[1]);
-          mma_bf16_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+          mma_16816<FP8>(s[2 * np], qf[ks], b[0], b[1]);
+          mma_16816<FP8>(s[2 * np + 1], qf[ks], b[2], b[3]);
         }
       }
 
@@ -227,16 +310,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       // O += P V: P's C layout of n-tiles (2kk, 2kk+1) is the A layout of k-step kk.
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint32_t pa[4] = {pack_bf16x2(s[2 * kk][0], s[2 * kk][1]), pack_bf16x2(s[2 * kk][2], s[2 * kk][3]),
-                                pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const uint32_t pa[4] = {pack_p<FP8>(s[2 * kk][0], s[2 * kk][1]), pack_p<FP8>(s[2 * kk][2], s[2 * kk][3]),
+                                pack_p<FP8>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_p<FP8>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];  // b[0], b[1]: d-tile 2dp; b[2], b[3]: d-tile 2dp + 1
           const int row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
           ldmatrix_x4_trans(b, v + swz<D>(row, dp * 2 + (lane >> 4)));
-          mma_bf16_16816(o[2 * dp], pa, b[0], b[1]);
-          mma_bf16_16816(o[2 * dp + 1], pa, b[2], b[3]);
+          mma_16816<FP8>(o[2 * dp], pa, b[0], b[1]);
+          mma_16816<FP8>(o[2 * dp + 1], pa, b[2], b[3]);
         }
       }
     }
@@ -275,20 +358,20 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   }
 }
 
-template <int D>
+template <int D, bool FP8>
 void launch_prefill(const AttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = prefill_smem_bytes<D>();
+  constexpr size_t smem = PrefillSmem<D, FP8>::bytes;
   static bool configured = false;  // the attribute is per function; set it once
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)));
     // Two CTAs an SM need the whole 228 KB carveout at D = 128 (2 x (113 KB + 1 KB reserved)).
-    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    CUDA_CHECK(cudaFuncSetAttribute(attention_prefill_kernel<D, FP8>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
-  launch(attention_prefill_kernel<D>, grid, dim3(kThreads), smem, stream, a);
+  launch(attention_prefill_kernel<D, FP8>, grid, dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace
@@ -300,8 +383,8 @@ void attention_prefill(const AttentionArgs& a, cudaStream_t stream) {
   KERNEL_REQUIRE(a.rows_per_tile == kBM, "attention_prefill: plan with kPrefillRowsPerTile rows per tile");
   KERNEL_REQUIRE(a.num_heads % a.num_kv_heads == 0, "attention_prefill: heads not divisible by kv heads");
   switch (a.head_dim) {
-    case 64: launch_prefill<64>(a, stream); break;
-    case 128: launch_prefill<128>(a, stream); break;
+    case 64: a.cache.fp8 ? launch_prefill<64, true>(a, stream) : launch_prefill<64, false>(a, stream); break;
+    case 128: a.cache.fp8 ? launch_prefill<128, true>(a, stream) : launch_prefill<128, false>(a, stream); break;
     default: KERNEL_REQUIRE(false, "attention_prefill: head_dim must be 64 or 128");
   }
 }

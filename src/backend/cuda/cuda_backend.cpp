@@ -21,6 +21,7 @@
 #include "model/architecture.h"
 #include "model/weights.h"
 #include "tensor/dtype.h"
+#include "tensor/fp8.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -43,7 +44,8 @@ class CudaBackendImpl final : public CudaBackend {
     CUDA_CHECK(cudaEventCreate(&ev_inject_start_));
     CUDA_CHECK(cudaEventCreate(&ev_inject_stop_));
     row_ = cfg_.kv_size();
-    const int64_t bytes_per_block = cfg_.kv_bytes_per_token(2) * block_size_;
+    cache_fp8_ = opts.cache_fp8;
+    const int64_t bytes_per_block = cache_bytes_per_token(cfg_, true, cache_fp8_) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks
                                             : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;
@@ -51,18 +53,22 @@ class CudaBackendImpl final : public CudaBackend {
     scratch_blocks_ = graph_scratch_blocks(block_size_);
     cache_layer_stride_ = (num_blocks_ + scratch_blocks_) * block_size_ * row_;
     pool_layer_stride_ = num_pool_blocks_ * block_size_ * row_;
-    const size_t cache_bytes = static_cast<size_t>(cfg_.num_layers * cache_layer_stride_) * 2;
+    const size_t cache_bytes = static_cast<size_t>(cfg_.num_layers * cache_layer_stride_) * (cache_fp8_ ? 1 : 2);
     const size_t pool_bytes = static_cast<size_t>(cfg_.num_layers * pool_layer_stride_) * 2;
     k_cache_.resize(cache_bytes);
     v_cache_.resize(cache_bytes);
+    if (cache_fp8_) {
+      const size_t scale_bytes = static_cast<size_t>(cfg_.num_layers * (cache_layer_stride_ / cfg_.head_dim)) * 4;
+      k_scale_.resize(scale_bytes);
+      v_scale_.resize(scale_bytes);
+    }
     if (pool_bytes > 0) {
       k_pool_.resize(pool_bytes);
       v_pool_.resize(pool_bytes);
     }
     rope_.ensure(4095);
     CudaKv kv;
-    kv.k_cache = k_cache_.as<bf16>();
-    kv.v_cache = v_cache_.as<bf16>();
+    kv.cache = cache_view();
     kv.k_pool = num_pool_blocks_ > 0 ? k_pool_.as<bf16>() : nullptr;
     kv.v_pool = num_pool_blocks_ > 0 ? v_pool_.as<bf16>() : nullptr;
     kv.cache_layer_stride = cache_layer_stride_;
@@ -115,7 +121,8 @@ class CudaBackendImpl final : public CudaBackend {
   }
   int64_t weight_bytes() const override { return static_cast<int64_t>(ops_->weight_bytes()); }
   int64_t kv_bytes() const override {
-    return static_cast<int64_t>(k_cache_.bytes() + v_cache_.bytes() + k_pool_.bytes() + v_pool_.bytes());
+    return static_cast<int64_t>(k_cache_.bytes() + v_cache_.bytes() + k_scale_.bytes() + v_scale_.bytes() +
+                                k_pool_.bytes() + v_pool_.bytes());
   }
 
   void forward(const ForwardBatch& b, ForwardOutput& out) override;
@@ -126,7 +133,11 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_blocks_, "cache");
-    read_rows(k_cache_, v_cache_, cache_layer_stride_, slots, k, v);
+    if (cache_fp8_) {
+      read_fp8_cache_rows(slots, k, v);
+    } else {
+      read_rows(k_cache_, v_cache_, cache_layer_stride_, slots, k, v);
+    }
   }
   void write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) override;
 
@@ -144,8 +155,22 @@ class CudaBackendImpl final : public CudaBackend {
   }
   void read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride, const std::vector<int64_t>& slots,
                  HostTensor& k, HostTensor& v);
-  bf16* kc(int64_t l) const { return k_cache_.as<bf16>() + l * cache_layer_stride_; }
-  bf16* vc(int64_t l) const { return v_cache_.as<bf16>() + l * cache_layer_stride_; }
+  // An FP8 cache's rows as f32: codes times scales (what attention reads, before its bf16 rounding).
+  void read_fp8_cache_rows(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v);
+  // Gathers `row_bytes` bytes of each slot's row in every layer into host `dst` ([L][n][row_bytes]).
+  void gather_bytes(const DeviceBuffer& src, int64_t layer_stride_bytes, int64_t row_bytes, const int64_t* d_slots,
+                    int64_t n, void* dst);
+  cuda::KvCache cache_view() const {
+    cuda::KvCache c;
+    c.k = k_cache_.data();
+    c.v = v_cache_.data();
+    c.fp8 = cache_fp8_;
+    if (cache_fp8_) {
+      c.k_scale = k_scale_.as<float>();
+      c.v_scale = v_scale_.as<float>();
+    }
+    return c;
+  }
   bf16* kp(int64_t l) const { return num_pool_blocks_ > 0 ? k_pool_.as<bf16>() + l * pool_layer_stride_ : nullptr; }
   bf16* vp(int64_t l) const { return num_pool_blocks_ > 0 ? v_pool_.as<bf16>() + l * pool_layer_stride_ : nullptr; }
 
@@ -156,7 +181,9 @@ class CudaBackendImpl final : public CudaBackend {
   int64_t num_blocks_ = 0, num_pool_blocks_ = 0;
   int32_t scratch_blocks_ = 0;  // after the num_blocks_ blocks of the cache
   int64_t cache_layer_stride_ = 0, pool_layer_stride_ = 0;  // elements
-  DeviceBuffer k_cache_, v_cache_;  // [L][num_blocks * bs, NKV, D] bf16
+  bool cache_fp8_ = false;
+  DeviceBuffer k_cache_, v_cache_;  // [L][num_blocks * bs, NKV, D] bf16, or FP8 codes (uint8)
+  DeviceBuffer k_scale_, v_scale_;  // FP8: [L][num_blocks * bs, NKV] f32
   DeviceBuffer k_pool_, v_pool_;    // [L][num_pool_blocks * bs, NKV, D] bf16, K before RoPE
 
   cudaStream_t stream_ = nullptr;
@@ -195,8 +222,7 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
   cuda::InjectArgs a;
   a.k_pool = k_pool_.as<bf16>();
   a.v_pool = v_pool_.as<bf16>();
-  a.k_cache = k_cache_.as<bf16>();
-  a.v_cache = v_cache_.as<bf16>();
+  a.cache = cache_view();
   a.pool_layer_stride = pool_layer_stride_;
   a.cache_layer_stride = cache_layer_stride_;
   a.src_slots = meta_.dev<int64_t>(o_src);
@@ -256,6 +282,48 @@ void CudaBackendImpl::read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, 
                     layer_stride, n * row_, /*scatter=*/false, stream_);
     CUDA_CHECK(cudaMemcpyAsync((which == 0 ? k : v).data, io_.data(), elems * 2, cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused for V
+  }
+}
+
+void CudaBackendImpl::gather_bytes(const DeviceBuffer& src, int64_t layer_stride_bytes, int64_t row_bytes,
+                                   const int64_t* d_slots, int64_t n, void* dst) {
+  // copy_rows moves 16-byte chunks of 2-byte elements: a row of codes (NKV * D bytes, D a
+  // multiple of 16) is a whole number of them.
+  const int64_t L = cfg_.num_layers, row = row_bytes / 2;
+  io_.reserve(static_cast<size_t>(L * n * row_bytes));
+  cuda::copy_rows(static_cast<const bf16*>(src.data()), io_.as<bf16>(), d_slots, n, row, static_cast<int32_t>(L),
+                  layer_stride_bytes / 2, n * row, /*scatter=*/false, stream_);
+  CUDA_CHECK(cudaMemcpyAsync(dst, io_.data(), static_cast<size_t>(L * n * row_bytes), cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused
+}
+
+void CudaBackendImpl::read_fp8_cache_rows(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) {
+  const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers, NKV = cfg_.num_kv_heads, D = cfg_.head_dim;
+  k = make_kv_rows(DType::kF32, L, n, row_);
+  v = make_kv_rows(DType::kF32, L, n, row_);
+  if (n == 0) return;
+  const int64_t* d_slots = upload_slots(slots, 0);
+  std::vector<uint8_t> codes(static_cast<size_t>(L * n * row_));
+  // Scales: each layer's span of slots [lo, hi] comes down whole (a row of NKV floats is not a
+  // whole number of copy_rows' 16-byte chunks for every NKV); this is a test and debugging path.
+  const auto [lo_it, hi_it] = std::minmax_element(slots.begin(), slots.end());
+  const int64_t lo = *lo_it, span = *hi_it - lo + 1, scale_ls = cache_layer_stride_ / D;
+  std::vector<float> span_scales(static_cast<size_t>(span * NKV));
+  for (int which = 0; which < 2; ++which) {
+    gather_bytes(which == 0 ? k_cache_ : v_cache_, cache_layer_stride_, row_, d_slots, n, codes.data());
+    const float* dev_scales = (which == 0 ? k_scale_ : v_scale_).as<float>();
+    float* out = static_cast<float*>((which == 0 ? k : v).data);
+    for (int64_t l = 0; l < L; ++l) {
+      CUDA_CHECK(cudaMemcpyAsync(span_scales.data(), dev_scales + l * scale_ls + lo * NKV, span_scales.size() * 4,
+                                 cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t h = 0; h < NKV; ++h) {
+          const int64_t r = (l * n + i) * NKV + h;  // row of the packed [L][n][NKV] output
+          dequantize_e4m3_row(codes.data() + r * D, D, span_scales[static_cast<size_t>((slots[static_cast<size_t>(i)] - lo) * NKV + h)],
+                              out + r * D);
+        }
+    }
   }
 }
 

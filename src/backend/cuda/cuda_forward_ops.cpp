@@ -104,7 +104,9 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   // Attention plan: the decode kernel (when selected) if every sequence has one query token.
   bool single_token = true;
   for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  decode_ = single_token && decode_attention_ == DecodeAttention::kSimt && group <= cuda::kDecodeMaxGroup;
+  // The CUDA-core decode kernel reads bf16 only: an FP8 cache decodes on the tensor-core tiles.
+  decode_ = single_token && decode_attention_ == DecodeAttention::kSimt && group <= cuda::kDecodeMaxGroup &&
+            !kv_.cache.fp8;
   const AttnPlanOptions po =
       cuda::attention_plan_options(decode_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
   const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(),
@@ -262,8 +264,7 @@ void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
   ra.slot_mapping = ws_->meta.dev<int64_t>(o_slot_);
   ra.capture_slot = capture_ ? ws_->meta.dev<int64_t>(o_cap_) : nullptr;
   ra.q_out = p<bf16>(q);
-  ra.k_cache = kv_.k_cache + l * kv_.cache_layer_stride;
-  ra.v_cache = kv_.v_cache + l * kv_.cache_layer_stride;
+  ra.cache = kv_.cache.layer(l, kv_.cache_layer_stride, cfg_.head_dim);
   ra.k_pool = kv_.k_pool ? kv_.k_pool + l * kv_.pool_layer_stride : nullptr;
   ra.v_pool = kv_.v_pool ? kv_.v_pool + l * kv_.pool_layer_stride : nullptr;
   ra.T = qkv.rows;
@@ -280,8 +281,7 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   mark("attention");
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
-  aa_.k_cache = kv_.k_cache + static_cast<int64_t>(layer) * kv_.cache_layer_stride;
-  aa_.v_cache = kv_.v_cache + static_cast<int64_t>(layer) * kv_.cache_layer_stride;
+  aa_.cache = kv_.cache.layer(layer, kv_.cache_layer_stride, cfg_.head_dim);
   cuda::attention(aa_, decode_, stream_);
 }
 

@@ -32,10 +32,10 @@
 namespace inferscale {
 
 // The KV memory a forward writes (owned by the backend): per layer l, cache rows at
-// k_cache + l * cache_layer_stride ([slots, NKV, D] bf16), pool the same with keys before RoPE.
+// cache.layer(l, cache_layer_stride) ([slots, NKV, D] bf16, or FP8 codes and scales), pool rows
+// at k_pool + l * pool_layer_stride (bf16, keys before RoPE).
 struct CudaKv {
-  __nv_bfloat16* k_cache = nullptr;
-  __nv_bfloat16* v_cache = nullptr;
+  cuda::KvCache cache;
   __nv_bfloat16* k_pool = nullptr;  // null without a pool
   __nv_bfloat16* v_pool = nullptr;
   int64_t cache_layer_stride = 0, pool_layer_stride = 0;  // elements

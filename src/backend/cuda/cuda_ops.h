@@ -16,6 +16,33 @@ namespace inferscale::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// The paged KV cache as the kernels see it: bf16 rows, or FP8 E4M3 codes with one f32 scale per
+// (slot, kv head) (BackendOptions::cache_fp8), rounded as tensor/fp8.h's quantize_e4m3_row does
+// (scale = amax / 448 over the head's D values, code = e4m3(x * (1 / scale)) to nearest even,
+// saturating; a zero row has scale 0 and zero codes; fp8_utils.cuh is the device side):
+//   bf16:  k, v [slots, NKV, D] bf16
+//   fp8:   k, v [slots, NKV, D] uint8 codes;   k_scale, v_scale [slots, NKV] f32
+// One layer's, or every layer's with a layer stride (layer()).
+struct KvCache {
+  void* k = nullptr;
+  void* v = nullptr;
+  float* k_scale = nullptr;  // fp8 only
+  float* v_scale = nullptr;
+  bool fp8 = false;
+  // Layer l of a cache whose layers are `stride` elements apart (stride / D scales).
+  __host__ __device__ KvCache layer(int64_t l, int64_t stride, int64_t head_dim) const {
+    KvCache c = *this;
+    const int64_t bytes = l * stride * (fp8 ? 1 : 2);
+    c.k = static_cast<unsigned char*>(k) + bytes;
+    c.v = static_cast<unsigned char*>(v) + bytes;
+    if (fp8) {
+      c.k_scale = k_scale + l * (stride / head_dim);
+      c.v_scale = v_scale + l * (stride / head_dim);
+    }
+    return c;
+  }
+};
+
 // Programmatic Dependent Launch of the forward's kernels (launch.cuh), process-wide, default on.
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
@@ -70,8 +97,7 @@ struct QkvRopeAppendArgs {
   const int64_t* slot_mapping; // [T] cache slot
   const int64_t* capture_slot; // [T] pool slot or -1; null = no capture
   bf16* q_out;                 // [T, NH, D]
-  bf16* k_cache;               // [num_slots, NKV, D] (this layer)
-  bf16* v_cache;               // [num_slots, NKV, D]
+  KvCache cache;               // this layer's
   bf16* k_pool;                // [num_pool_slots, NKV, D] keys BEFORE RoPE (may be null without capture)
   bf16* v_pool;                // [num_pool_slots, NKV, D]
   int64_t T = 0;
@@ -83,11 +109,11 @@ void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t stream);
 
 // Memory injection, every layer in one launch: for token i and layer l
 //   k_cache[l][dst[i]] = rope(k_pool[l][src[i]], positions[i]),   v_cache[l][dst[i]] = v_pool[l][src[i]]
+// (an FP8 cache: each written (slot, kv head) row quantized with its own scale)
 struct InjectArgs {
   const bf16* k_pool;          // [L][num_pool_slots, NKV, D], layer stride pool_layer_stride elements
   const bf16* v_pool;
-  bf16* k_cache;               // [L][num_slots, NKV, D], layer stride cache_layer_stride elements
-  bf16* v_cache;
+  KvCache cache;               // every layer's, layer stride cache_layer_stride elements
   int64_t pool_layer_stride = 0, cache_layer_stride = 0;
   const int64_t* src_slots;    // [N] pool slots
   const int64_t* dst_slots;    // [N] cache slots
@@ -110,8 +136,7 @@ void copy_rows(const bf16* src, bf16* dst, const int64_t* slots, int64_t n, int6
 //   out[t, h] = softmax_j(q[t, h] . K[j, h / group] * scale) V[j, h / group],  j in [0, positions[t]]
 struct AttentionArgs {
   const bf16* q;               // [T, NH, D]
-  const bf16* k_cache;         // [num_slots, NKV, D] (this layer)
-  const bf16* v_cache;
+  KvCache cache;               // this layer's (FP8: the tensor-core kernel only)
   bf16* out;                   // [T, NH, D]
   const int32_t* positions;    // [T]
   const int32_t* kv_indptr;    // [S + 1]

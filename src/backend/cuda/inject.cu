@@ -8,9 +8,13 @@
 //   interleaved layout:  K elements [16j, 16j+16)                           = pairs p = 8j + e, e < 8
 //   V: elements [16j, 16j+16), copied as they are.
 // Index order (u fastest, then i, then l) keeps a warp on consecutive 16-byte chunks of a row.
+// An FP8 cache (KvCache::fp8): the D / 16 threads of one (token, kv head) row are consecutive
+// lanes, so the row's amax (its scale) is a shuffle over them; every lane of a warp runs the loop
+// the same number of times (lanes past the end only take part in the shuffles).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/fp8_utils.cuh"
 
 namespace inferscale::cuda {
 namespace {
@@ -20,18 +24,19 @@ __global__ void inject_kernel(InjectArgs a) {
   const int units_per_head = D / 16;
   const int64_t units = static_cast<int64_t>(NKV) * units_per_head;
   const int64_t total = static_cast<int64_t>(a.num_layers) * a.N * units;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t u = idx % units;
-    const int64_t i = (idx / units) % a.N;
-    const int64_t l = idx / (units * a.N);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;  // a multiple of 32
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (int64_t base = first - (threadIdx.x & 31); base < total; base += stride) {
+    const int64_t idx = base + (threadIdx.x & 31);
+    const bool live = idx < total;  // a row's lanes are all live or all not (total: whole rows)
+    const int64_t u = live ? idx % units : 0;
+    const int64_t i = live ? (idx / units) % a.N : 0;
+    const int64_t l = live ? idx / (units * a.N) : 0;
     const int kh = static_cast<int>(u / units_per_head), j = static_cast<int>(u % units_per_head);
     const int64_t src_row = (a.src_slots[i] * NKV + kh) * D;  // element offset of the head in the layer
     const int64_t dst_row = (a.dst_slots[i] * NKV + kh) * D;
     const bf16* kp = a.k_pool + l * a.pool_layer_stride + src_row;
     const bf16* vp = a.v_pool + l * a.pool_layer_stride + src_row;
-    bf16* kc = a.k_cache + l * a.cache_layer_stride + dst_row;
-    bf16* vc = a.v_cache + l * a.cache_layer_stride + dst_row;
 
     // V: two chunks, unchanged.
     const Bf16x8 v0 = *reinterpret_cast<const Bf16x8*>(vp + 16 * j);
@@ -65,6 +70,40 @@ __global__ void inject_kernel(InjectArgs a) {
         y[8 + e] = x[8 + e] * c[e] + x[e] * s[e];
       }
     }
+    const KvCache cl = a.cache.layer(l, a.cache_layer_stride, D);
+    if (cl.fp8) {
+      // The row's scale: amax over its D / 16 lanes (xor offsets below units_per_head stay inside
+      // the row's aligned group of lanes).
+      float vx[16];
+      bf16x8_to_f32(v0, vx);
+      bf16x8_to_f32(v1, vx + 8);
+      float ka = 0.0f, va = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        ka = fmaxf(ka, fabsf(y[e]));
+        va = fmaxf(va, fabsf(vx[e]));
+      }
+      for (int off = 1; off < units_per_head; off <<= 1) {
+        ka = fmaxf(ka, __shfl_xor_sync(0xffffffffu, ka, off));
+        va = fmaxf(va, __shfl_xor_sync(0xffffffffu, va, off));
+      }
+      if (!live) continue;
+      const float ks = e4m3_scale(ka), vs = e4m3_scale(va);
+      const float kinv = e4m3_inv(ks), vinv = e4m3_inv(vs);
+      uint8_t* kc = static_cast<uint8_t*>(cl.k) + dst_row;
+      uint8_t* vc = static_cast<uint8_t*>(cl.v) + dst_row;
+      *reinterpret_cast<uint2*>(kc + e0) = f32x8_to_e4m3(y, kinv);
+      *reinterpret_cast<uint2*>(kc + e1) = f32x8_to_e4m3(y + 8, kinv);
+      *reinterpret_cast<uint4*>(vc + 16 * j) = f32x16_to_e4m3(vx, vinv);
+      if (j == 0) {
+        cl.k_scale[a.dst_slots[i] * NKV + kh] = ks;
+        cl.v_scale[a.dst_slots[i] * NKV + kh] = vs;
+      }
+      continue;
+    }
+    if (!live) continue;
+    bf16* kc = static_cast<bf16*>(cl.k) + dst_row;
+    bf16* vc = static_cast<bf16*>(cl.v) + dst_row;
     *reinterpret_cast<Bf16x8*>(kc + e0) = f32_to_bf16x8(y);
     *reinterpret_cast<Bf16x8*>(kc + e1) = f32_to_bf16x8(y + 8);
     *reinterpret_cast<Bf16x8*>(vc + 16 * j) = v0;

@@ -1,5 +1,5 @@
-// Inline-PTX wrappers for the tensor-core attention tile: cp.async (16 bytes, zero-fill),
-// ldmatrix (x4, plain and transposed) and mma.sync m16n8k16 bf16 -> f32.
+// Inline-PTX wrappers for the tensor-core attention tile: cp.async (16 and 4 bytes, zero-fill),
+// ldmatrix (x4, plain and transposed) and mma.sync m16n8k16 bf16 (or f16) -> f32.
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
 //   A 16x16 (row-major), 4 regs of 2 bf16: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 8+2t..)  a3 (g+8, 8+2t..)
@@ -9,6 +9,7 @@
 // matrix i with lane l holding (row l / 4, cols 2(l % 4) .. +1), or its transpose with .trans.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -22,6 +23,11 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n));
+}
+// 4 bytes global -> shared (through L1), zero-filled when !valid.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -47,6 +53,26 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a * b with f16 operands (the FP8 cache's tiles: E4M3 codes widen to f16 exactly).
+__device__ __forceinline__ void mma_f16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);  // .x (low 16 bits) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two bf16 (one register of an operand fragment) as two f16.
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t v) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  return pack_f16x2(f.x, f.y);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {

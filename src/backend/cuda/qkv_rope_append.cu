@@ -5,6 +5,7 @@
 //   h <  NH            query head h             -> q_out[t, h]
 //   h <  NH + NKV      key head kh = h - NH     -> k_cache[slot_mapping[t], kh]  (pool: before RoPE)
 //   otherwise          value head vh            -> v_cache[slot_mapping[t], vh]  (pool: as is)
+// An FP8 cache (KvCache::fp8) gets the head's codes and its scale (the warp's amax).
 // Lane l holds the rotation pairs p = l, l + 32, ... < D/2:
 //   halves layout (HF):       elements (p, p + D/2)
 //   interleaved layout:       elements (2p, 2p + 1)
@@ -12,6 +13,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/fp8_utils.cuh"
 
 namespace inferscale::cuda {
 namespace {
@@ -105,7 +107,25 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
     }
   }
 
-  bf16* dst = is_q ? a.q_out + (t * NH + h) * D : (is_k ? a.k_cache : a.v_cache) + (slot * NKV + kvh) * D;
+  const int64_t row = slot * NKV + kvh;  // the (slot, kv head) row of a k or v head
+  if (!is_q && a.cache.fp8) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k)
+      if (lane + 32 * k < half) amax = fmaxf(amax, fmaxf(fabsf(x0[k]), fabsf(x1[k])));
+    const float scale = e4m3_scale(warp_max(amax)), inv = e4m3_inv(scale);
+    uint8_t* dst = static_cast<uint8_t*>(is_k ? a.cache.k : a.cache.v) + row * D;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      if (lane + 32 * k < half) {
+        dst[i0[k]] = f32_to_e4m3_code(x0[k] * inv);
+        dst[i1[k]] = f32_to_e4m3_code(x1[k] * inv);
+      }
+    }
+    if (lane == 0) (is_k ? a.cache.k_scale : a.cache.v_scale)[row] = scale;
+    return;
+  }
+  bf16* dst = is_q ? a.q_out + (t * NH + h) * D : static_cast<bf16*>(is_k ? a.cache.k : a.cache.v) + row * D;
 #pragma unroll
   for (int k = 0; k < kMaxPairsPerLane; ++k) {
     if (lane + 32 * k < half) {
