@@ -7,12 +7,18 @@
 //   sV [3][64 kv][D]     chunk i computed while i + 1 and i + 2 are in flight (one barrier a chunk)
 //   sSlot [4][64] int32  the pool slot of each entry of chunks i + 2 .. i + 4 (see below)
 //
-// An FP8 cache (KvCache::fp8, FP8 = true): the stages hold E4M3 codes (half the bytes) and each
-// entry's scale, sK8 / sV8 [3][64 kv][D] uint8 and sKs / sVs [3][64] f32; after chunk i lands,
-// every thread converts a share of it (codes x scale -> f16, bit moves and one f16 multiply a
-// pair: fp8_utils.cuh) into sKb / sVb [64 kv][D], one more barrier, and the MMAs below read those
-// as they read a bf16 stage, in f16 (Q converted once, P packed as f16). K and V times their
-// scales, and q, must be within f16's range.
+// An FP8 cache (KvCache::fp8, FP8 = true): the MMAs run in f16 (E4M3 codes widen to f16 exactly,
+// by bit moves, as code x 2^-8: fp8_utils.cuh). The stages hold codes (half the bytes) and each
+// entry's scale, sK8 / sV8 [5][64 kv][D] uint8 and sKs / sVs [5][64] f32: five stages, so that the
+// bytes in flight match the bf16 pipeline's.
+//   K: read as codes by ldmatrix (16 codes of a row are 8 b16 "elements"; a lane receives codes
+//      4t .. 4t + 3 of its row), widened in registers; Q's fragments are loaded with the same
+//      permutation of d (MMA k index 2t + e <-> d = 4t + e, 8 + 2t + e <-> 4t + 2 + e), so the dot
+//      products are unchanged, and each score is multiplied by its entry's scale x 2^8.
+//   V: after chunk i lands every thread widens a share of it, times its scale, into sVb [64 kv][D]
+//      f16 (one more barrier a chunk), which the PV MMAs read as they read a bf16 stage; sVb is
+//      where sQ was (Q lives in registers after chunk 0).
+// q, and V times its scales, must be within f16's range.
 //
 // Per chunk, per warp: S = Q K^T (16 x 64, f32 in registers) -> mask (kv j > position of the
 // row's token, or j >= kv_end) -> online softmax in the log2 domain -> O += P V with P rounded
@@ -33,29 +39,34 @@ constexpr int kBM = kPrefillRowsPerTile;  // 64 packed rows per CTA
 constexpr int kBN = kPrefillKvChunk;      // 64 kv entries per chunk
 constexpr int kThreads = 128;             // 4 warps x 16 rows
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kStages = 3;     // kv chunks in shared memory: chunk i computed, i + 1 and i + 2 in flight
-constexpr int kLookahead = kStages;  // slot tables ready this many chunks ahead of the compute
-constexpr int kTables = kLookahead + 1;
+// kv chunks in shared memory: chunk i computed while the next kStages - 1 are in flight (bf16:
+// 3 stages; FP8: 5, the same bytes in flight); slot tables kept kLookahead chunks ahead.
+template <bool FP8>
+struct Pipe {
+  static constexpr int kStages = FP8 ? 5 : 3;
+  static constexpr int kLookahead = kStages;
+  static constexpr int kTables = kLookahead + 1;
+};
 
 // Byte offsets of the shared tiles. At D = 128 the bf16 layout is 113 KB: two CTAs an SM (the 2
 // per __launch_bounds__ and the register budget) take the whole 228 KB carveout with the 1 KB the
 // driver reserves a CTA. The kernel has no static __shared__: 4 bytes more would leave one CTA an
-// SM (BENCHMARKS.md run 16: batch-32 decode 6.04 -> 7.03 ms). The FP8 layout is 98.5 KB.
+// SM (BENCHMARKS.md run 16: batch-32 decode 6.04 -> 7.03 ms). The FP8 layout is 100 KB.
 template <int D, bool FP8>
 struct PrefillSmem {
+  static constexpr int kStages = Pipe<FP8>::kStages;
   static constexpr size_t stage = static_cast<size_t>(kBN) * D * (FP8 ? 1 : 2);  // K or V of one chunk
-  static constexpr size_t converted = FP8 ? static_cast<size_t>(kBN) * D * sizeof(bf16) : 0;
   static constexpr size_t scales = FP8 ? static_cast<size_t>(kStages) * kBN * sizeof(float) : 0;
   static constexpr size_t q = 0;
+  static constexpr size_t vb = 0;  // FP8: the widened V of the chunk computed, over sQ (kBN == kBM)
   static constexpr size_t k = q + static_cast<size_t>(kBM) * D * sizeof(bf16);
   static constexpr size_t v = k + kStages * stage;
-  static constexpr size_t kb = v + kStages * stage;
-  static constexpr size_t vb = kb + converted;
-  static constexpr size_t ks = vb + converted;
+  static constexpr size_t ks = v + kStages * stage;
   static constexpr size_t vs = ks + scales;
   static constexpr size_t slot = vs + scales;
-  static constexpr size_t bytes = slot + static_cast<size_t>(kTables) * kBN * sizeof(int32_t);
+  static constexpr size_t bytes = slot + static_cast<size_t>(Pipe<FP8>::kTables) * kBN * sizeof(int32_t);
 };
+static_assert(kBN == kBM, "sVb takes sQ's place");
 static_assert(PrefillSmem<128, false>::bytes == 115712 && PrefillSmem<128, true>::bytes <= 115712,
               "two CTAs an SM at D = 128");
 
@@ -91,12 +102,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   static_assert(D == 64 || D == 128, "head_dim");
   constexpr int CH = D / 8;  // 16-byte chunks per bf16 row
   using L = PrefillSmem<D, FP8>;
+  constexpr int kStages = Pipe<FP8>::kStages, kLookahead = Pipe<FP8>::kLookahead, kTables = Pipe<FP8>::kTables;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw + L::q);
   bf16* sK = reinterpret_cast<bf16*>(smem_raw + L::k);  // bf16 stages, or FP8: codes (uint8)
   bf16* sV = reinterpret_cast<bf16*>(smem_raw + L::v);
-  bf16* sKb = reinterpret_cast<bf16*>(smem_raw + L::kb);  // FP8: the converted chunk
-  bf16* sVb = reinterpret_cast<bf16*>(smem_raw + L::vb);
+  bf16* sVb = reinterpret_cast<bf16*>(smem_raw + L::vb);  // FP8: chunk i's V in f16 (sQ's place)
   float* sKs = reinterpret_cast<float*>(smem_raw + L::ks);  // FP8: [kStages][kBN] scales
   float* sVs = reinterpret_cast<float*>(smem_raw + L::vs);
   int32_t* sSlot = reinterpret_cast<int32_t*>(smem_raw + L::slot);  // [kTables][kBN]
@@ -111,12 +122,17 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t kv_base = a.kv_indptr[it.kv_seq];
 
-  // This thread's two rows: r0 = warp*16 + g and r0 + 8 (fragment rows g and g+8).
+  // A narrow tile (at most 16 rows: a decode step's one token x group) gives every warp the same
+  // 16 rows and a quarter of each kv chunk (16 entries), merged across warps at the end; a wide
+  // one gives warp w rows 16 w .. 16 w + 15 and whole chunks.
+  const bool narrow = it.row_end - it.row_begin <= 16;
+  const int row_base = narrow ? 0 : warp * 16;
+  // This thread's two rows: row_base + g and row_base + g + 8 (fragment rows g and g+8).
   const int g = lane >> 2, t4 = lane & 3;
   int pos[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int pr = it.row_begin + warp * 16 + g + 8 * h;
+    const int pr = it.row_begin + row_base + g + 8 * h;
     pos[h] = pr < it.row_end ? a.positions[it.q_start + pr / group] : -1;
   }
   const int warp_max_pos = __reduce_max_sync(0xffffffffu, max(pos[0], pos[1]));
@@ -203,6 +219,108 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float scale_log2 = a.scale * kLog2e;
 
+  // One chunk's S = Q K^T, online softmax and O += P V over NT n-tiles of 8 kv entries from n-tile
+  // nt0 (wide: all 8; narrow: this warp's 2), from stage st.
+  auto chunk = [&]<int NT>(int st, int cs, int nt0) {
+    const bf16* k = sK + st * kBN * D;  // bf16 stages
+    const bf16* v = FP8 ? sVb : sV + st * kBN * D;
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      const int nb = (nt0 + 2 * np) * 8;  // first kv entry of n-tiles 2np, 2np + 1
+      if constexpr (FP8) {
+        // Codes: matrices (rows nb.., ks), (nb + 8.., ks), (nb.., ks + 1), (nb + 8.., ks + 1); lane
+        // (g, t) gets codes 4t .. 4t + 3 of row g of each (16-byte rows: one ks each).
+        const unsigned char* k8 = reinterpret_cast<const unsigned char*>(sK) + st * L::stage;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks += 2) {
+          uint32_t w[4];
+          ldmatrix_x4(w, k8 + swz8<D>(nb + (lane & 7) + ((lane >> 3) & 1) * 8, ks + (lane >> 4)));
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t b0, b1;
+            e4m3x4_to_f16x2x2(w[q], b0, b1);
+            mma_f16_16816(s[2 * np + (q & 1)], qf[ks + (q >> 1)], b0, b1);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks) {
+          uint32_t b[4];  // b[0], b[1]: n-tile 2np; b[2], b[3]: n-tile 2np + 1
+          ldmatrix_x4(b, k + swz<D>(nb + (lane & 7) + (lane >> 4) * 8, ks * 2 + ((lane >> 3) & 1)));
+          mma_bf16_16816(s[2 * np], qf[ks], b[0], b[1]);
+          mma_bf16_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scale, mask, row max (a row's values live in the 4 lanes of a quad). FP8: each entry's score
+    // times its K scale, and 2^8 for the codes' f16 widening.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int jc = (nt0 + nt) * 8 + 2 * t4;  // this lane's first column of the n-tile
+      float2 kscale = make_float2(1.0f, 1.0f);
+      if constexpr (FP8) kscale = *reinterpret_cast<const float2*>(sKs + st * kBN + jc);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = cs + jc + (e & 1);
+        const int h = e >> 1;
+        const float sl = FP8 ? scale_log2 * 256.0f * ((e & 1) ? kscale.y : kscale.x) : scale_log2;
+        const float val = (j <= pos[h] && j < it.kv_end) ? s[nt][e] * sl : -INFINITY;
+        s[nt][e] = val;
+        mx[h] = fmaxf(mx[h], val);
+      }
+    }
+    float alpha[2], base[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      // All masked so far: keep o = 0, l = 0 (exp2 of -inf - -inf would be NaN).
+      alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;
+      m[h] = m_new;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(s[nt][e] - base[e >> 1]);
+        s[nt][e] = p;
+        sum[e >> 1] += p;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];  // lane-partial; quad-summed at the end
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][0] *= alpha[0];
+      o[dt][1] *= alpha[0];
+      o[dt][2] *= alpha[1];
+      o[dt][3] *= alpha[1];
+    }
+
+    // O += P V: P's C layout of n-tiles (2kk, 2kk+1) is the A layout of k-step kk.
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      const uint32_t pa[4] = {pack_p<FP8>(s[2 * kk][0], s[2 * kk][1]), pack_p<FP8>(s[2 * kk][2], s[2 * kk][3]),
+                              pack_p<FP8>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_p<FP8>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const int vrow = (nt0 + 2 * kk) * 8 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];  // b[0], b[1]: d-tile 2dp; b[2], b[3]: d-tile 2dp + 1
+        ldmatrix_x4_trans(b, v + swz<D>(vrow, dp * 2 + (lane >> 4)));
+        mma_16816<FP8>(o[2 * dp], pa, b[0], b[1]);
+        mma_16816<FP8>(o[2 * dp + 1], pa, b[2], b[3]);
+      }
+    }
+  };
+
   for (int i = 0; i < n_chunks; ++i) {
     const int cs = it.kv_begin + i * kBN;
     cp_async_wait<kStages - 2>();  // this thread's copies of chunk i (and Q) have landed
@@ -215,112 +333,53 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       sSlot[((i + kLookahead) % kTables) * kBN + tt] = next_slot;
       next_slot = i + kLookahead + 1 < n_chunks ? slot_of(i + kLookahead + 1, tt) : 0;
     }
-    if constexpr (FP8) {  // chunk i's codes x scales -> sKb / sVb (their readers, chunk i - 1, are done)
-      const int row = tid % kBN, half_id = tid / kBN;
-      const int st = i % kStages;
-#pragma unroll
-      for (int w = 0; w < 2; ++w) {
-        const unsigned char* src = reinterpret_cast<const unsigned char*>(w == 0 ? sK : sV) + st * L::stage;
-        const __half2 sc = e4m3_f16_scale((w == 0 ? sKs : sVs)[st * kBN + row]);
-        bf16* dst = w == 0 ? sKb : sVb;  // f16 bits here
-#pragma unroll
-        for (int cc = 0; cc < CH8 / 2; ++cc) {
-          const int c8 = half_id * (CH8 / 2) + cc;
-          uint4 lo, hi;
-          e4m3x16_to_f16(*reinterpret_cast<const uint4*>(src + swz8<D>(row, c8)), sc, lo, hi);
-          *reinterpret_cast<uint4*>(dst + swz<D>(row, 2 * c8)) = lo;
-          *reinterpret_cast<uint4*>(dst + swz<D>(row, 2 * c8 + 1)) = hi;
-        }
-      }
-      __syncthreads();
-    }
-    if (i == 0) {
+    if (i == 0) {  // Q's fragments (FP8: f16, d permuted as the K codes arrive, see above)
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks) {
-        const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(qf[ks], sQ + swz<D>(row, ks * 2 + (lane >> 4)));
         if constexpr (FP8) {
 #pragma unroll
-          for (int r = 0; r < 4; ++r) qf[ks][r] = bf16x2_to_f16x2(qf[ks][r]);
+          for (int h = 0; h < 2; ++h) {
+            const uint2 qv =
+                *reinterpret_cast<const uint2*>(sQ + swz<D>(row_base + g + 8 * h, 2 * ks + (t4 >> 1)) + 4 * (t4 & 1));
+            qf[ks][h] = bf16x2_to_f16x2(qv.x);      // a0 / a1: d = 4t, 4t + 1 of rows g / g + 8
+            qf[ks][2 + h] = bf16x2_to_f16x2(qv.y);  // a2 / a3: d = 4t + 2, 4t + 3
+          }
+        } else {
+          const int row = row_base + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(qf[ks], sQ + swz<D>(row, ks * 2 + (lane >> 4)));
         }
+      }
+      if constexpr (FP8) __syncthreads();  // sQ becomes sVb
+    }
+    if constexpr (FP8) {
+      // Chunk i's V codes x scales -> sVb (its readers, chunk i - 1, are done): a wide tile's warps
+      // share every row (all threads, then a barrier); a narrow tile's warp w reads only rows
+      // 16 w .. 16 w + 15, which it widens itself.
+      const int row = narrow ? warp * 16 + (lane & 15) : tid % kBN;
+      const int half_id = narrow ? lane >> 4 : tid / kBN;
+      const int st = i % kStages;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(sV) + st * L::stage;
+      const __half2 sc = e4m3_f16_scale(sVs[st * kBN + row]);
+#pragma unroll
+      for (int cc = 0; cc < CH8 / 2; ++cc) {
+        const int c8 = half_id * (CH8 / 2) + cc;
+        uint4 lo, hi;
+        e4m3x16_to_f16(*reinterpret_cast<const uint4*>(src + swz8<D>(row, c8)), sc, lo, hi);
+        *reinterpret_cast<uint4*>(sVb + swz<D>(row, 2 * c8)) = lo;
+        *reinterpret_cast<uint4*>(sVb + swz<D>(row, 2 * c8 + 1)) = hi;
+      }
+      if (narrow) {
+        __syncwarp();
+      } else {
+        __syncthreads();
       }
     }
     if (cs <= warp_max_pos) {  // otherwise every row of this warp is masked for the chunk
-      const bf16* k = FP8 ? sKb : sK + (i % kStages) * kBN * D;
-      const bf16* v = FP8 ? sVb : sV + (i % kStages) * kBN * D;
-      // S = Q K^T: 8 n-tiles of 8 kv entries.
-      float s[kBN / 8][4];
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-        for (int np = 0; np < kBN / 16; ++np) {
-          uint32_t b[4];  // b[0], b[1]: n-tile 2np; b[2], b[3]: n-tile 2np + 1
-          const int row = np * 16 + (lane & 7) + (lane >> 4) * 8;
-          ldmatrix_x4(b, k + swz<D>(row, ks * 2 + ((lane >> 3) & 1)));
-          mma_16816<FP8>(s[2 * np], qf[ks], b[0], b[1]);
-          mma_16816<FP8>(s[2 * np + 1], qf[ks], b[2], b[3]);
-        }
-      }
-
-      // Scale, mask, row max (a row's 64 values live in the 4 lanes of a quad).
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = cs + nt * 8 + 2 * t4 + (e & 1);
-          const int h = e >> 1;
-          const float val = (j <= pos[h] && j < it.kv_end) ? s[nt][e] * scale_log2 : -INFINITY;
-          s[nt][e] = val;
-          mx[h] = fmaxf(mx[h], val);
-        }
-      }
-      float alpha[2], base[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);
-        // All masked so far: keep o = 0, l = 0 (exp2 of -inf - -inf would be NaN).
-        alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
-        base[h] = m_new == -INFINITY ? 0.0f : m_new;
-        m[h] = m_new;
-      }
-#pragma unroll
-      for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(s[nt][e] - base[e >> 1]);
-          s[nt][e] = p;
-          sum[e >> 1] += p;
-        }
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + sum[h];  // lane-partial; quad-summed at the end
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][0] *= alpha[0];
-        o[dt][1] *= alpha[0];
-        o[dt][2] *= alpha[1];
-        o[dt][3] *= alpha[1];
-      }
-
-      // O += P V: P's C layout of n-tiles (2kk, 2kk+1) is the A layout of k-step kk.
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        const uint32_t pa[4] = {pack_p<FP8>(s[2 * kk][0], s[2 * kk][1]), pack_p<FP8>(s[2 * kk][2], s[2 * kk][3]),
-                                pack_p<FP8>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                pack_p<FP8>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-        for (int dp = 0; dp < D / 16; ++dp) {
-          uint32_t b[4];  // b[0], b[1]: d-tile 2dp; b[2], b[3]: d-tile 2dp + 1
-          const int row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4_trans(b, v + swz<D>(row, dp * 2 + (lane >> 4)));
-          mma_16816<FP8>(o[2 * dp], pa, b[0], b[1]);
-          mma_16816<FP8>(o[2 * dp + 1], pa, b[2], b[3]);
-        }
+      const int st = i % kStages;
+      if (narrow) {
+        chunk.template operator()<2>(st, cs, 2 * warp);
+      } else {
+        chunk.template operator()<kBN / 8>(st, cs, 0);
       }
     }
   }
@@ -331,6 +390,64 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  if (narrow) {
+    // Four warps' (m, l, o) of the same 16 rows, over their quarters of the kv range: through the
+    // stage buffers (free now), combined by every thread for one row and D / 8 columns.
+    float* sO = reinterpret_cast<float*>(smem_raw + L::k);  // [4 warps][16 rows][D]
+    float* sM = sO + 4 * 16 * D;                             // [4][16]
+    float* sL = sM + 4 * 16;
+    static_assert(4 * 16 * (D + 2) * sizeof(float) <= 2 * kStages * L::stage, "merge scratch in the stages");
+    __syncthreads();  // every warp is done with the stages
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<float2*>(sO + (warp * 16 + r) * D + dt * 8 + 2 * t4) = make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+      if (t4 == 0) {
+        sM[warp * 16 + r] = m[h];
+        sL[warp * 16 + r] = l[h];
+      }
+    }
+    __syncthreads();
+    const int r = tid >> 3, c0 = (tid & 7) * (D / 8);
+    const int pr = it.row_begin + r;
+    if (pr >= it.row_end) return;
+    float mm = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) mm = fmaxf(mm, sM[w * 16 + r]);
+    float wt[4], ll = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const float mw = sM[w * 16 + r];
+      wt[w] = mw == -INFINITY ? 0.0f : exp2f(mw - mm);
+      ll += wt[w] * sL[w * 16 + r];
+    }
+    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+    float val[D / 8];
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) acc += wt[w] * sO[(w * 16 + r) * D + c0 + c];
+      val[c] = acc * inv;
+    }
+    if (it.partial < 0) {
+      const int64_t tok = it.q_start + pr / group;
+      const int head = kvh * group + pr % group;
+      bf16* dst = a.out + (tok * a.num_heads + head) * D + c0;
+#pragma unroll
+      for (int c = 0; c < D / 8; c += 2)
+        *reinterpret_cast<__nv_bfloat162*>(dst + c) = __floats2bfloat162_rn(val[c], val[c + 1]);
+    } else {
+      const int64_t prow = (static_cast<int64_t>(it.partial) * a.num_kv_heads + kvh) * a.rows_per_tile + r;
+      float* dst = a.partial_o + prow * D + c0;
+#pragma unroll
+      for (int c = 0; c < D / 8; c += 2) *reinterpret_cast<float2*>(dst + c) = make_float2(val[c], val[c + 1]);
+      if ((tid & 7) == 0) a.partial_lse[prow] = ll > 0.0f ? mm + log2f(ll) : -INFINITY;
+    }
+    return;
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {

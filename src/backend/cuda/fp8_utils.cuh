@@ -28,16 +28,23 @@ __device__ __forceinline__ uint8_t f32_to_e4m3_code(float x) {
 // are the code's value times 2^-8, subnormals included, so `scale` must carry the 2^8 (pass
 // e4m3_f16_scale(scale)). The products must be within f16's range (|x| < 65504).
 __device__ __forceinline__ __half2 e4m3_f16_scale(float scale) { return __float2half2_rn(scale * 256.0f); }
+// Four codes (one word, code 0 in the low byte) as two f16x2 of their values x 2^-8: lo = codes
+// 0, 1; hi = codes 2, 3.
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  const uint32_t u0 = __byte_perm(w, 0u, 0x4140u), u1 = __byte_perm(w, 0u, 0x4342u);  // codes at bits 0, 16
+  lo = ((u0 << 7) & 0x3f803f80u) | ((u0 << 8) & 0x80008000u);
+  hi = ((u1 << 7) & 0x3f803f80u) | ((u1 << 8) & 0x80008000u);
+}
 __device__ __forceinline__ void e4m3x16_to_f16(const uint4& codes, __half2 scale256, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
   uint32_t out[8];
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
+    uint32_t bits[2];
+    e4m3x4_to_f16x2x2(w[q], bits[0], bits[1]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t u = __byte_perm(w[q], 0u, h == 0 ? 0x4140u : 0x4342u);  // codes 2h, 2h + 1 at bits 0, 16
-      const uint32_t bits = ((u << 7) & 0x3f803f80u) | ((u << 8) & 0x80008000u);
-      const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&bits), scale256);
+      const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(&bits[h]), scale256);
       out[2 * q + h] = *reinterpret_cast<const uint32_t*>(&v);
     }
   }
