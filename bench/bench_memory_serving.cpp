@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-programmatic-launch", a.no_pdl, "CUDA: plain stream order between kernels (no PDL)");
   app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
       ->check(CLI::IsMember({"native", "fp8"}));
-  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8 (CUDA)")
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);

@@ -116,6 +116,7 @@ struct Args {
   int max_questions = 0;
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
   std::string memory_kv_dtype = "native";
+  std::string kv_cache_dtype = "native";
 };
 
 std::vector<const LocomoConversation*> pick(const std::vector<LocomoConversation>& all, const std::string& names) {
@@ -151,6 +152,9 @@ int main(int argc, char** argv) {
   app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
+  app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--prompt", a.prompt, "how the question is asked: memory | locomo")->capture_default_str()
       ->check(CLI::IsMember({"memory", "locomo"}));
   CLI11_PARSE(app, argc, argv);
@@ -160,9 +164,9 @@ int main(int argc, char** argv) {
   Model model = load_model(a.model);
   const ModelConfig& cfg = model.config;
   const bool cuda = a.device == "cuda";
-  const int64_t elem = cuda ? 2 : 4;
   BackendOptions bo;
-  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cfg.kv_bytes_per_token(elem) * bo.block_size);
+  bo.cache_fp8 = a.kv_cache_dtype == "fp8";
+  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cache_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
   bo.num_pool_blocks = (a.pool_mb << 20) / (pool_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
   std::unique_ptr<Backend> backend;
@@ -261,8 +265,9 @@ int main(int argc, char** argv) {
   }
 
   // The table: KL against text at the same k; `off` has no k, so its KL is against no reference.
-  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, gold answers teacher-forced\n\n", a.convs.c_str(),
-              model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str());
+  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, KV cache %s, gold answers teacher-forced\n\n",
+              a.convs.c_str(), model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str(),
+              a.kv_cache_dtype.c_str());
   std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
               "recomputed / fact tokens |\n|---|---|---|---|---|---|---|\n");
   nlohmann::json table = nlohmann::json::array();

@@ -13,7 +13,9 @@
 // --kv-dtypes f32,bf16,f16,fp8 also serves each window's facts from KV rounded to a 16-bit dtype,
 // as a KV file in that dtype would hold it, or as an FP8 memory pool holds it
 // (--memory-kv-dtype fp8), and compares it with the f32 KV it was rounded from: what storing KV in
-// fewer bits costs.
+// fewer bits costs. --kv-cache-dtype fp8 also runs the full prefill and each window's injection on
+// a backend whose paged KV cache is FP8 (every token's K and V, the question's too, read back
+// rounded), against the same f32-cache reference.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -24,7 +26,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_kv_store.h"
 #include "engine/block_manager.h"
 #include "engine/engine.h"
 #include "engine/logprobs.h"
@@ -98,11 +100,11 @@ KvStorage storage_of(const std::string& s) {
 }
 
 // Rounds KV rows [L, n, NKV * D] as `st` stores them (f32: unchanged). FP8 goes through the CPU
-// backend's own FP8 pool code (cpu_pool.h), written and read back.
+// backend's own FP8 pool code (cpu_kv_store.h), written and read back.
 void round_through(const KvStorage& st, const ModelConfig& cfg, std::vector<float>& x) {
   if (st.fp8) {
     const int64_t KS = cfg.kv_size(), n = static_cast<int64_t>(x.size()) / (cfg.num_layers * KS);
-    CpuPool pool(cfg.num_layers, n, cfg.num_kv_heads, cfg.head_dim, true);
+    CpuKvStore pool(cfg.num_layers, n, cfg.num_kv_heads, cfg.head_dim, true);
     std::vector<int64_t> slots(static_cast<size_t>(n));
     std::iota(slots.begin(), slots.end(), 0);
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
@@ -148,6 +150,9 @@ int main(int argc, char** argv) {
   app.add_option("--windows", windows, "CWE windows to compare")->delimiter(',');
   app.add_flag("--sink", sink, "encode each fact after a BOS token too (its KV discarded)");
   app.add_option("--seed", seed, "sampling seed");
+  std::string kv_cache_dtype = "native";
+  app.add_option("--kv-cache-dtype", kv_cache_dtype, "also serve from an FP8 paged KV cache (native | fp8)")
+      ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-dtypes", kv_dtypes, "serve the injected KV rounded to these dtypes too (f32, bf16, f16, fp8)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
@@ -183,6 +188,14 @@ int main(int argc, char** argv) {
 
   auto be = make_cpu_backend(m.config, m.weights, bo);
   const int32_t bs = be->block_size();
+  std::unique_ptr<Backend> be8;  // --kv-cache-dtype fp8: the FP8-cache backend
+  if (kv_cache_dtype == "fp8") {
+    BackendOptions o8 = bo;
+    o8.cache_fp8 = true;
+    be8 = make_cpu_backend(m.config, m.weights, o8);
+  }
+  Score full8;                              // KL(full, f32 cache || full, FP8 cache)
+  std::vector<Score> inj8(windows.size());  // KL(full, f32 cache || inject w, FP8 cache)
   Score none;
   std::vector<KvStorage> dts;
   for (const std::string& d : kv_dtypes) dts.push_back(storage_of(d));
@@ -214,9 +227,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> bare_pos(bare.size());
     std::iota(bare_pos.begin(), bare_pos.end(), 0);
     none.add(ref, forward_rows(*be, bare, bare_pos, table, 1));
-    // Inject, for each window.
-    for (size_t wi = 0; wi < windows.size(); ++wi) {
-      const int w = windows[wi];
+    if (be8) full8.add(ref, forward_rows(*be8, seq, all, table, q0));
+    // Each window's facts encoded (on backend b) into pool slots 0.., and the batch that injects
+    // them at their serving positions.
+    auto encode_facts = [&](Backend& b, int w) {
       std::vector<EncodeJob> jobs;
       int64_t pool_slot = 0;
       for (size_t i = 0; i < s.facts.size(); ++i) {
@@ -230,8 +244,8 @@ int main(int argc, char** argv) {
       }
       // The encoder's temporary blocks come from 64 on; 0..63 hold the sequence.
       BlockManager enc_blocks(bo.num_cache_blocks, bs);
-      for (int32_t b = 0; b < 64; ++b) enc_blocks.allocate();  // keep the sequence's blocks out of its reach
-      FactEncoder encoder(*be, enc_blocks);
+      for (int32_t blk = 0; blk < 64; ++blk) enc_blocks.allocate();  // keep the sequence's blocks out of its reach
+      FactEncoder encoder(b, enc_blocks);
       encoder.encode(jobs);
       InjectBatch ib;
       int64_t src = 0;
@@ -242,10 +256,21 @@ int main(int argc, char** argv) {
           ib.dst_slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / bs)]) * bs + p % bs);
           ib.positions.push_back(p);
         }
+      return ib;
+    };
+    std::vector<int32_t> rest{0};
+    for (int32_t p = q0; p < n; ++p) rest.push_back(p);
+    // Inject, for each window.
+    for (size_t wi = 0; wi < windows.size(); ++wi) {
+      const int w = windows[wi];
+      if (be8) {
+        const InjectBatch ib8 = encode_facts(*be8, w);
+        be8->inject(ib8);
+        inj8[wi].add(ref, forward_rows(*be8, seq, rest, table, q0));
+      }
+      const InjectBatch ib = encode_facts(*be, w);
       HostTensor k32, v32;  // the encoded KV, as the f32 pool holds it
       be->read_pool(ib.src_slots, k32, v32);
-      std::vector<int32_t> rest{0};
-      for (int32_t p = q0; p < n; ++p) rest.push_back(p);
       Rows f32_rows;
       for (size_t di = 0; di < dts.size(); ++di) {
         std::vector<float> k(k32.as<float>(), k32.as<float>() + k32.numel()), v(v32.as<float>(), v32.as<float>() + v32.numel());
@@ -275,6 +300,13 @@ int main(int argc, char** argv) {
       std::printf("| inject, w = %d%s | %.4f | %.1f%% |\n", windows[wi], tag.c_str(), sc.kl / sc.n, 100.0 * sc.agree / sc.n);
     }
   std::printf("| no facts | %.4f | %.1f%% |\n", none.kl / none.n, 100.0 * none.agree / none.n);
+  if (be8) {
+    std::printf("\n| paged KV cache in FP8 (--kv-cache-dtype fp8) | mean KL(full, f32 cache || variant) | top-1 agreement |\n|---|---|---|\n");
+    std::printf("| full joint prefill | %.2e | %.2f%% |\n", full8.kl / full8.n, 100.0 * full8.agree / full8.n);
+    for (size_t wi = 0; wi < windows.size(); ++wi)
+      std::printf("| inject, w = %d | %.4f | %.1f%% |\n", windows[wi], inj8[wi].kl / inj8[wi].n,
+                  100.0 * inj8[wi].agree / inj8[wi].n);
+  }
   if (dts.size() > 1 && dts[0].name == "f32") {
     std::printf("\n| KV stored in | window | mean KL(f32 KV || rounded KV) | top-1 agreement with f32 KV |\n|---|---|---|---|\n");
     for (size_t wi = 0; wi < windows.size(); ++wi)

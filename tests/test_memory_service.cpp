@@ -901,7 +901,7 @@ TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
   s.service->release(p);
 }
 
-// An FP8 pool (cpu_pool.h) behind KV files: a restart loads the facts from the files (f16 of what
+// An FP8 pool (cpu_kv_store.h) behind KV files: a restart loads the facts from the files (f16 of what
 // the pool held) and serves them as the first run did; the reloaded rows are the first run's to
 // within f16's rounding of each head's scale, and the answer's tokens are the same.
 TEST(MemoryService, AnFp8PoolRestartsFromItsKvFiles) {

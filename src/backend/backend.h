@@ -34,7 +34,7 @@ struct InjectBatch {
 
 // Bytes one token's K and V take over every layer in elements of `elem_bytes`, or (fp8) as FP8
 // E4M3 codes with an f32 scale per kv head (a byte an element and 4 a head: the CPU's FP8 pool,
-// backend/cpu/cpu_pool.h, and the GPU's FP8 KV cache, cuda_ops.h KvCache).
+// backend/cpu/cpu_kv_store.h, and either backend's FP8 KV cache, cuda_ops.h KvCache).
 inline int64_t kv_bytes_per_token_stored(const ModelConfig& cfg, int64_t elem_bytes, bool fp8) {
   return fp8 ? 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4) : cfg.kv_bytes_per_token(elem_bytes);
 }
@@ -43,8 +43,8 @@ inline int64_t kv_bytes_per_token_stored(const ModelConfig& cfg, int64_t elem_by
 inline int64_t pool_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
   return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8 && !gpu);
 }
-// The paged KV cache's: bf16 on the GPU, f32 on the CPU, or the GPU's FP8 cache. Sizes
-// --kv-cache-mb into blocks.
+// The paged KV cache's: bf16 on the GPU, f32 on the CPU, or an FP8 cache. Sizes --kv-cache-mb
+// into blocks.
 inline int64_t cache_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
   return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8);
 }
@@ -58,11 +58,11 @@ struct BackendOptions {
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
   bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
   // The memory pool in FP8 E4M3 with a scale per (slot, kv head): ~4x the facts of an f32 pool
-  // in the same bytes (CPU: backend/cpu/cpu_pool.h; the CUDA backend does not have it yet).
+  // in the same bytes (CPU: backend/cpu/cpu_kv_store.h; the CUDA backend does not have it yet).
   bool pool_fp8 = false;
-  // The paged KV cache in FP8 E4M3 with a scale per (slot, kv head) (--kv-cache-dtype fp8; CUDA
-  // only): half the bytes of bf16, so twice the tokens in the same memory and half the bytes a
-  // decode step's attention reads. Keys are rotated before they are rounded.
+  // The paged KV cache in FP8 E4M3 with a scale per (slot, kv head) (--kv-cache-dtype fp8): on
+  // the GPU ~half the bytes of bf16 (twice the tokens in the same memory), on the CPU ~a quarter
+  // of f32. Keys are rotated before they are rounded.
   bool cache_fp8 = false;
 };
 

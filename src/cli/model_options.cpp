@@ -41,8 +41,8 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype,
-                 "how the paged KV cache stores K and V: native (f32 on the CPU, bf16 on a GPU) or fp8 (CUDA: E4M3 "
-                 "with a scale per token and kv head, ~2x the tokens in --kv-cache-mb and half the bytes decode reads)")
+                 "how the paged KV cache stores K and V: native (f32 on the CPU, bf16 on a GPU) or fp8 (E4M3 with a "
+                 "scale per token and kv head: ~2x the tokens in --kv-cache-mb on a GPU, ~4x on the CPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
   cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
@@ -122,7 +122,7 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   BackendOptions bo;
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
-  // KV element size: bf16 on the GPU, f32 on the CPU; an FP8 pool (the CPU's) as cpu_pool.h stores it.
+  // KV element size: bf16 on the GPU, f32 on the CPU; an FP8 pool (the CPU's) as cpu_kv_store.h stores it.
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
   const int64_t block_bytes = pool_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;

@@ -22,19 +22,12 @@ class CpuBackend final : public Backend {
   CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
       : cfg_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
-    IS_REQUIRE(!opts.cache_fp8, kUnsupported,
-               "an FP8 KV cache (--kv-cache-dtype fp8) is on the CUDA backend only: the CPU keeps its cache in f32");
-    const int64_t bytes_per_block = cfg_.kv_bytes_per_token(4) * block_size_;
+    const int64_t bytes_per_block = cache_bytes_per_token(cfg_, false, opts.cache_fp8) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;
-    const int64_t row = cfg_.kv_size();
-    const size_t cache_elems = static_cast<size_t>(num_blocks_ * block_size_ * row);
     kv_.cache_slots = num_blocks_ * block_size_;
-    for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      kv_.k_cache.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(cache_elems)}));
-      kv_.v_cache.push_back(HostTensor::zeros(DType::kF32, {static_cast<int64_t>(cache_elems)}));
-    }
-    kv_.pool = CpuPool(cfg_.num_layers, num_pool_blocks_ * block_size_, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
+    kv_.cache = CpuKvStore(cfg_.num_layers, kv_.cache_slots, cfg_.num_kv_heads, cfg_.head_dim, opts.cache_fp8);
+    kv_.pool = CpuKvStore(cfg_.num_layers, num_pool_blocks_ * block_size_, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
     ops_ = std::make_unique<CpuForwardOps>(cfg_, kv_, block_size_, opts.num_threads);
     arch_ = make_architecture(cfg_);
     arch_->load(*ops_, w);
@@ -63,26 +56,16 @@ class CpuBackend final : public Backend {
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       kv_.pool.read(l, 0, b.src_slots.data(), static_cast<int64_t>(N), k.data());
       kv_.pool.read(l, 1, b.src_slots.data(), static_cast<int64_t>(N), v.data());
-      float* kc = kv_.k_cache[static_cast<size_t>(l)].as<float>();
-      float* vc = kv_.v_cache[static_cast<size_t>(l)].as<float>();
-      for (size_t i = 0; i < N; ++i) {
-        float* row = k.data() + i * static_cast<size_t>(KS);
-        rope.rotate_with(row, cfg_.num_kv_heads, &cosv[i * half], &sinv[i * half]);
-        std::memcpy(kc + b.dst_slots[i] * KS, row, static_cast<size_t>(KS) * 4);
-        std::memcpy(vc + b.dst_slots[i] * KS, v.data() + i * static_cast<size_t>(KS), static_cast<size_t>(KS) * 4);
-      }
+      for (size_t i = 0; i < N; ++i)
+        rope.rotate_with(k.data() + i * static_cast<size_t>(KS), cfg_.num_kv_heads, &cosv[i * half], &sinv[i * half]);
+      kv_.cache.write(l, 0, b.dst_slots.data(), static_cast<int64_t>(N), k.data());
+      kv_.cache.write(l, 1, b.dst_slots.data(), static_cast<int64_t>(N), v.data());
     }
   }
 
   void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
-    const int64_t KS = cfg_.kv_size(), n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
-    k = make_kv_rows(DType::kF32, L, n, KS);
-    v = make_kv_rows(DType::kF32, L, n, KS);
-    for (int64_t l = 0; l < L; ++l) {
-      kv_.pool.read(l, 0, slots.data(), n, k.as<float>() + l * n * KS);
-      kv_.pool.read(l, 1, slots.data(), n, v.as<float>() + l * n * KS);
-    }
+    read_rows(kv_.pool, slots, k, v);
   }
 
   void write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) override {
@@ -98,21 +81,21 @@ class CpuBackend final : public Backend {
 
   void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_blocks_, "cache");
-    copy_out(kv_.k_cache, kv_.v_cache, slots, k, v);
+    read_rows(kv_.cache, slots, k, v);
   }
 
  private:
   void check_slots(const std::vector<int64_t>& slots, int64_t blocks, const char* what) const {
     for (int64_t s : slots) IS_CHECK(s >= 0 && s < blocks * block_size_, "{} slot {} out of range", what, s);
   }
-  void copy_out(const std::vector<HostTensor>& ks, const std::vector<HostTensor>& vs, const std::vector<int64_t>& slots,
-                HostTensor& k, HostTensor& v) const {
+  // Every layer's K and V rows of `slots` as f32 ([L][n][KS]).
+  void read_rows(const CpuKvStore& store, const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) const {
     const int64_t KS = cfg_.kv_size(), n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
     k = make_kv_rows(DType::kF32, L, n, KS);
     v = make_kv_rows(DType::kF32, L, n, KS);
     for (int64_t l = 0; l < L; ++l) {
-      cpu::gather_rows(ks[static_cast<size_t>(l)].as<float>(), slots.data(), k.as<float>() + l * n * KS, n, KS);
-      cpu::gather_rows(vs[static_cast<size_t>(l)].as<float>(), slots.data(), v.as<float>() + l * n * KS, n, KS);
+      store.read(l, 0, slots.data(), n, k.as<float>() + l * n * KS);
+      store.read(l, 1, slots.data(), n, v.as<float>() + l * n * KS);
     }
   }
 

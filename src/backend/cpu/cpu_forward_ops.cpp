@@ -184,8 +184,6 @@ void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
     }
   }
   // RoPE of q and k at each token's position -> q, and K / V rows into the cache.
-  float* kc = kv_.k_cache[l].as<float>();
-  float* vc = kv_.v_cache[l].as<float>();
   for (int64_t t = 0; t < T; ++t) {
     float* row = all + t * W;
     if (step.rope) {
@@ -194,21 +192,26 @@ void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
     }
     std::memcpy(f(q) + t * QS, row, static_cast<size_t>(QS) * 4);
     const int64_t slot = b.slot_mapping[static_cast<size_t>(t)];
-    std::memcpy(kc + slot * KS, row + QS, static_cast<size_t>(KS) * 4);
-    std::memcpy(vc + slot * KS, row + QS + KS, static_cast<size_t>(KS) * 4);
+    kv_.cache.write(layer, 0, &slot, 1, row + QS);
+    kv_.cache.write(layer, 1, &slot, 1, row + QS + KS);
   }
 }
 
 void CpuForwardOps::attention(Act q, int32_t layer, Act out) {
   const ForwardBatch& b = *batch_;
   const auto l = static_cast<size_t>(layer);
-  cpu::PagedAttentionArgs pa{f(q), kv_.k_cache[l].as<float>(), kv_.v_cache[l].as<float>(), f(out), b.positions.data(),
+  const CpuKvStore& c = kv_.cache;
+  cpu::PagedAttentionArgs pa{f(q), c.f32_rows(layer, 0), c.f32_rows(layer, 1), f(out), b.positions.data(),
                              b.q_indptr.data(), b.kv_indptr.data(), b.kv_indices.data(),
                              b.kv_start.empty() ? nullptr : b.kv_start.data(), b.num_seqs(),
                              static_cast<int32_t>(cfg_.num_heads), static_cast<int32_t>(cfg_.num_kv_heads),
                              static_cast<int32_t>(cfg_.head_dim), block_size_,
                              static_cast<float>(1.0 / std::sqrt(static_cast<double>(cfg_.head_dim))),
-                             mask_ == AttnMask::kCausal};
+                             mask_ == AttnMask::kCausal,
+                             c.codes(layer, 0),
+                             c.codes(layer, 1),
+                             c.scales(layer, 0),
+                             c.scales(layer, 1)};
   cpu::paged_attention(pa, &threads_);
 }
 

@@ -7,7 +7,7 @@
 #include <deque>
 #include <vector>
 
-#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_kv_store.h"
 #include "model/config.h"
 #include "model/forward_ops.h"
 #include "model/rope.h"
@@ -16,11 +16,11 @@
 
 namespace inferscale {
 
-// The KV memory the forward writes: per layer, cache [num_blocks * bs, NKV, D] f32, and the memory
-// pool [num_pool_blocks * bs, NKV, D] (keys before RoPE; f32 or FP8, cpu_pool.h).
+// The KV memory the forward writes: per layer, the paged cache [num_blocks * bs, NKV, D] and the
+// memory pool [num_pool_blocks * bs, NKV, D] (keys before RoPE), each f32 or FP8 (cpu_kv_store.h).
 struct CpuKv {
-  std::vector<HostTensor> k_cache, v_cache;
-  CpuPool pool;
+  CpuKvStore cache;
+  CpuKvStore pool;
   int64_t cache_slots = 0;
 };
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "tensor/fp8.h"
+
 namespace inferscale::cpu {
 namespace {
 
@@ -138,8 +140,16 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
     for (int32_t g = 0; g < a.num_kv_heads; ++g) {
       for (int64_t j = j0; j < L; ++j) {
         const int64_t slot = static_cast<int64_t>(blocks[j / a.block_size]) * a.block_size + j % a.block_size;
-        std::memcpy(&kp[static_cast<size_t>((j - j0) * D)], a.k_cache + slot * kv_row + g * D, static_cast<size_t>(D) * 4);
-        std::memcpy(&vp[static_cast<size_t>((j - j0) * D)], a.v_cache + slot * kv_row + g * D, static_cast<size_t>(D) * 4);
+        float* kd = &kp[static_cast<size_t>((j - j0) * D)];
+        float* vd = &vp[static_cast<size_t>((j - j0) * D)];
+        if (a.k_cache != nullptr) {
+          std::memcpy(kd, a.k_cache + slot * kv_row + g * D, static_cast<size_t>(D) * 4);
+          std::memcpy(vd, a.v_cache + slot * kv_row + g * D, static_cast<size_t>(D) * 4);
+        } else {  // FP8: codes x the (slot, head) scale
+          const int64_t r = slot * a.num_kv_heads + g;
+          dequantize_e4m3_row(a.k_codes + r * D, D, a.k_scales[r], kd);
+          dequantize_e4m3_row(a.v_codes + r * D, D, a.v_scales[r], vd);
+        }
       }
       // Query rows of this kv head: row r = (token t0 + r / group, head g * group + r % group).
       const int64_t rows = static_cast<int64_t>(t1 - t0) * group;
@@ -184,14 +194,6 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
       }
     }
   }
-}
-
-void scatter_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row) {
-  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + slots[i] * row, src + i * row, static_cast<size_t>(row) * 4);
-}
-
-void gather_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row) {
-  for (int64_t i = 0; i < n; ++i) std::memcpy(dst + i * row, src + slots[i] * row, static_cast<size_t>(row) * 4);
 }
 
 }  // namespace inferscale::cpu

@@ -50,13 +50,14 @@ struct PagedAttentionArgs {
   int32_t block_size;
   float scale;
   bool causal = true;
+  // An FP8 cache (k_cache and v_cache null): codes [slots, NKV, D] and scales [slots, NKV]; rows
+  // are read as codes times scales (tensor/fp8.h).
+  const uint8_t* k_codes = nullptr;
+  const uint8_t* v_codes = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
 };
 // Parallel over (token, head) pairs on `pool` (serial when null).
 void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool = nullptr);
-
-// dst[slot[i], :] = src[i, :] for rows of `row` floats (K/V cache writes, pool captures).
-void scatter_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row);
-// dst[i, :] = src[slot[i], :]
-void gather_rows(const float* src, const int64_t* slots, float* dst, int64_t n, int64_t row);
 
 }  // namespace inferscale::cpu

@@ -7,6 +7,11 @@
 //   sV [3][64 kv][D]     chunk i computed while i + 1 and i + 2 are in flight (one barrier a chunk)
 //   sSlot [4][64] int32  the pool slot of each entry of chunks i + 2 .. i + 4 (see below)
 //
+// A narrow tile (at most 16 rows, e.g. a decode step's token x group) would leave warps 1-3 with
+// nothing to compute: instead all four take the same 16 rows and entries 16 w .. 16 w + 15 of each
+// chunk, each keeps its own online softmax (m, l, o), and the epilogue merges the four through
+// shared memory (the stages, free by then).
+//
 // An FP8 cache (KvCache::fp8, FP8 = true): the MMAs run in f16 (E4M3 codes widen to f16 exactly,
 // by bit moves, as code x 2^-8: fp8_utils.cuh). The stages hold codes (half the bytes) and each
 // entry's scale, sK8 / sV8 [5][64 kv][D] uint8 and sKs / sVs [5][64] f32: five stages, so that the

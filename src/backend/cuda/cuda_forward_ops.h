@@ -6,7 +6,8 @@
 //                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
 //                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
-//   attention    tensor-core tiles or the CUDA-core decode path, planned in begin(); causal only
+//   attention    tensor-core tiles or the CUDA-core decode path (bf16 caches only), planned in begin();
+//                causal only; the cache bf16 or FP8 (CudaKv::cache)
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
 // attention (BERT encoders run on the CPU backend; cuda_unsupported_reason says so first).
 #pragma once

@@ -1,4 +1,4 @@
-#include "backend/cpu/cpu_pool.h"
+#include "backend/cpu/cpu_kv_store.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 
 namespace inferscale {
 
-CpuPool::CpuPool(int64_t layers, int64_t slots, int64_t num_kv_heads, int64_t head_dim, bool fp8)
+CpuKvStore::CpuKvStore(int64_t layers, int64_t slots, int64_t num_kv_heads, int64_t head_dim, bool fp8)
     : fp8_(fp8), slots_(slots), heads_(num_kv_heads), dim_(head_dim) {
   const size_t elems = static_cast<size_t>(slots * num_kv_heads * head_dim);
   for (int w = 0; w < 2; ++w)
@@ -20,7 +20,7 @@ CpuPool::CpuPool(int64_t layers, int64_t slots, int64_t num_kv_heads, int64_t he
     }
 }
 
-void CpuPool::write(int64_t layer, int which, const int64_t* slots, int64_t n, const float* rows) {
+void CpuKvStore::write(int64_t layer, int which, const int64_t* slots, int64_t n, const float* rows) {
   const int64_t row = heads_ * dim_;
   const auto l = static_cast<size_t>(layer);
   for (int64_t i = 0; i < n; ++i) {
@@ -35,7 +35,7 @@ void CpuPool::write(int64_t layer, int which, const int64_t* slots, int64_t n, c
   }
 }
 
-void CpuPool::read(int64_t layer, int which, const int64_t* slots, int64_t n, float* rows) const {
+void CpuKvStore::read(int64_t layer, int which, const int64_t* slots, int64_t n, float* rows) const {
   const int64_t row = heads_ * dim_;
   const auto l = static_cast<size_t>(layer);
   for (int64_t i = 0; i < n; ++i) {
@@ -48,6 +48,16 @@ void CpuPool::read(int64_t layer, int which, const int64_t* slots, int64_t n, fl
     const float* scales = scales_[which][l].data() + slots[i] * heads_;
     for (int64_t h = 0; h < heads_; ++h) dequantize_e4m3_row(codes + h * dim_, dim_, scales[h], dst + h * dim_);
   }
+}
+
+const float* CpuKvStore::f32_rows(int64_t layer, int which) const {
+  return fp8_ ? nullptr : f32_[which][static_cast<size_t>(layer)].data();
+}
+const uint8_t* CpuKvStore::codes(int64_t layer, int which) const {
+  return fp8_ ? codes_[which][static_cast<size_t>(layer)].data() : nullptr;
+}
+const float* CpuKvStore::scales(int64_t layer, int which) const {
+  return fp8_ ? scales_[which][static_cast<size_t>(layer)].data() : nullptr;
 }
 
 }  // namespace inferscale
