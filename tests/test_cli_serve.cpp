@@ -173,6 +173,21 @@ TEST_F(CliServe, EnforceEagerIsAcceptedAndKeepsTheOutput) {
   EXPECT_FALSE(a.out.empty());
 }
 
+// `--kv-cache-dtype fp8` (the paged KV cache in E4M3 with scales) is a model option of every
+// command and runs on the CPU backend; a value it does not know is refused by name.
+TEST_F(CliServe, KvCacheDtypeFp8RunsAndABadValueIsRefused) {
+  const std::vector<std::string> gen = {"generate", "--model", "demo", "--device", "cpu", "--prompt", "hello",
+                                        "--max-tokens", "6", "--temperature", "0", "--kv-cache-dtype"};
+  std::vector<std::string> fp8 = gen, bad = gen;
+  fp8.push_back("fp8");
+  bad.push_back("fp4");
+  const CliResult a = run_cli(fp8, tmp.path(), 60), b = run_cli(bad, tmp.path(), 60);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_FALSE(a.out.empty());
+  EXPECT_NE(b.code, 0);
+  EXPECT_NE(b.err.find("--kv-cache-dtype"), std::string::npos) << b.err;
+}
+
 // Issue 8, part 1: `serve --api-keys FILE`; SIGHUP reloads the file, and a bad file keeps the keys
 // in use (the log says why); the server goes on serving throughout.
 TEST_F(CliServe, ApiKeysReloadOnSighupAndABadFileKeepsTheOldKeys) {
