@@ -32,6 +32,31 @@ const Model& demo() {
   return m;
 }
 
+// One prompt of n <= 32 seeded tokens at positions 0.. in cache blocks 0 and 1 (slot = position),
+// its first `captured` tokens captured into pool slots first_pool_slot.. (returned in pool_slots),
+// an output row for its last token.
+ForwardBatch one_prompt(int32_t n, int32_t captured, int64_t first_pool_slot, uint32_t seed,
+                        std::vector<int64_t>& pool_slots) {
+  std::mt19937 g(seed);
+  ForwardBatch fb;
+  pool_slots.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    fb.token_ids.push_back(static_cast<int32_t>(g() % 256));
+    fb.positions.push_back(i);
+    fb.slot_mapping.push_back(i);
+    if (i < captured) {
+      fb.capture_tokens.push_back(i);
+      fb.capture_slots.push_back(first_pool_slot + i);
+      pool_slots.push_back(first_pool_slot + i);
+    }
+  }
+  fb.q_indptr = {0, n};
+  fb.kv_indices = {0, 1};
+  fb.kv_indptr = {0, 2};
+  fb.output_tokens = {n - 1};
+  return fb;
+}
+
 // The demo model on two CPU backends: all f32, and one with an FP8 pool and / or cache.
 std::pair<std::unique_ptr<Backend>, std::unique_ptr<Backend>> demo_backends(bool pool_fp8, bool cache_fp8) {
   BackendOptions o;
@@ -107,21 +132,8 @@ TEST(CpuKvStore, AnFp8PoolCapturesAndInjectsWhatAnF32PoolDoesAfterRounding) {
   EXPECT_EQ(fp8->pool_dtype(), DType::kF32);  // what reads and writes move
 
   // A fact of 21 tokens encoded at positions 0.., its K/V captured into pool slots 3..23.
-  std::mt19937 g(5);
-  ForwardBatch fb;
   std::vector<int64_t> pool_slots;
-  for (int32_t i = 0; i < 21; ++i) {
-    fb.token_ids.push_back(static_cast<int32_t>(g() % 256));
-    fb.positions.push_back(i);
-    fb.slot_mapping.push_back(i);
-    fb.capture_tokens.push_back(i);
-    fb.capture_slots.push_back(3 + i);
-    pool_slots.push_back(3 + i);
-  }
-  fb.q_indptr = {0, 21};
-  fb.kv_indices = {0, 1};
-  fb.kv_indptr = {0, 2};
-  fb.output_tokens = {20};
+  const ForwardBatch fb = one_prompt(21, 21, 3, 5, pool_slots);
   std::vector<float> out_a, out_b;
   f32->forward(fb, out_a);
   fp8->forward(fb, out_b);
@@ -148,24 +160,9 @@ TEST(CpuKvStore, AnFp8PoolCapturesAndInjectsWhatAnF32PoolDoesAfterRounding) {
 TEST(CpuKvStore, AnFp8CacheHoldsTheF32CachesRowsAfterRounding) {
   const ModelConfig& cfg = demo().config;
   auto [f32, fp8] = demo_backends(/*pool_fp8=*/false, /*cache_fp8=*/true);
-  std::mt19937 g(6);
-  ForwardBatch fb;
-  std::vector<int64_t> slots, pool_slots;
-  for (int32_t i = 0; i < 30; ++i) {
-    fb.token_ids.push_back(static_cast<int32_t>(g() % 256));
-    fb.positions.push_back(i);
-    fb.slot_mapping.push_back(i);
-    slots.push_back(i);
-    if (i < 12) {
-      fb.capture_tokens.push_back(i);
-      fb.capture_slots.push_back(i);
-      pool_slots.push_back(i);
-    }
-  }
-  fb.q_indptr = {0, 30};
-  fb.kv_indices = {0, 1};
-  fb.kv_indptr = {0, 2};
-  fb.output_tokens = {29};
+  std::vector<int64_t> pool_slots;
+  const ForwardBatch fb = one_prompt(30, 12, 0, 6, pool_slots);
+  const std::vector<int64_t>& slots = fb.slot_mapping;  // the prompt's cache rows
   std::vector<float> la, lb;
   f32->forward(fb, la);
   fp8->forward(fb, lb);

@@ -133,6 +133,13 @@ TEST(CudaKernels, SiluMul) {
 }
 
 // The fused prologue at every feature combination, including capture and positions past 8192.
+// A cache buffer's n values: bf16, or (fp8) codes x the scales of its D-value rows (poison: code
+// 0xff and NaN scales, both NaN).
+std::vector<float> cache_values(bool fp8, const DeviceBuffer& codes, const DeviceBuffer& scales, size_t n, int64_t D) {
+  return fp8 ? test::fp8_dequantize(download<uint8_t>(codes, n), download<float>(scales, n / static_cast<size_t>(D)), D)
+             : test::from_bf16(download<uint16_t>(codes, n));
+}
+
 TEST(CudaKernels, QkvRopeAppend) {
   REQUIRE_GPU();
   struct Heads {
@@ -223,13 +230,8 @@ TEST(CudaKernels, QkvRopeAppend) {
               if (s >= 0) o.insert(o.end(), all.begin() + s * row, all.begin() + (s + 1) * row);
             return o;
           };
-          // The cache as values: bf16, or codes x scales (poison: code 0xff and NaN scales, both NaN).
-          auto cache_values = [&](const DeviceBuffer& codes, const DeviceBuffer& scales, size_t n) {
-            return fp8 ? test::fp8_dequantize(download<uint8_t>(codes, n), download<float>(scales, n / D), D)
-                       : test::from_bf16(download<uint16_t>(codes, n));
-          };
-          const auto gk = cache_values(d_k, d_ks, rk.size());
-          const auto gv = cache_values(d_v, d_vs, rv.size());
+          const auto gk = cache_values(fp8, d_k, d_ks, rk.size(), D);
+          const auto gv = cache_values(fp8, d_v, d_vs, rv.size(), D);
           const auto gkp = test::from_bf16(download<uint16_t>(d_kp, rkp.size()));
           const auto gvp = test::from_bf16(download<uint16_t>(d_vp, rvp.size()));
           size_t stray = 0;  // writes outside the expected slots
@@ -305,12 +307,8 @@ TEST(CudaKernels, InjectAllLayers) {
           a.head_dim = static_cast<int32_t>(D);
           a.interleaved = inter;
           cuda::inject(a, nullptr);
-          auto cache_values = [&](const DeviceBuffer& codes, const DeviceBuffer& scales, size_t n) {
-            return fp8 ? test::fp8_dequantize(download<uint8_t>(codes, n), download<float>(scales, n / D), D)
-                       : test::from_bf16(download<uint16_t>(codes, n));
-          };
-          const auto gk = cache_values(d_k, d_ks, rk.size());
-          const auto gv = cache_values(d_v, d_vs, rv.size());
+          const auto gk = cache_values(fp8, d_k, d_ks, rk.size(), D);
+          const auto gv = cache_values(fp8, d_v, d_vs, rv.size(), D);
           std::vector<float> ek, eg, vk, vg;  // written slots only; the others must stay poisoned
           size_t stray = 0;
           for (size_t i = 0; i < rk.size(); ++i) {

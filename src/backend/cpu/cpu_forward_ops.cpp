@@ -173,7 +173,6 @@ void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
     }
   });
   // Write path: keys BEFORE rotation, values as they are.
-  const auto l = static_cast<size_t>(layer);
   if (!b.capture_tokens.empty()) {
     capture_.resize(b.capture_tokens.size() * static_cast<size_t>(KS));
     for (int which = 0; which < 2; ++which) {
@@ -199,7 +198,6 @@ void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
 
 void CpuForwardOps::attention(Act q, int32_t layer, Act out) {
   const ForwardBatch& b = *batch_;
-  const auto l = static_cast<size_t>(layer);
   const CpuKvStore& c = kv_.cache;
   cpu::PagedAttentionArgs pa{f(q), c.f32_rows(layer, 0), c.f32_rows(layer, 1), f(out), b.positions.data(),
                              b.q_indptr.data(), b.kv_indptr.data(), b.kv_indices.data(),

@@ -15,13 +15,12 @@ class CpuKvStore {
   CpuKvStore() = default;
   CpuKvStore(int64_t layers, int64_t slots, int64_t num_kv_heads, int64_t head_dim, bool fp8);
 
-  int64_t slots() const { return slots_; }  // 0: no pool
+  int64_t slots() const { return slots_; }  // 0: none (no pool)
   // rows: [n, NKV * D] f32; which: 0 = K, 1 = V. Slots must be in [0, slots()).
   void write(int64_t layer, int which, const int64_t* slots, int64_t n, const float* rows);
   void read(int64_t layer, int which, const int64_t* slots, int64_t n, float* rows) const;
   // A layer's rows in place: f32 rows (null when FP8), or codes and per-(slot, head) scales (null
   // when f32), for readers that gather rows themselves (paged attention).
-  bool fp8() const { return fp8_; }
   const float* f32_rows(int64_t layer, int which) const;
   const uint8_t* codes(int64_t layer, int which) const;
   const float* scales(int64_t layer, int which) const;

@@ -227,7 +227,6 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   // One chunk's S = Q K^T, online softmax and O += P V over NT n-tiles of 8 kv entries from n-tile
   // nt0 (wide: all 8; narrow: this warp's 2), from stage st.
   auto chunk = [&]<int NT>(int st, int cs, int nt0) {
-    const bf16* k = sK + st * kBN * D;  // bf16 stages
     const bf16* v = FP8 ? sVb : sV + st * kBN * D;
     float s[NT][4];
 #pragma unroll
@@ -251,6 +250,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
           }
         }
       } else {
+        const bf16* k = sK + st * kBN * D;
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t b[4];  // b[0], b[1]: n-tile 2np; b[2], b[3]: n-tile 2np + 1

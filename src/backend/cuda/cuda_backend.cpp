@@ -271,24 +271,18 @@ void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
 void CudaBackendImpl::read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride,
                                 const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) {
   const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
-  const size_t elems = static_cast<size_t>(L * n * row_);
   k = make_kv_rows(DType::kBF16, L, n, row_);
   v = make_kv_rows(DType::kBF16, L, n, row_);
   if (n == 0) return;
-  const int64_t* d_slots = upload_slots(slots, elems);
-  for (int which = 0; which < 2; ++which) {
-    const DeviceBuffer& src = which == 0 ? kb : vb;
-    cuda::copy_rows(src.as<bf16>(), io_.as<bf16>(), d_slots, n, row_, static_cast<int32_t>(L),
-                    layer_stride, n * row_, /*scatter=*/false, stream_);
-    CUDA_CHECK(cudaMemcpyAsync((which == 0 ? k : v).data, io_.data(), elems * 2, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused for V
-  }
+  const int64_t* d_slots = upload_slots(slots, 0);
+  gather_bytes(kb, layer_stride * 2, row_ * 2, d_slots, n, k.data);
+  gather_bytes(vb, layer_stride * 2, row_ * 2, d_slots, n, v.data);
 }
 
 void CudaBackendImpl::gather_bytes(const DeviceBuffer& src, int64_t layer_stride_bytes, int64_t row_bytes,
                                    const int64_t* d_slots, int64_t n, void* dst) {
-  // copy_rows moves 16-byte chunks of 2-byte elements: a row of codes (NKV * D bytes, D a
-  // multiple of 16) is a whole number of them.
+  // copy_rows moves 16-byte chunks of 2-byte elements: a bf16 row, or a row of codes (NKV * D
+  // bytes, D a multiple of 16), is a whole number of them.
   const int64_t L = cfg_.num_layers, row = row_bytes / 2;
   io_.reserve(static_cast<size_t>(L * n * row_bytes));
   cuda::copy_rows(static_cast<const bf16*>(src.data()), io_.as<bf16>(), d_slots, n, row, static_cast<int32_t>(L),

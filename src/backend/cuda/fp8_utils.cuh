@@ -9,13 +9,13 @@
 
 #include <cstdint>
 
-namespace inferscale::cuda {
+#include "tensor/fp8.h"  // kE4M3Max, and the host rounding this file mirrors
 
-inline constexpr float kE4M3MaxDevice = 448.0f;
+namespace inferscale::cuda {
 
 // The scale of a row whose largest magnitude is amax, and the factor its values are multiplied by.
 __device__ __forceinline__ float e4m3_scale(float amax) {
-  return (amax > 0.0f && isfinite(amax)) ? amax / kE4M3MaxDevice : 0.0f;
+  return (amax > 0.0f && isfinite(amax)) ? amax / kE4M3Max : 0.0f;
 }
 __device__ __forceinline__ float e4m3_inv(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
 
