@@ -49,11 +49,11 @@ struct AttnBench {
   double ms, tflops, gbs;
 };
 
-// S sequences of `q_len` new tokens each after `ctx` cached entries; prefill or decode kernel.
-// decode: the CUDA-core decode kernel (q_len 1); otherwise the tensor-core tiles. min_split > 0
+// S sequences of `q_len` new tokens each after `ctx` cached entries, on `kernel` (a decode kernel
+// needs q_len 1). min_split > 0
 // overrides the planner's shortest split piece (a sweep of that setting).
 // fp8: the cache in E4M3 codes with a scale per (slot, kv head) (its bytes counted as such).
-AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, bool decode,
+AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, cuda::AttnKernel kernel,
                           int num_sms, int iters, int32_t min_split = 0, bool fp8 = false) {
   const int32_t bs = 16, group = NH / NKV;
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
@@ -72,7 +72,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   }
   std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
   const int64_t T = static_cast<int64_t>(positions.size()), slots = static_cast<int64_t>(next) * bs;
-  AttnPlanOptions po = cuda::attention_plan_options(decode, q_len == 1, group, NKV, num_sms);
+  AttnPlanOptions po = cuda::attention_plan_options(kernel, q_len == 1, group, NKV, num_sms);
   if (min_split > 0) po.min_split_len = min_split;
   const AttnPlan plan = plan_attention(q_indptr.data(), S, positions.data(), nullptr, group, po);
   auto q = random_bf16(T * NH * D, 1), k = random_bf16(slots * NKV * D, 2), v = random_bf16(slots * NKV * D, 3);
@@ -114,7 +114,7 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 0.08838834764f;
-  const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::attention(a, decode, nullptr); });
+  const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::attention(a, kernel, nullptr); });
   const double flops = 4.0 * D * NH * pairs;  // QK^T and PV, 2 flops per multiply-add each
   return {ms, flops / ms / 1e9, kv_bytes / ms / 1e6};
 }
@@ -269,37 +269,47 @@ int main(int argc, char** argv) {
   struct Shape {
     const char* label;
     int32_t S, ctx, q, D, NH, NKV;
-    bool decode;
+    cuda::AttnKernel kernel;
     int32_t min_split = 0;  // 0: the planner's
     bool fp8 = false;       // an FP8 cache
   };
   const Shape shapes[] = {
-      {"prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false},
-      {"prefill (tensor cores)", 4, 0, 2048, 128, 32, 8, false},
-      {"prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, false},
-      {"prefill (tensor cores)", 4, 0, 2048, 64, 32, 8, false},
-      {"question over injected facts", 1, 1500, 32, 128, 32, 8, false},
-      {"question over injected facts, pieces >= 128", 1, 1500, 32, 128, 32, 8, false, 128},
-      {"question over injected facts, pieces >= 512", 1, 1500, 32, 128, 32, 8, false, 512},
-      {"question over injected facts, pieces >= 1024", 1, 1500, 32, 128, 32, 8, false, 1024},
-      {"decode, CUDA-core kernel", 1, 1532, 1, 128, 32, 8, true},
-      {"decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false},
-      {"decode, tensor-core tiles, pieces >= 64", 1, 1532, 1, 128, 32, 8, false, 64},
-      {"decode, CUDA-core kernel, pieces >= 64", 1, 1532, 1, 128, 32, 8, true, 64},
-      {"decode, CUDA-core kernel, pieces >= 32", 1, 1532, 1, 128, 32, 8, true, 32},
-      {"decode, CUDA-core kernel", 32, 1088, 1, 128, 32, 8, true},
-      {"decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false},
-      {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, true},
-      {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false},
-      {"decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, false},
-      {"decode, tensor-core tiles, pieces >= 256", 1, 1532, 1, 128, 32, 8, false, 256},
-      {"FP8 cache: prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, false, 0, true},
-      {"FP8 cache: prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, false, 0, true},
-      {"FP8 cache: question over injected facts", 1, 1500, 32, 128, 32, 8, false, 0, true},
-      {"FP8 cache: decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, false, 0, true},
-      {"FP8 cache: decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, false, 0, true},
-      {"FP8 cache: decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, false, 0, true},
-      {"FP8 cache: decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, false, 0, true},
+      {"prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"prefill (tensor cores)", 4, 0, 2048, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"prefill (tensor cores)", 4, 0, 2048, 64, 32, 8, cuda::AttnKernel::kTiles},
+      {"question over injected facts", 1, 1500, 32, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"question over injected facts, pieces >= 128", 1, 1500, 32, 128, 32, 8, cuda::AttnKernel::kTiles, 128},
+      {"question over injected facts, pieces >= 512", 1, 1500, 32, 128, 32, 8, cuda::AttnKernel::kTiles, 512},
+      {"question over injected facts, pieces >= 1024", 1, 1500, 32, 128, 32, 8, cuda::AttnKernel::kTiles, 1024},
+      {"decode, CUDA-core kernel", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kDecodeSimt},
+      {"decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"decode, tensor-core tiles, pieces >= 64", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kTiles, 64},
+      {"decode, CUDA-core kernel, pieces >= 64", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kDecodeSimt, 64},
+      {"decode, CUDA-core kernel, pieces >= 32", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kDecodeSimt, 32},
+      {"decode, CUDA-core kernel", 32, 1088, 1, 128, 32, 8, cuda::AttnKernel::kDecodeSimt},
+      {"decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"decode, CUDA-core kernel", 32, 4096, 1, 128, 32, 8, cuda::AttnKernel::kDecodeSimt},
+      {"decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, cuda::AttnKernel::kTiles},
+      {"decode, tensor-core tiles, pieces >= 256", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kTiles, 256},
+      {"FP8 cache: prefill (tensor cores)", 1, 0, 1532, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"FP8 cache: prefill (tensor cores)", 1, 0, 8192, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"FP8 cache: question over injected facts", 1, 1500, 32, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"FP8 cache: decode, tensor-core tiles", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"FP8 cache: decode, tensor-core tiles", 32, 1088, 1, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"FP8 cache: decode, tensor-core tiles", 32, 4096, 1, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"FP8 cache: decode, tensor-core tiles (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, cuda::AttnKernel::kTiles, 0, true},
+      {"decode, tensor-core decode kernel", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma},
+      {"decode, tensor-core decode kernel", 32, 1088, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma},
+      {"decode, tensor-core decode kernel", 32, 4096, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma},
+      {"decode, tensor-core decode kernel (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma},
+      {"FP8 cache: decode, tensor-core decode kernel", 1, 1532, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
+      {"FP8 cache: decode, tensor-core decode kernel", 32, 1088, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
+      {"FP8 cache: decode, tensor-core decode kernel", 32, 4096, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
+      {"FP8 cache: decode, tensor-core decode kernel (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
+      {"decode, tensor-core decode kernel", 4, 2048, 1, 64, 32, 8, cuda::AttnKernel::kDecodeMma},
+      {"FP8 cache: decode, tensor-core decode kernel", 4, 2048, 1, 64, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
   };
   const int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
   if (only_shape >= num_shapes) {
@@ -310,7 +320,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < num_shapes; ++i) {
     if (only_shape >= 0 && i != only_shape) continue;
     const Shape& s = shapes[i];
-    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.decode, sms, iters, s.min_split, s.fp8);
+    const AttnBench r = bench_attention(s.S, s.ctx, s.q, s.D, s.NH, s.NKV, s.kernel, sms, iters, s.min_split, s.fp8);
     std::printf("| %s | S=%d ctx=%d q=%d D=%d | %.3f | %.1f | %.0f |\n", s.label, s.S, s.ctx, s.q, s.D, r.ms, r.tflops,
                 r.gbs);
   }

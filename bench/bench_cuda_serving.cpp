@@ -161,9 +161,10 @@ int main(int argc, char** argv) {
     DecodeAttention kind;
     bool graphs, pdl;
   };
-  const Variant variants[] = {{DecodeAttention::kTensorCore, true, true},  {DecodeAttention::kTensorCore, true, false},
-                              {DecodeAttention::kTensorCore, false, true}, {DecodeAttention::kTensorCore, false, false},
-                              {DecodeAttention::kSimt, true, true},        {DecodeAttention::kSimt, false, true}};
+  const Variant variants[] = {{DecodeAttention::kMma, true, true},        {DecodeAttention::kMma, true, false},
+                              {DecodeAttention::kMma, false, true},       {DecodeAttention::kMma, false, false},
+                              {DecodeAttention::kTensorCore, true, true}, {DecodeAttention::kSimt, true, true},
+                              {DecodeAttention::kSimt, false, true}};
   for (int32_t batch : {1, 32}) {
     const int32_t ctx = 1024, steps = quick ? 8 : 24;
     // Every variant decodes `steps` more tokens into the same sequences.
@@ -194,12 +195,12 @@ int main(int argc, char** argv) {
       }
       const double mw = bench::median(w), mg = bench::median(g);
       std::printf("| %d | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
-                  kind == DecodeAttention::kSimt ? "CUDA-core kernel" : "tensor-core tiles", graphs ? "on" : "off",
+                  decode_attention_name(kind), graphs ? "on" : "off",
                   pdl ? "on" : "off", mw, mg,
                   batch * 1000.0 / mw, batch * 1000.0 / mg);
     }
   }
-  be->set_decode_attention(DecodeAttention::kTensorCore);
+  be->set_decode_attention(kDefaultDecodeAttention);
   be->set_cuda_graphs(true);
   be->set_programmatic_launch(true);
 

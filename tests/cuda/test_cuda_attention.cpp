@@ -1,7 +1,7 @@
-// Paged attention parity: the tensor-core prefill kernel and the CUDA-core decode kernel against
+// Paged attention parity: the tensor-core tiles and the two decode kernels (CUDA cores, tensor cores) against
 // cpu::paged_attention (f32 over the same bf16-rounded q and cache), at odd shapes: 1/7/17
 // sequences, new-token counts 1/15/16/17/1000, head_dim 64/128, GQA 1/4/7, block sizes 16 and 7,
-// with and without split-KV, and positions that jump; the tensor-core kernel over an FP8 cache too.
+// with and without split-KV, and positions that jump; the tensor-core kernels over an FP8 cache too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,9 +27,10 @@ struct AttnCase {
   bool decode;      // every sequence has one new token; the decode kernel
   int32_t num_sms;  // planner's SM count: 132 (split when small) or 1 (never split)
   bool jumps;       // a sequence's new tokens skip a range of positions
-  bool tensor_core = false;  // decode cases: the tensor-core tiles instead of the decode kernel
+  // Decode cases: the kernel (prefill cases run the tiles).
+  cuda::AttnKernel decode_kernel = cuda::AttnKernel::kDecodeSimt;
   bool kv_start = false;     // each sequence attends from entry ctx / 2 on (ForwardBatch::kv_start)
-  bool fp8 = false;          // the cache in FP8 codes and scales (the tensor-core kernel)
+  bool fp8 = false;          // the cache in FP8 codes and scales (the tensor-core kernels)
 };
 
 std::string case_name(const char* fam, const AttnCase& c) {
@@ -84,8 +85,8 @@ void run_case(const AttnCase& c, uint64_t seed) {
                              kv_indptr.data(),  kv_indices.data(), kv_start.data(), c.num_seqs, NH, NKV, D, bs, scale};
   cpu::paged_attention(pa);
 
-  const bool simt = c.decode && !c.tensor_core;  // which kernel
-  const AttnPlanOptions po = cuda::attention_plan_options(simt, c.decode, group, NKV, c.num_sms);
+  const cuda::AttnKernel kernel = c.decode ? c.decode_kernel : cuda::AttnKernel::kTiles;
+  const AttnPlanOptions po = cuda::attention_plan_options(kernel, c.decode, group, NKV, c.num_sms);
   const AttnPlan plan = plan_attention(q_indptr.data(), c.num_seqs, positions.data(), kv_start.data(), group, po);
 
   auto d_q = upload(test::to_bf16(q));
@@ -116,9 +117,12 @@ void run_case(const AttnCase& c, uint64_t seed) {
   a.head_dim = D;
   a.block_size = bs;
   a.scale = scale;
-  cuda::attention(a, simt, nullptr);
+  cuda::attention(a, kernel, nullptr);
   const auto got = test::from_bf16(download<uint16_t>(d_out, ref.size()));
-  test::record(case_name(c.decode ? (simt ? "attn_decode_simt" : "attn_decode_tc") : "attn_prefill", c) + "/splits" + std::to_string(plan.num_partials),
+  const char* fam = kernel == cuda::AttnKernel::kTiles ? (c.decode ? "attn_decode_tc" : "attn_prefill")
+                    : kernel == cuda::AttnKernel::kDecodeSimt ? "attn_decode_simt"
+                                                               : "attn_decode_mma";
+  test::record(case_name(fam, c) + "/splits" + std::to_string(plan.num_partials),
                test::compare(got, ref), 1e-2);
 }
 
@@ -149,15 +153,15 @@ TEST(CudaAttention, KvStart) {
   // Sequences that attend from entry ctx / 2 on (a fact encoded at its serving position).
   uint64_t seed = 3000;
   for (int32_t sms : {1, 1000}) {
-    run_case({7, 128, 32, 8, 16, false, sms, false, false, true}, seed += 10);
-    run_case({7, 64, 8, 2, 7, true, sms, false, false, true}, seed += 10);
-    run_case({7, 64, 8, 2, 7, true, sms, false, true, true}, seed += 10);
+    run_case({7, 128, 32, 8, 16, false, sms, false, cuda::AttnKernel::kTiles, true}, seed += 10);
+    for (const auto k : {cuda::AttnKernel::kDecodeSimt, cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma})
+      run_case({7, 64, 8, 2, 7, true, sms, false, k, true}, seed += 10);
   }
 }
 
-// The tensor-core kernel over an FP8 cache (codes and a scale per slot and kv head, converted to
-// bf16 in shared memory) against the reference over the same codes x scales: prefill, split-KV,
-// decode tiles and kv_start, both head dims, GQA 1 / 4 / 7, block sizes 16 and 7.
+// The tensor-core kernels over an FP8 cache (codes and a scale per slot and kv head, widened to
+// f16) against the reference over the same codes x scales: prefill, split-KV, decode (tiles and
+// the decode kernel) and kv_start, both head dims, GQA 1 / 4 / 7, block sizes 16 and 7.
 TEST(CudaAttention, Fp8Cache) {
   REQUIRE_GPU();
   uint64_t seed = 4000;
@@ -170,9 +174,11 @@ TEST(CudaAttention, Fp8Cache) {
         AttnCase split{1, D, nh, nkv, bs, false, 1000, false};
         split.fp8 = true;
         run_case(split, seed += 10);
-        AttnCase decode{17, D, nh, nkv, bs, true, 132, false, true, bs == 7};
-        decode.fp8 = true;
-        run_case(decode, seed += 10);
+        for (const auto k : {cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma}) {
+          AttnCase decode{17, D, nh, nkv, bs, true, 132, false, k, bs == 7};
+          decode.fp8 = true;
+          run_case(decode, seed += 10);
+        }
       }
     }
   }
@@ -186,7 +192,8 @@ TEST(CudaAttention, DecodeOddShapes) {
       for (int32_t S : {1, 7, 17}) {
         for (int32_t bs : {16, 7}) {
           for (int32_t sms : {132, 1})
-            for (bool tc : {false, true}) run_case({S, D, nh, nkv, bs, true, sms, false, tc}, seed += 10);
+            for (const auto k : {cuda::AttnKernel::kDecodeSimt, cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma})
+              run_case({S, D, nh, nkv, bs, true, sms, false, k}, seed += 10);
         }
       }
     }

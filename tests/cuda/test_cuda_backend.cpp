@@ -229,15 +229,17 @@ TEST(CudaBackend, ForwardPrefillDecodeChunkedMatchesCpu) {
     Builder b(v.block_size, &next_block);
     for (size_t s = 0; s < 3; ++s) b.add(seqs[s], random_tokens(lens[s], 50 + s, static_cast<int32_t>(V)));
     step(b.fb, "prefill");
-    // 2. Decode 4 steps (teacher-forced with the CPU's greedy tokens so both stay on one path):
-    //    two with the tensor-core tiles, two with the CUDA-core decode kernel.
-    for (int it = 0; it < 4; ++it) {
-      p.gpu->set_decode_attention(it < 2 ? DecodeAttention::kTensorCore : DecodeAttention::kSimt);
+    // 2. Decode 6 steps (teacher-forced with the CPU's greedy tokens so both stay on one path):
+    //    two with each decode attention kernel.
+    const DecodeAttention kinds[] = {DecodeAttention::kTensorCore, DecodeAttention::kMma, DecodeAttention::kSimt,
+                                     DecodeAttention::kTensorCore, DecodeAttention::kMma, DecodeAttention::kSimt};
+    for (int it = 0; it < 6; ++it) {
+      p.gpu->set_decode_attention(kinds[it]);
       std::vector<int32_t> next;
       for (size_t s = 0; s < 3; ++s) next.push_back(argmax(&lc[s * V], V));
       Builder d(v.block_size, &next_block);
       for (size_t s = 0; s < 3; ++s) d.add(seqs[s], {next[s]});
-      step(d.fb, std::string(it < 2 ? "decode_tc" : "decode_simt") + std::to_string(it));
+      step(d.fb, std::string("decode ") + decode_attention_name(kinds[it]) + " " + std::to_string(it));
     }
     // 3. A mixed batch: a 20-token chunk continuing seq 0, a decode of seq 1, a new 33-token prompt.
     Seq fresh;
@@ -414,15 +416,17 @@ TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
     test::read_cache_f32(*p.gpu, slots, kg, vg);
     test::record(tag + "/cache_k", test::compare(kg, test::fp8_rounded(kc, D)), 5e-2);
     test::record(tag + "/cache_v", test::compare(vg, test::fp8_rounded(vc, D)), 5e-2);
-    p.gpu->set_decode_attention(DecodeAttention::kSimt);
+    // Decode steps on each kind (kSimt reads bf16 only: an FP8 cache runs the tensor-core decode kernel).
+    const DecodeAttention kinds[] = {DecodeAttention::kTensorCore, DecodeAttention::kMma, DecodeAttention::kSimt};
     for (int it = 0; it < 3; ++it) {
+      p.gpu->set_decode_attention(kinds[it]);
       std::vector<int32_t> next;
       for (size_t s = 0; s < 3; ++s) next.push_back(argmax(&lc[s * V], V));
       Builder d(bs, &next_block);
       for (size_t s = 0; s < 3; ++s) d.add(seqs[s], {next[s]});
-      step(d.fb, "decode" + std::to_string(it));
+      step(d.fb, std::string("decode ") + decode_attention_name(kinds[it]));
     }
-    p.gpu->set_decode_attention(DecodeAttention::kTensorCore);
+    p.gpu->set_decode_attention(kDefaultDecodeAttention);
 
     // A fact captured into the (bf16) pool, injected after a 60-token header, then a question.
     const auto fact = random_tokens(23, 90, V);
@@ -599,9 +603,9 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     ForwardOutput g1;
     p.gpu->forward(pre.fb, eager);  // several sequences' prompts: eager whatever the setting
     std::vector<ForwardBatch> steps;
-    for (const DecodeAttention kind : {DecodeAttention::kTensorCore, DecodeAttention::kSimt}) {
+    for (const DecodeAttention kind : {DecodeAttention::kTensorCore, DecodeAttention::kSimt, DecodeAttention::kMma}) {
       p.gpu->set_decode_attention(kind);
-      const std::string k = kind == DecodeAttention::kSimt ? "simt" : "tc";
+      const std::string k = decode_attention_name(kind);
       for (const size_t n : {1u, 3u, 5u, 13u, 20u}) {  // buckets 1, 4, 8, 16, 24
         Builder d(v.block_size, &next_block);
         for (size_t s = 0; s < n; ++s) d.add(seqs[s], random_tokens(1, 90 + s + n, static_cast<int32_t>(V)));

@@ -31,6 +31,7 @@
 // (chunk' = chunk ^ (row % 8)) so that ldmatrix's 8 row addresses hit distinct banks.
 #include <cmath>
 
+#include "backend/cuda/attention_smem.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fp8_utils.cuh"
@@ -74,19 +75,6 @@ struct PrefillSmem {
 static_assert(kBN == kBM, "sVb takes sQ's place");
 static_assert(PrefillSmem<128, false>::bytes == 115712 && PrefillSmem<128, true>::bytes <= 115712,
               "two CTAs an SM at D = 128");
-
-// Element offset of (row, 16-byte chunk) in a swizzled [rows][D] bf16 tile.
-template <int D>
-__device__ __forceinline__ int swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
-}
-// Byte offset of (row, 16-byte chunk) in a swizzled [rows][D] uint8 tile: 8 consecutive rows'
-// chunk c fall in 8 distinct 16-byte bank groups (rows are 128 or 64 bytes; the pattern repeats
-// every 8 rows).
-template <int D>
-__device__ __forceinline__ int swz8(int row, int chunk) {
-  return row * D + ((chunk ^ (D == 128 ? (row & 7) : ((row >> 1) & 3))) << 4);
-}
 
 // The tile's MMA and P's packing: bf16, or f16 over an FP8 cache.
 template <bool F16>

@@ -7,8 +7,9 @@
 //   KV cache     bf16, per layer [num_blocks, block_size, NKV, D]; memory pool the same with
 //                keys before RoPE
 //   GEMMs        cuBLASLt, bf16 x bf16 -> f32 accumulate
-//   attention    tensor-core tiles (prefill, mixed batches) or the CUDA-core decode path (every
-//                sequence has one query token), split-KV when the batch cannot fill the GPU
+//   attention    tensor-core tiles (prefill, mixed batches) or a decode kernel (every sequence has
+//                one query token: tensor cores with the kv entries as the MMA's rows, or CUDA
+//                cores), split-KV when the batch cannot fill the GPU
 //   RoPE         cos/sin tables built in double on the host (Rope::angles), indexed by position
 //   launches     a forward's kernels with PDL: each may start while the one before ends
 //                (launch.cuh); the GEMV streams its weights meanwhile
@@ -30,9 +31,20 @@ namespace inferscale {
 
 // Attention kernel for batches where every sequence has one new token.
 enum class DecodeAttention {
-  kSimt,        // the CUDA-core decode kernel (attention_decode.cu)
+  kSimt,        // the CUDA-core decode kernel (attention_decode.cu; bf16 caches)
   kTensorCore,  // the tensor-core prefill tiles (one token's group rows per tile; idle rows skip the math)
+  kMma,         // the tensor-core decode kernel, kv entries as the MMA's rows (attention_decode_mma.cu)
 };
+// What a backend starts with.
+inline constexpr DecodeAttention kDefaultDecodeAttention = DecodeAttention::kTensorCore;
+inline const char* decode_attention_name(DecodeAttention k) {
+  switch (k) {
+    case DecodeAttention::kSimt: return "CUDA-core kernel";
+    case DecodeAttention::kTensorCore: return "tensor-core tiles";
+    case DecodeAttention::kMma: return "tensor-core decode kernel";
+  }
+  return "?";
+}
 
 // Forwards of the graph path (CudaBackend::graph_stats): eager runs that sized a bucket's
 // buffers, captures, replays.

@@ -28,7 +28,7 @@ const T* w(const Weight& x) { return static_cast<const T*>(x.impl); }
 CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size,
                                cudaStream_t stream, CudaTiming timing)
     : cfg_(cfg), kv_(kv), rope_(rope), block_size_(block_size), stream_(stream), timing_(timing),
-      decode_attention_(DecodeAttention::kTensorCore) {
+      decode_attention_(kDefaultDecodeAttention) {
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -101,14 +101,21 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
   rope_.ensure(max_pos);
 
-  // Attention plan: the decode kernel (when selected) if every sequence has one query token.
+  // Attention plan: the selected decode kernel if every sequence has one query token and the group
+  // fits it, else the tensor-core tiles. The CUDA-core decode kernel reads bf16 only: an FP8
+  // cache decodes on the tensor-core decode kernel.
   bool single_token = true;
   for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  // The CUDA-core decode kernel reads bf16 only: an FP8 cache decodes on the tensor-core tiles.
-  decode_ = single_token && decode_attention_ == DecodeAttention::kSimt && group <= cuda::kDecodeMaxGroup &&
-            !kv_.cache.fp8;
+  attn_kernel_ = cuda::AttnKernel::kTiles;
+  if (single_token && group <= cuda::kDecodeMaxGroup) {
+    if (decode_attention_ == DecodeAttention::kMma || (decode_attention_ == DecodeAttention::kSimt && kv_.cache.fp8)) {
+      attn_kernel_ = cuda::AttnKernel::kDecodeMma;
+    } else if (decode_attention_ == DecodeAttention::kSimt) {
+      attn_kernel_ = cuda::AttnKernel::kDecodeSimt;
+    }
+  }
   const AttnPlanOptions po =
-      cuda::attention_plan_options(decode_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
+      cuda::attention_plan_options(attn_kernel_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
   const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(),
                                        b.kv_start.empty() ? nullptr : b.kv_start.data(), group, po);
   // A graph's launches are sized for any plan of its bucket (T tokens in S sequences make at most
@@ -122,7 +129,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
                  static_cast<int32_t>(plan.merges.size()) <= cap.merges,
              "attention plan of {} items over its capacity {}", plan.items.size(), cap.items);
     merge_rows = single_token ? std::min(group, po.rows_per_tile) : po.rows_per_tile;
-    graph_launch_ = {T, S, static_cast<int64_t>(b.output_tokens.size()), decode_, po.rows_per_tile, po.min_split_len,
+    graph_launch_ = {T, S, static_cast<int64_t>(b.output_tokens.size()), static_cast<int64_t>(attn_kernel_), po.rows_per_tile, po.min_split_len,
                      cap.items, cap.partials, cap.merges, merge_rows};
   }
   const std::vector<int32_t> counts{static_cast<int32_t>(plan.items.size()), static_cast<int32_t>(plan.merges.size())};
@@ -282,7 +289,7 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
   aa_.cache = kv_.cache.layer(layer, kv_.cache_layer_stride, cfg_.head_dim);
-  cuda::attention(aa_, decode_, stream_);
+  cuda::attention(aa_, attn_kernel_, stream_);
 }
 
 void CudaForwardOps::silu_mul(Act gu, Act out) {

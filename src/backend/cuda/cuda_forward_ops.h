@@ -6,7 +6,8 @@
 //                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
 //                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
-//   attention    tensor-core tiles or the CUDA-core decode path (bf16 caches only), planned in begin();
+//   attention    tensor-core tiles, or for decode steps the tensor-core decode kernel (or the
+//                CUDA-core one, bf16 caches only: DecodeAttention), planned in begin();
 //                causal only; the cache bf16 or FP8 (CudaKv::cache)
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
 // attention (BERT encoders run on the CPU backend; cuda_unsupported_reason says so first).
@@ -151,7 +152,7 @@ class CudaForwardOps final : public ForwardOps {
   GraphStats stats_;
   // Per forward (begin()).
   const ForwardBatch* batch_ = nullptr;
-  bool decode_ = false;
+  cuda::AttnKernel attn_kernel_ = cuda::AttnKernel::kTiles;
   size_t o_ids_ = 0, o_pos_ = 0, o_slot_ = 0, o_cap_ = 0, o_out_ = 0, o_samp_ = 0;
   bool capture_ = false;
   cuda::AttentionArgs aa_{};

@@ -159,17 +159,23 @@ struct AttentionArgs {
 inline constexpr int32_t kPrefillRowsPerTile = 64;
 inline constexpr int32_t kPrefillKvChunk = 64;
 void attention_prefill(const AttentionArgs& a, cudaStream_t stream);
-// CUDA-core decode path, one token per tile (rows_per_tile == group <= 8), split-KV. Head dims 64, 128.
+// Decode paths, one token per tile (rows_per_tile == group <= 8), split-KV, head dims 64 and 128:
+// on CUDA cores (bf16 caches), or on tensor cores with the kv entries as the MMA's rows (bf16 or
+// FP8 caches; attention_decode_mma.cu).
 inline constexpr int32_t kDecodeMaxGroup = 8;
 void attention_decode(const AttentionArgs& a, cudaStream_t stream);
+void attention_decode_mma(const AttentionArgs& a, cudaStream_t stream);
 // Combines split pieces (no-op when the plan has none).
 void attention_merge(const AttentionArgs& a, cudaStream_t stream);
-// The decode or the prefill kernel, then the merge.
-inline void attention(const AttentionArgs& a, bool decode, cudaStream_t stream) {
-  if (decode) {
-    attention_decode(a, stream);
-  } else {
-    attention_prefill(a, stream);
+// The kernel that runs a plan: the tensor-core tiles (any batch), or a decode kernel (every
+// sequence one new token, group <= kDecodeMaxGroup).
+enum class AttnKernel { kTiles, kDecodeSimt, kDecodeMma };
+// The kernel, then the merge.
+inline void attention(const AttentionArgs& a, AttnKernel kernel, cudaStream_t stream) {
+  switch (kernel) {
+    case AttnKernel::kDecodeSimt: attention_decode(a, stream); break;
+    case AttnKernel::kDecodeMma: attention_decode_mma(a, stream); break;
+    case AttnKernel::kTiles: attention_prefill(a, stream); break;
   }
   attention_merge(a, stream);
 }
@@ -178,8 +184,9 @@ bool attention_supports_head_dim(int32_t head_dim);
 // entries (~2 CTAs per SM); the decode kernel's one-token tiles split into pieces >= 128 (~4 CTAs
 // per SM). `single_token` (every sequence has one new token) with the tensor-core kernel uses the
 // decode split rule too: its tiles are few and long.
-inline AttnPlanOptions attention_plan_options(bool decode_kernel, bool single_token, int32_t group,
+inline AttnPlanOptions attention_plan_options(AttnKernel kernel, bool single_token, int32_t group,
                                               int32_t num_kv_heads, int32_t num_sms) {
+  const bool decode_kernel = kernel != AttnKernel::kTiles;
   AttnPlanOptions o;
   o.num_kv_heads = num_kv_heads;
   o.num_sms = num_sms;

@@ -28,12 +28,21 @@ __device__ __forceinline__ uint8_t f32_to_e4m3_code(float x) {
 // are the code's value times 2^-8, subnormals included, so `scale` must carry the 2^8 (pass
 // e4m3_f16_scale(scale)). The products must be within f16's range (|x| < 65504).
 __device__ __forceinline__ __half2 e4m3_f16_scale(float scale) { return __float2half2_rn(scale * 256.0f); }
+// Two codes at bits 0 and 16 (the other bits zero) as f16x2 of their values x 2^-8.
+__device__ __forceinline__ uint32_t e4m3x2_spread_to_f16x2(uint32_t u) {
+  return ((u << 7) & 0x3f803f80u) | ((u << 8) & 0x80008000u);
+}
 // Four codes (one word, code 0 in the low byte) as two f16x2 of their values x 2^-8: lo = codes
 // 0, 1; hi = codes 2, 3.
 __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  const uint32_t u0 = __byte_perm(w, 0u, 0x4140u), u1 = __byte_perm(w, 0u, 0x4342u);  // codes at bits 0, 16
-  lo = ((u0 << 7) & 0x3f803f80u) | ((u0 << 8) & 0x80008000u);
-  hi = ((u1 << 7) & 0x3f803f80u) | ((u1 << 8) & 0x80008000u);
+  lo = e4m3x2_spread_to_f16x2(__byte_perm(w, 0u, 0x4140u));  // codes 0, 1 at bits 0, 16
+  hi = e4m3x2_spread_to_f16x2(__byte_perm(w, 0u, 0x4342u));
+}
+// The same, pairing the word's codes across its halves: lo = codes 0, 2; hi = codes 1, 3 (what a
+// transposing ldmatrix of code pairs delivers: two entries' codes of two adjacent dims).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2_interleaved(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = e4m3x2_spread_to_f16x2(__byte_perm(w, 0u, 0x4240u));
+  hi = e4m3x2_spread_to_f16x2(__byte_perm(w, 0u, 0x4341u));
 }
 __device__ __forceinline__ void e4m3x16_to_f16(const uint4& codes, __half2 scale256, uint4& lo, uint4& hi) {
   const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};

@@ -1,5 +1,5 @@
 // Inline-PTX wrappers for the tensor-core attention tile: cp.async (16 and 4 bytes, zero-fill),
-// ldmatrix (x4, plain and transposed) and mma.sync m16n8k16 bf16 (or f16) -> f32.
+// ldmatrix (x4, plain and transposed), movmatrix (transposed) and mma.sync m16n8k16 bf16 (or f16) -> f32.
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4):
 //   A 16x16 (row-major), 4 regs of 2 bf16: a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 8+2t..)  a3 (g+8, 8+2t..)
@@ -44,6 +44,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(smem)));
+}
+
+// The transpose of an 8x8 b16 matrix held as a fragment (lane (g, t) holds row g, cols 2t..2t+1):
+// lane (g, t) receives rows 2t, 2t+1 of column g.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // c += a * b
