@@ -108,10 +108,10 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
   attn_kernel_ = cuda::AttnKernel::kTiles;
   if (single_token && group <= cuda::kDecodeMaxGroup) {
-    if (decode_attention_ == DecodeAttention::kMma || (decode_attention_ == DecodeAttention::kSimt && kv_.cache.fp8)) {
-      attn_kernel_ = cuda::AttnKernel::kDecodeMma;
-    } else if (decode_attention_ == DecodeAttention::kSimt) {
-      attn_kernel_ = cuda::AttnKernel::kDecodeSimt;
+    switch (decode_attention_) {
+      case DecodeAttention::kTensorCore: break;
+      case DecodeAttention::kMma: attn_kernel_ = cuda::AttnKernel::kDecodeMma; break;
+      case DecodeAttention::kSimt: attn_kernel_ = kv_.cache.fp8 ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kDecodeSimt; break;
     }
   }
   const AttnPlanOptions po =
