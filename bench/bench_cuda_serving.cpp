@@ -161,11 +161,11 @@ int main(int argc, char** argv) {
     DecodeAttention kind;
     bool graphs, pdl;
   };
-  const Variant variants[] = {{DecodeAttention::kMma, true, true},        {DecodeAttention::kMma, true, false},
-                              {DecodeAttention::kMma, false, true},       {DecodeAttention::kMma, false, false},
-                              {DecodeAttention::kTensorCore, true, true}, {DecodeAttention::kSimt, true, true},
-                              {DecodeAttention::kSimt, false, true}};
-  for (int32_t batch : {1, 32}) {
+  const Variant variants[] = {{DecodeAttention::kAuto, true, true},       {DecodeAttention::kAuto, true, false},
+                              {DecodeAttention::kAuto, false, true},      {DecodeAttention::kAuto, false, false},
+                              {DecodeAttention::kMma, true, true},        {DecodeAttention::kTensorCore, true, true},
+                              {DecodeAttention::kSimt, true, true},       {DecodeAttention::kSimt, false, true}};
+  for (int32_t batch : {1, 2, 4, 8, 16, 32}) {
     const int32_t ctx = 1024, steps = quick ? 8 : 24;
     // Every variant decodes `steps` more tokens into the same sequences.
     const int32_t blocks_per_seq = (ctx + static_cast<int32_t>(std::size(variants)) * steps + kBlock - 1) / kBlock;
@@ -207,7 +207,8 @@ int main(int argc, char** argv) {
   // (c) Where a step's time goes: eager, an event before each op (op_profile.h), so the ops run
   // one after the other (no overlap from PDL or graphs); summed per op over the steps. The decode
   // steps of (b), and the question forward of (a) at k = 50 (32 tokens after 1,500 in the cache).
-  std::printf("\n(c) a step by op (eager, events between ops; tensor-core tiles)\n");
+  std::printf("\n(c) a step by op (eager, events between ops; decode attention: %s)\n",
+              decode_attention_name(kDefaultDecodeAttention));
   be->set_cuda_graphs(false);
   const auto profile = [&](const char* what, int32_t steps, const std::function<ForwardBatch(int32_t)>& step_batch) {
     be->set_op_profile(true);

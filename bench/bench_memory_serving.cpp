@@ -58,6 +58,7 @@ struct Args {
   bool no_pdl = false;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
+  std::string decode_attention = "default";  // CUDA: tiles | mma | simt | auto | default
 };
 
 }  // namespace
@@ -82,6 +83,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
+  app.add_option("--decode-attention", a.decode_attention,
+                 "CUDA: the decode steps' attention kernel: tiles | mma | simt | auto | default")
+      ->check(CLI::IsMember({"default", "tiles", "mma", "simt", "auto"}));
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -105,7 +109,15 @@ int main(int argc, char** argv) {
   std::unique_ptr<Backend> backend;
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA
-    backend = make_cuda_backend_random(cfg, 1, bo);
+    auto cb = make_cuda_backend_random(cfg, 1, bo);
+    DecodeAttention kind = kDefaultDecodeAttention;
+    if (a.decode_attention == "tiles") kind = DecodeAttention::kTensorCore;
+    if (a.decode_attention == "mma") kind = DecodeAttention::kMma;
+    if (a.decode_attention == "simt") kind = DecodeAttention::kSimt;
+    if (a.decode_attention == "auto") kind = DecodeAttention::kAuto;
+    cb->set_decode_attention(kind);
+    std::printf("decode attention: %s\n", decode_attention_name(kind));
+    backend = std::move(cb);
 #else
     std::fprintf(stderr, "this build has no CUDA backend\n");
     return 2;

@@ -16,7 +16,8 @@
 # Environment: GRID_CLIENTS, GRID_K, GRID_TOKENS, GRID_MODES, CELL_SECONDS (measured seconds a
 # cell), MAX_SECONDS (no cell starts after this many seconds), QUESTIONS (per conversation, 0: all),
 # NO_BACKGROUND_WAIT=1 (start the cells right after the warm-up, while the background encoding of
-# the facts it did not retrieve still drains; by default the cells wait for the drain).
+# the facts it did not retrieve still drains; by default the cells wait for the drain), SERVE_ARGS
+# (more `serve` flags, e.g. "--kv-cache-dtype fp8").
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
@@ -42,7 +43,7 @@ echo "self-test rc=$?"; tail -4 "$OUT/selftest.txt"
 # (~5,900 facts, ~41 GB), so the grid's inject cells encode nothing after the warm-up.
 SERVE="env LD_LIBRARY_PATH=$LIBS $HERE/inferscale serve --model $HERE/data/Llama-3.1-8B.json --random-weights \
   --random-dtype bf16 --tokenizer $HERE/data/tokenizer.model.v3 --device cuda --data-dir /tmp/http-load-data \
-  --window 2 --kv-cache-mb 40960 --memory-pool-mb 49152 --max-num-seqs 256 --max-pending 1024 --port {port}"
+  --window 2 --kv-cache-mb 40960 --memory-pool-mb 49152 --max-num-seqs 256 --max-pending 1024 ${SERVE_ARGS:-} --port {port}"
 rm -rf /tmp/http-load-data
 BG_WAIT=--background-wait
 [ -n "${NO_BACKGROUND_WAIT:-}" ] && BG_WAIT=""

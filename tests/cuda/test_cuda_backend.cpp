@@ -603,7 +603,8 @@ TEST(CudaBackend, GraphReplayEqualsEager) {
     ForwardOutput g1;
     p.gpu->forward(pre.fb, eager);  // several sequences' prompts: eager whatever the setting
     std::vector<ForwardBatch> steps;
-    for (const DecodeAttention kind : {DecodeAttention::kTensorCore, DecodeAttention::kSimt, DecodeAttention::kMma}) {
+    for (const DecodeAttention kind :
+         {DecodeAttention::kTensorCore, DecodeAttention::kSimt, DecodeAttention::kMma, DecodeAttention::kAuto}) {
       p.gpu->set_decode_attention(kind);
       const std::string k = decode_attention_name(kind);
       for (const size_t n : {1u, 3u, 5u, 13u, 20u}) {  // buckets 1, 4, 8, 16, 24

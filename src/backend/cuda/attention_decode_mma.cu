@@ -17,15 +17,16 @@
 // shared memory. Per warp stage: K [16][D] and V [16][D] (bf16, or E4M3 codes; rows swizzled by
 // 16-byte chunk, attention_smem.cuh), FP8: then K scales [16], V scales [16].
 //
-// FP8 (KvCache::fp8): the MMAs run in f16; codes widen exactly, by bit moves, to code x 2^-8
-// (fp8_utils.cuh).
+// FP8 (KvCache::fp8): the MMAs run in f16; codes widen exactly, in registers, to their values
+// (cvt.rn.f16x2.e4m3x2, fp8_utils.cuh).
 //   K: ldmatrix of codes hands lane (g, t) codes 4t .. 4t + 3 of entry g (of a 16-dim chunk), so
 //      the A fragment's k index 2t + e is d = 4t + e and 8 + 2t + e is d = 4t + 2 + e; Q^T's
 //      fragments are loaded under the same permutation, and a score is multiplied by its entry's
-//      scale x 2^8.
+//      scale.
 //   V: a transposing ldmatrix of code pairs hands lane (g, t) entries 2t, 2t + 1 of dims 2g, 2g + 1
 //      (of chunk c), so m-tile c's A rows are d = 16 c + 2 g (row g) and 16 c + 2 g + 1 (row g + 8);
-//      V's scales x 2^8 are folded into P before it is rounded to f16 (l sums P itself).
+//      V's scales x 2^8 are folded into P before it is rounded to f16 (2^8 keeps small scales
+//      out of f16's subnormals; l sums P itself, and the epilogue takes O x 2^-8).
 // q, and P x V's scale x 2^8, must be within f16's range.
 #include <cmath>
 
@@ -45,10 +46,11 @@ constexpr int kStep = 16;  // kv entries a warp computes at once (the MMA's rows
 constexpr float kLog2e = 1.4426950408889634f;
 
 // Byte sizes of one warp's pipeline. D = 128: bf16 3 stages of 8 KB (96 KB a CTA, 2 CTAs an SM);
-// FP8 4 stages of 4.1 KB (66 KB a CTA, 3 CTAs an SM).
+// FP8 3 stages of 4.1 KB (50 KB a CTA, 4 CTAs an SM: the widening makes FP8 issue-bound, so it
+// wants more warps to hide latency more than a deeper pipeline).
 template <int D, bool FP8>
 struct DecodeSmem {
-  static constexpr int kStages = FP8 ? 4 : 3;
+  static constexpr int kStages = 3;
   static constexpr int tile = kStep * D * (FP8 ? 1 : 2);  // K (or V) of one step
   static constexpr int scales = FP8 ? 2 * kStep * static_cast<int>(sizeof(float)) : 0;
   static constexpr int stage = 2 * tile + scales;
@@ -195,8 +197,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     const int j0 = entry0(i) + g;
     float sl0 = scale_log2, sl1 = scale_log2;
     if constexpr (FP8) {
-      sl0 *= 256.0f * sc[g];
-      sl1 *= 256.0f * sc[g + 8];
+      sl0 *= sc[g];
+      sl1 *= sc[g + 8];
     }
     float s[4];
     s[0] = j0 < it.kv_end ? (s0[0] + s1[0]) * sl0 : -INFINITY;
@@ -221,12 +223,15 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     for (int e = 0; e < 4; ++e) p[e] = exp2f(s[e] - base[e & 1]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + p[h] + p[h + 2];
+    // Rescale O only when some query's max moved (after the first steps it rarely does).
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
-    for (int mt = 0; mt < D / 16; ++mt) {
-      o[mt][0] *= alpha[0];
-      o[mt][1] *= alpha[1];
-      o[mt][2] *= alpha[0];
-      o[mt][3] *= alpha[1];
+      for (int mt = 0; mt < D / 16; ++mt) {
+        o[mt][0] *= alpha[0];
+        o[mt][1] *= alpha[1];
+        o[mt][2] *= alpha[0];
+        o[mt][3] *= alpha[1];
+      }
     }
 
     // P^T's B fragment: b0 = entries 2t, 2t + 1 of column g, b1 = entries 8 + 2t, 9 + 2t.
@@ -309,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
       ll += wt * wo[D * 8 + 8 + r];
       acc += wt * wo[d * 8 + r];
     }
-    const float inv = ll > 0.0f ? 1.0f / ll : 0.0f;
+    const float inv = ll > 0.0f ? (FP8 ? 1.0f / 256.0f : 1.0f) / ll : 0.0f;  // FP8: P carried 2^8
     const int pr = it.row_begin + r;
     if (it.partial < 0) {
       const int64_t tok = it.q_start + pr / group;

@@ -12,14 +12,14 @@
 // chunk, each keeps its own online softmax (m, l, o), and the epilogue merges the four through
 // shared memory (the stages, free by then).
 //
-// An FP8 cache (KvCache::fp8, FP8 = true): the MMAs run in f16 (E4M3 codes widen to f16 exactly,
-// by bit moves, as code x 2^-8: fp8_utils.cuh). The stages hold codes (half the bytes) and each
+// An FP8 cache (KvCache::fp8, FP8 = true): the MMAs run in f16 (E4M3 codes widen to f16 exactly:
+// fp8_utils.cuh). The stages hold codes (half the bytes) and each
 // entry's scale, sK8 / sV8 [5][64 kv][D] uint8 and sKs / sVs [5][64] f32: five stages, so that the
 // bytes in flight match the bf16 pipeline's.
 //   K: read as codes by ldmatrix (16 codes of a row are 8 b16 "elements"; a lane receives codes
 //      4t .. 4t + 3 of its row), widened in registers; Q's fragments are loaded with the same
 //      permutation of d (MMA k index 2t + e <-> d = 4t + e, 8 + 2t + e <-> 4t + 2 + e), so the dot
-//      products are unchanged, and each score is multiplied by its entry's scale x 2^8.
+//      products are unchanged, and each score is multiplied by its entry's scale.
 //   V: after chunk i lands every thread widens a share of it, times its scale, into sVb [64 kv][D]
 //      f16 (one more barrier a chunk), which the PV MMAs read as they read a bf16 stage; sVb is
 //      where sQ was (Q lives in registers after chunk 0).
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     }
 
     // Scale, mask, row max (a row's values live in the 4 lanes of a quad). FP8: each entry's score
-    // times its K scale, and 2^8 for the codes' f16 widening.
+    // times its K scale.
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       for (int e = 0; e < 4; ++e) {
         const int j = cs + jc + (e & 1);
         const int h = e >> 1;
-        const float sl = FP8 ? scale_log2 * 256.0f * ((e & 1) ? kscale.y : kscale.x) : scale_log2;
+        const float sl = FP8 ? scale_log2 * ((e & 1) ? kscale.y : kscale.x) : scale_log2;
         const float val = (j <= pos[h] && j < it.kv_end) ? s[nt][e] * sl : -INFINITY;
         s[nt][e] = val;
         mx[h] = fmaxf(mx[h], val);

@@ -103,7 +103,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
 
   // Attention plan: the selected decode kernel if every sequence has one query token and the group
   // fits it, else the tensor-core tiles. The CUDA-core decode kernel reads bf16 only: an FP8
-  // cache decodes on the tensor-core decode kernel.
+  // cache decodes on the tensor-core decode kernel. kAuto: by the batch's sequences.
   bool single_token = true;
   for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
   attn_kernel_ = cuda::AttnKernel::kTiles;
@@ -111,6 +111,9 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
     switch (decode_attention_) {
       case DecodeAttention::kTensorCore: break;
       case DecodeAttention::kMma: attn_kernel_ = cuda::AttnKernel::kDecodeMma; break;
+      case DecodeAttention::kAuto:
+        attn_kernel_ = S >= kDecodeMmaMinSeqs ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kTiles;
+        break;
       case DecodeAttention::kSimt: attn_kernel_ = kv_.cache.fp8 ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kDecodeSimt; break;
     }
   }
