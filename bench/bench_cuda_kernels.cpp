@@ -239,8 +239,8 @@ int main(int argc, char** argv) {
         }
         auto d_src = upload(src), d_dst = upload(dst), d_pos = upload(pos);
         cuda::InjectArgs a;
-        a.k_pool = kp.as<bf16>();
-        a.v_pool = vp.as<bf16>();
+        a.pool.k = kp.data();
+        a.pool.v = vp.data();
         a.cache.k = kc.data();
         a.cache.v = vc.data();
         a.pool_layer_stride = pool_slots * row;

@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache");
   app.add_option("--pool-mb", a.pool_mb, "memory pool");
   app.add_flag("--no-programmatic-launch", a.no_pdl, "CUDA: plain stream order between kernels (no PDL)");
-  app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
+  app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
@@ -103,9 +103,9 @@ int main(int argc, char** argv) {
   bo.block_size = 16;
   bo.programmatic_launch = !a.no_pdl;
   bo.cache_fp8 = a.kv_cache_dtype == "fp8";
-  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cache_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
+  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
-  bo.num_pool_blocks = (a.pool_mb << 20) / (pool_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
+  bo.num_pool_blocks = (a.pool_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
   std::unique_ptr<Backend> backend;
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA

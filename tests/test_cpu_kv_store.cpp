@@ -121,9 +121,9 @@ TEST(CpuKvStore, RowsReadBackAsStored) {
   c.num_layers = 32;
   c.num_kv_heads = 8;
   c.head_dim = 128;
-  EXPECT_EQ(pool_bytes_per_token(c, false, false), 2 * 32 * 8 * 128 * 4);
-  EXPECT_EQ(pool_bytes_per_token(c, false, true), 2 * 32 * 8 * (128 + 4));  // 3.9x fewer bytes
-  EXPECT_EQ(pool_bytes_per_token(c, true, false), 2 * 32 * 8 * 128 * 2);
+  EXPECT_EQ(kv_store_bytes_per_token(c, false, false), 2 * 32 * 8 * 128 * 4);
+  EXPECT_EQ(kv_store_bytes_per_token(c, false, true), 2 * 32 * 8 * (128 + 4));  // 3.9x fewer bytes
+  EXPECT_EQ(kv_store_bytes_per_token(c, true, false), 2 * 32 * 8 * 128 * 2);
 }
 
 TEST(CpuKvStore, AnFp8PoolCapturesAndInjectsWhatAnF32PoolDoesAfterRounding) {
@@ -198,7 +198,7 @@ TEST(CpuKvStore, AnFp8CacheHoldsTheF32CachesRowsAfterRounding) {
   c.num_layers = 32;
   c.num_kv_heads = 8;
   c.head_dim = 128;
-  EXPECT_EQ(cache_bytes_per_token(c, true, true), 2 * 32 * 8 * (128 + 4));  // 0.52x of bf16
-  EXPECT_EQ(cache_bytes_per_token(c, true, false), 2 * 32 * 8 * 128 * 2);
-  EXPECT_EQ(cache_bytes_per_token(c, false, false), 2 * 32 * 8 * 128 * 4);
+  EXPECT_EQ(kv_store_bytes_per_token(c, true, true), 2 * 32 * 8 * (128 + 4));  // 0.52x of bf16
+  EXPECT_EQ(kv_store_bytes_per_token(c, true, false), 2 * 32 * 8 * 128 * 2);
+  EXPECT_EQ(kv_store_bytes_per_token(c, false, false), 2 * 32 * 8 * 128 * 4);
 }

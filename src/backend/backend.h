@@ -38,14 +38,9 @@ struct InjectBatch {
 inline int64_t kv_bytes_per_token_stored(const ModelConfig& cfg, int64_t elem_bytes, bool fp8) {
   return fp8 ? 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4) : cfg.kv_bytes_per_token(elem_bytes);
 }
-// A memory pool's: bf16 on the GPU, f32 on the CPU, or the CPU's FP8 pool (the GPU has no FP8
-// pool). Sizes --memory-pool-mb into blocks.
-inline int64_t pool_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
-  return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8 && !gpu);
-}
-// The paged KV cache's: bf16 on the GPU, f32 on the CPU, or an FP8 cache. Sizes --kv-cache-mb
-// into blocks.
-inline int64_t cache_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
+// A token's bytes in the paged KV cache or the memory pool: bf16 on the GPU, f32 on the CPU, or
+// FP8 on either. Sizes --kv-cache-mb and --memory-pool-mb into blocks.
+inline int64_t kv_store_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
   return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8);
 }
 
@@ -57,8 +52,9 @@ struct BackendOptions {
   int32_t num_threads = 0;          // CPU: 0 = all cores
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
   bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
-  // The memory pool in FP8 E4M3 with a scale per (slot, kv head): ~4x the facts of an f32 pool
-  // in the same bytes (CPU: backend/cpu/cpu_kv_store.h; the CUDA backend does not have it yet).
+  // The memory pool in FP8 E4M3 with a scale per (slot, kv head) (--memory-kv-dtype fp8): ~4x
+  // the facts of an f32 pool in the same bytes on the CPU (backend/cpu/cpu_kv_store.h), ~2x a bf16
+  // pool's on the GPU. Keys are stored before RoPE, as in any pool.
   bool pool_fp8 = false;
   // The paged KV cache in FP8 E4M3 with a scale per (slot, kv head) (--kv-cache-dtype fp8): on
   // the GPU ~half the bytes of bf16 (twice the tokens in the same memory), on the CPU ~a quarter
@@ -74,7 +70,8 @@ class Backend {
   virtual int32_t block_size() const = 0;
   virtual int64_t num_cache_blocks() const = 0;
   virtual int64_t num_pool_blocks() const = 0;
-  // The element type the memory pool's reads and writes move (f32 on the CPU, bf16 on the GPU):
+  // The element type the memory pool's reads and writes move (f32 on the CPU, bf16 on the GPU, f32
+  // for an FP8 pool on either):
   // read_pool() values are exactly representable in it, so KV files store them in it without
   // loss. (An FP8 pool stores less, and reads back f32 values its codes and scales give.)
   virtual DType pool_dtype() const = 0;

@@ -37,7 +37,7 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_flag("--enforce-eager", a.enforce_eager, "CUDA: launch every kernel, no CUDA graphs for decode steps and short prefills (vLLM's flag)");
   cmd.add_option("--memory-kv-dtype", a.memory_kv_dtype,
                  "how the memory pool stores fact KV: native (f32 on the CPU, bf16 on a GPU) or fp8 (E4M3 with a "
-                 "scale per token and kv head: ~4x the facts in --memory-pool-mb on the CPU; not on the CUDA backend yet)")
+                 "scale per token and kv head: ~4x the facts in --memory-pool-mb on the CPU, ~2x on a GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
   cmd.add_option("--kv-cache-dtype", a.kv_cache_dtype,
@@ -122,9 +122,9 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   BackendOptions bo;
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
-  // KV element size: bf16 on the GPU, f32 on the CPU; an FP8 pool (the CPU's) as cpu_kv_store.h stores it.
+  // KV element size: bf16 on the GPU, f32 on the CPU; an FP8 pool as codes and a scale per kv head.
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
-  const int64_t block_bytes = pool_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
+  const int64_t block_bytes = kv_store_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
   bo.cache_fp8 = a.kv_cache_dtype == "fp8";
   bo.num_threads = a.threads;

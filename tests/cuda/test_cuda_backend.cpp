@@ -163,8 +163,10 @@ struct Pair {
   ModelConfig cfg;
 };
 
-// gpu_cache_fp8: the GPU's KV cache in FP8 (the CPU's stays f32).
-Pair make_pair(const Variant& v, int64_t cache_blocks, int64_t pool_blocks, bool gpu_cache_fp8 = false) {
+// gpu_cache_fp8: the GPU's KV cache in FP8 (the CPU's stays f32); pool_fp8: both memory pools
+// in FP8 (the CPU's is the twin).
+Pair make_pair(const Variant& v, int64_t cache_blocks, int64_t pool_blocks, bool gpu_cache_fp8 = false,
+               bool pool_fp8 = false) {
   Pair p;
   p.cfg = tiny_config(v);
   const ModelWeights w = tiny_weights(p.cfg, 1234);
@@ -172,10 +174,37 @@ Pair make_pair(const Variant& v, int64_t cache_blocks, int64_t pool_blocks, bool
   o.block_size = v.block_size;
   o.num_cache_blocks = cache_blocks;
   o.num_pool_blocks = pool_blocks;
+  o.pool_fp8 = pool_fp8;
   p.cpu = make_cpu_backend(p.cfg, w, o);
   o.cache_fp8 = gpu_cache_fp8;
   p.gpu = make_cuda_backend(p.cfg, w, o);
   return p;
+}
+
+// A fact of 23 random tokens encoded alone (w = 0) at positions 0.. on both backends, every token
+// captured into pool slots first_slot..; the pools' rows are compared within `tol` (tag_k, tag_v).
+struct CapturedFact {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> pool_slots;
+  std::vector<float> cpu_k, cpu_v;  // the CPU pool's rows, f32
+};
+CapturedFact capture_fact(Pair& p, int32_t bs, int32_t* next_block, uint32_t seed, int64_t first_slot,
+                          const std::string& tag, double tol) {
+  CapturedFact f;
+  f.tokens = random_tokens(23, seed, static_cast<int32_t>(p.cfg.vocab_size));
+  f.pool_slots.resize(f.tokens.size());
+  std::iota(f.pool_slots.begin(), f.pool_slots.end(), first_slot);
+  Seq enc;
+  Builder b(bs, next_block);
+  b.add(enc, f.tokens, true, -1, f.pool_slots);
+  std::vector<float> lc, lg, kg, vg;
+  p.cpu->forward(b.fb, lc);
+  p.gpu->forward(b.fb, lg);
+  test::read_pool_f32(*p.cpu, f.pool_slots, f.cpu_k, f.cpu_v);
+  test::read_pool_f32(*p.gpu, f.pool_slots, kg, vg);
+  test::record(tag + "_k", test::compare(kg, f.cpu_k), tol);
+  test::record(tag + "_v", test::compare(vg, f.cpu_v), tol);
+  return f;
 }
 
 const Variant kVariants[] = {
@@ -275,18 +304,9 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
     std::vector<float> lc, lg, kc, vc, kg, vg;
 
     // a. Encode the fact alone (w = 0) at positions 0.., capturing every token into pool slots.
-    const auto fact = random_tokens(23, 70, V);
-    std::vector<int64_t> pool_slots(fact.size());
-    std::iota(pool_slots.begin(), pool_slots.end(), 5);
-    Seq enc;
-    Builder b(bs, &next_block);
-    b.add(enc, fact, true, -1, pool_slots);
-    p.cpu->forward(b.fb, lc);
-    p.gpu->forward(b.fb, lg);
-    test::read_pool_f32(*p.cpu, pool_slots, kc, vc);
-    test::read_pool_f32(*p.gpu, pool_slots, kg, vg);
-    test::record(tag + "/pool_k", test::compare(kg, kc), 1e-2);
-    test::record(tag + "/pool_v", test::compare(vg, vc), 1e-2);
+    const CapturedFact cf = capture_fact(p, bs, &next_block, 70, 5, tag + "/pool", 1e-2);
+    const std::vector<int32_t>& fact = cf.tokens;
+    const std::vector<int64_t>& pool_slots = cf.pool_slots;
 
     // b. Request: 100-token header prefilled, the fact injected at 100..122, then a question.
     Seq req;
@@ -452,6 +472,57 @@ TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
     step(qb.fb, "question");
     test::note(tag + "/greedy", std::to_string(agree) + "/" + std::to_string(total) + " argmax equal");
     EXPECT_GE(agree * 10, total * 7) << v.name << ": greedy tokens disagree too often";
+  }
+}
+
+// The FP8 memory pool against the CPU's FP8 pool (its twin): a fact captured into it (codes from
+// bf16 activations against f32 ones: within FP8's rounding); the CPU's rows written into the
+// GPU's pool read back bit for bit (codes and scales, quantized on the host by tensor/fp8.h); and
+// injection from those identical pools into a bf16 cache (the CPU's f32 rows to bf16's rounding)
+// and into an FP8 cache (to FP8's), then a question over the injected fact.
+TEST(CudaBackend, Fp8PoolMatchesCpuFp8Pool) {
+  REQUIRE_GPU();
+  for (const Variant& v : kVariants) {
+    for (const bool cache_fp8 : {false, true}) {
+      Pair p = make_pair(v, 512, 16, cache_fp8, /*pool_fp8=*/true);
+      EXPECT_EQ(p.gpu->pool_dtype(), DType::kF32);
+      const int32_t V = static_cast<int32_t>(p.cfg.vocab_size), bs = v.block_size;
+      const int64_t D = p.cfg.head_dim;
+      const std::string tag = std::string("fp8_pool/") + v.name + (cache_fp8 ? "/fp8_cache" : "/bf16_cache");
+      int32_t next_block = 0;
+      std::vector<float> lc, lg, kc, vc, kg, vg;
+
+      const CapturedFact cf = capture_fact(p, bs, &next_block, 95, 7, tag + "/captured", 5e-2);
+      const std::vector<int64_t>& pool_slots = cf.pool_slots;
+
+      test::write_pool_f32(*p.gpu, pool_slots, cf.cpu_k, cf.cpu_v);
+      test::read_pool_f32(*p.gpu, pool_slots, kg, vg);
+      test::record(tag + "/written_k", test::compare(kg, cf.cpu_k), 0.0);
+      test::record(tag + "/written_v", test::compare(vg, cf.cpu_v), 0.0);
+
+      Seq req;
+      Builder hdr(bs, &next_block);
+      hdr.add(req, random_tokens(60, 96, V), false);
+      p.cpu->forward(hdr.fb, lc);
+      p.gpu->forward(hdr.fb, lg);
+      const InjectBatch inj = inject_at_end(req, pool_slots, bs, &next_block);
+      p.cpu->inject(inj);
+      p.gpu->inject(inj);
+      test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
+      test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
+      if (cache_fp8) {
+        test::record(tag + "/injected_k", test::compare(kg, test::fp8_rounded(kc, D)), 5e-2);
+        test::record(tag + "/injected_v", test::compare(vg, test::fp8_rounded(vc, D)), 1e-5);  // the same codes
+      } else {
+        test::record(tag + "/injected_k", test::compare(kg, kc), 1e-2);
+        test::record(tag + "/injected_v", test::compare(vg, vc), 4e-3);  // bf16 of the same values
+      }
+      Builder qb(bs, &next_block);
+      qb.add(req, random_tokens(7, 97, V));
+      p.cpu->forward(qb.fb, lc);
+      p.gpu->forward(qb.fb, lg);
+      test::record(tag + "/question_logits", test::compare(lg, lc), cache_fp8 ? 1e-1 : 2e-2);
+    }
   }
 }
 

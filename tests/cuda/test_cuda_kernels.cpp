@@ -197,10 +197,13 @@ TEST(CudaKernels, QkvRopeAppend) {
           DevTable tab(rope, 20000);
           auto d_qkv = upload(qkv), d_bias = upload(bias), d_qn = upload(qn), d_kn = upload(kn), d_pos = upload(pos),
                d_slot = upload(slot), d_cap = upload(cap);
-          for (const bool fp8 : {false, true}) {  // the cache in bf16, then in FP8 codes and scales
+          for (const bool fp8 : {false, true}) {  // cache and pool in bf16, then in FP8 codes and scales
           auto d_q = poisoned(rq.size() * 2), d_k = poisoned(rk.size() * (fp8 ? 1 : 2)),
-               d_v = poisoned(rv.size() * (fp8 ? 1 : 2)), d_kp = poisoned(rkp.size() * 2), d_vp = poisoned(rvp.size() * 2);
+               d_v = poisoned(rv.size() * (fp8 ? 1 : 2)), d_kp = poisoned(rkp.size() * (fp8 ? 1 : 2)),
+               d_vp = poisoned(rvp.size() * (fp8 ? 1 : 2));
           auto d_ks = poisoned(static_cast<size_t>(slots * hs.nkv) * 4), d_vs = poisoned(static_cast<size_t>(slots * hs.nkv) * 4);
+          auto d_kps = poisoned(static_cast<size_t>(pool_slots * hs.nkv) * 4),
+               d_vps = poisoned(static_cast<size_t>(pool_slots * hs.nkv) * 4);
           cuda::QkvRopeAppendArgs a;
           a.qkv = d_qkv.as<float>();
           a.bias = norm ? d_bias.as<float>() : nullptr;
@@ -213,8 +216,7 @@ TEST(CudaKernels, QkvRopeAppend) {
           a.capture_slot = d_cap.as<int64_t>();
           a.q_out = d_q.as<bf16>();
           a.cache = {d_k.data(), d_v.data(), fp8 ? d_ks.as<float>() : nullptr, fp8 ? d_vs.as<float>() : nullptr, fp8};
-          a.k_pool = d_kp.as<bf16>();
-          a.v_pool = d_vp.as<bf16>();
+          a.pool = {d_kp.data(), d_vp.data(), fp8 ? d_kps.as<float>() : nullptr, fp8 ? d_vps.as<float>() : nullptr, fp8};
           a.T = T;
           a.num_heads = hs.nh;
           a.num_kv_heads = hs.nkv;
@@ -232,8 +234,8 @@ TEST(CudaKernels, QkvRopeAppend) {
           };
           const auto gk = cache_values(fp8, d_k, d_ks, rk.size(), D);
           const auto gv = cache_values(fp8, d_v, d_vs, rv.size(), D);
-          const auto gkp = test::from_bf16(download<uint16_t>(d_kp, rkp.size()));
-          const auto gvp = test::from_bf16(download<uint16_t>(d_vp, rvp.size()));
+          const auto gkp = cache_values(fp8, d_kp, d_kps, rkp.size(), D);
+          const auto gvp = cache_values(fp8, d_vp, d_vps, rvp.size(), D);
           size_t stray = 0;  // writes outside the expected slots
           for (size_t i = 0; i < gk.size(); ++i) stray += std::isnan(rk[i]) != std::isnan(gk[i]);
           for (size_t i = 0; i < gkp.size(); ++i) stray += std::isnan(rkp[i]) != std::isnan(gkp[i]);
@@ -249,8 +251,10 @@ TEST(CudaKernels, QkvRopeAppend) {
           const auto want_v = fp8 ? test::fp8_rounded(pick(rv, slot), D) : pick(rv, slot);
           record(n + "/k", compare(pick(gk, slot), want_k), tol);
           record(n + "/v", compare(pick(gv, slot), want_v), tol);
-          record(n + "/k_pool", compare(pick(gkp, cap), pick(rkp, cap)), 5e-3);
-          record(n + "/v_pool", compare(pick(gvp, cap), pick(rvp, cap)), 5e-3);
+          const auto want_kp = fp8 ? test::fp8_rounded(pick(rkp, cap), D) : pick(rkp, cap);
+          const auto want_vp = fp8 ? test::fp8_rounded(pick(rvp, cap), D) : pick(rvp, cap);
+          record(n + "/k_pool", compare(pick(gkp, cap), want_kp), tol);
+          record(n + "/v_pool", compare(pick(gvp, cap), want_vp), tol);
           }
         }
       }
@@ -281,18 +285,24 @@ TEST(CudaKernels, InjectAllLayers) {
           dst.resize(static_cast<size_t>(N));
           std::vector<int32_t> pos(static_cast<size_t>(N));
           for (auto& p : pos) p = static_cast<int32_t>(g() % 100000);  // llama3 scaling, far past 8192
-          std::vector<float> rk(static_cast<size_t>(L * cache_slots * row), NAN), rv(rk.size(), NAN);
-          cpu::inject(kp.data(), vp.data(), rk.data(), rv.data(), pool_slots * row, cache_slots * row, src.data(),
-                      dst.data(), pos.data(), N, L, nkv, rope);
           DevTable tab(rope, 100000);
-          auto d_kp = upload(to_bf16(kp)), d_vp = upload(to_bf16(vp)), d_src = upload(src), d_dst = upload(dst),
-               d_pos = upload(pos);
+          auto d_src = upload(src), d_dst = upload(dst), d_pos = upload(pos);
+          for (const bool pool_fp8 : {false, true}) {  // the pool in bf16, then the same rows as FP8 codes and scales
+          // The twin reads an FP8 pool as its codes times their scales (tensor/fp8.h).
+          const test::Fp8Rows qk = test::fp8_quantize(kp, D), qv = test::fp8_quantize(vp, D);
+          const auto pk = pool_fp8 ? test::fp8_dequantize(qk.codes, qk.scales, D) : kp;
+          const auto pv = pool_fp8 ? test::fp8_dequantize(qv.codes, qv.scales, D) : vp;
+          std::vector<float> rk(static_cast<size_t>(L * cache_slots * row), NAN), rv(rk.size(), NAN);
+          cpu::inject(pk.data(), pv.data(), rk.data(), rv.data(), pool_slots * row, cache_slots * row, src.data(),
+                      dst.data(), pos.data(), N, L, nkv, rope);
+          auto d_kp = pool_fp8 ? upload(qk.codes) : upload(to_bf16(kp)), d_vp = pool_fp8 ? upload(qv.codes) : upload(to_bf16(vp));
+          auto d_kps = upload(qk.scales), d_vps = upload(qv.scales);
           for (const bool fp8 : {false, true}) {  // the cache in bf16, then in FP8 codes and scales
           auto d_k = poisoned(rk.size() * (fp8 ? 1 : 2)), d_v = poisoned(rv.size() * (fp8 ? 1 : 2));
           auto d_ks = poisoned(rk.size() / D * 4), d_vs = poisoned(rv.size() / D * 4);
           cuda::InjectArgs a;
-          a.k_pool = d_kp.as<bf16>();
-          a.v_pool = d_vp.as<bf16>();
+          a.pool = {d_kp.data(), d_vp.data(), pool_fp8 ? d_kps.as<float>() : nullptr,
+                    pool_fp8 ? d_vps.as<float>() : nullptr, pool_fp8};
           a.cache = {d_k.data(), d_v.data(), fp8 ? d_ks.as<float>() : nullptr, fp8 ? d_vs.as<float>() : nullptr, fp8};
           a.pool_layer_stride = pool_slots * row;
           a.cache_layer_stride = cache_slots * row;
@@ -322,11 +332,15 @@ TEST(CudaKernels, InjectAllLayers) {
             vg.push_back(gv[i]);
           }
           EXPECT_EQ(stray, 0u);
-          const std::string n = name(fp8 ? "inject_fp8" : "inject", {{"D", D}, {"nkv", nkv}, {"N", N}, {"inter", inter}});
-          // FP8: against the twin's rows through tensor/fp8.h. V is quantized from the same bf16 values
-          // with the same f32 operations: exact. K's rotation (FMA) can flip the odd code (as above).
+          const char* what = pool_fp8 ? (fp8 ? "inject_fp8pool_fp8" : "inject_fp8pool") : (fp8 ? "inject_fp8" : "inject");
+          const std::string n = name(what, {{"D", D}, {"nkv", nkv}, {"N", N}, {"inter", inter}});
+          // FP8 cache: against the twin's rows through tensor/fp8.h. V is quantized from the same
+          // values with the same f32 operations: exact. K's rotation (FMA) can flip the odd code (as
+          // above). A bf16 cache: V a copy (exact) from a bf16 pool, bf16's rounding of the twin's
+          // values from an FP8 one.
           record(n + "/k", compare(eg, fp8 ? test::fp8_rounded(ek, D) : ek), fp8 ? 2e-2 : 4e-3);
-          record(n + "/v", compare(vg, fp8 ? test::fp8_rounded(vk, D) : vk), 0.0);  // a copy: exact
+          record(n + "/v", compare(vg, fp8 ? test::fp8_rounded(vk, D) : vk), !fp8 && pool_fp8 ? 4e-3 : 0.0);
+          }
           }
         }
       }
@@ -345,16 +359,16 @@ TEST(CudaKernels, CopyRowsGatherScatter) {
   idx.resize(static_cast<size_t>(n));
   auto d_src = upload(to_bf16(src)), d_idx = upload(idx);
   auto d_packed = poisoned(static_cast<size_t>(L * n * row) * 2);
-  cuda::copy_rows(d_src.as<bf16>(), d_packed.as<bf16>(), d_idx.as<int64_t>(), n, row, L, slots * row, n * row, false,
-                  nullptr);
+  cuda::copy_rows(d_src.data(), d_packed.data(), d_idx.as<int64_t>(), n, row * 2, L, slots * row * 2, n * row * 2,
+                  false, nullptr);
   std::vector<float> ref(static_cast<size_t>(L * n * row));
   for (int32_t l = 0; l < L; ++l)
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(&ref[static_cast<size_t>((l * n + i) * row)], &src[static_cast<size_t>((l * slots + idx[i]) * row)], row * 4);
   record("copy_rows/gather", compare(test::from_bf16(download<uint16_t>(d_packed, ref.size())), ref), 0.0);
   auto d_back = poisoned(static_cast<size_t>(L * slots * row) * 2);
-  cuda::copy_rows(d_packed.as<bf16>(), d_back.as<bf16>(), d_idx.as<int64_t>(), n, row, L, n * row, slots * row, true,
-                  nullptr);
+  cuda::copy_rows(d_packed.data(), d_back.data(), d_idx.as<int64_t>(), n, row * 2, L, n * row * 2, slots * row * 2,
+                  true, nullptr);
   const auto back = test::from_bf16(download<uint16_t>(d_back, static_cast<size_t>(L * slots * row)));
   std::vector<float> got2, ref2;
   for (int32_t l = 0; l < L; ++l)
@@ -364,6 +378,29 @@ TEST(CudaKernels, CopyRowsGatherScatter) {
         ref2.push_back(src[static_cast<size_t>((l * slots + idx[i]) * row + e)]);
       }
   record("copy_rows/scatter", compare(got2, ref2), 0.0);
+
+  // Rows of 12 bytes (a slot's f32 scales at 3 kv heads): the 4-byte path, gather and scatter.
+  const int64_t srow = 3;
+  const auto sc = randn(static_cast<size_t>(L * slots * srow), 32);
+  auto d_sc = upload(sc);
+  auto d_sp = poisoned(static_cast<size_t>(L * n * srow) * 4);
+  cuda::copy_rows(d_sc.data(), d_sp.data(), d_idx.as<int64_t>(), n, srow * 4, L, slots * srow * 4, n * srow * 4, false,
+                  nullptr);
+  const auto packed = download<float>(d_sp, static_cast<size_t>(L * n * srow));
+  std::vector<float> sref;
+  for (int32_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t e = 0; e < srow; ++e) sref.push_back(sc[static_cast<size_t>((l * slots + idx[i]) * srow + e)]);
+  record("copy_rows/gather_4byte", compare(packed, sref), 0.0);
+  auto d_sb = upload(std::vector<float>(sc.size(), 0.0f));
+  cuda::copy_rows(d_sp.data(), d_sb.data(), d_idx.as<int64_t>(), n, srow * 4, L, n * srow * 4, slots * srow * 4, true,
+                  nullptr);
+  const auto sback = download<float>(d_sb, sc.size());
+  std::vector<float> sgot;
+  for (int32_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t e = 0; e < srow; ++e) sgot.push_back(sback[static_cast<size_t>((l * slots + idx[i]) * srow + e)]);
+  record("copy_rows/scatter_4byte", compare(sgot, sref), 0.0);
 }
 
 // Ids from a kernel equal its twin's, every one; the count goes into the parity summary.

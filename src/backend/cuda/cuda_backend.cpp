@@ -35,8 +35,6 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts)
       : cfg_(cfg), rope_(cfg), block_size_(opts.block_size), graphs_(opts.cuda_graphs) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
-    IS_REQUIRE(!opts.pool_fp8, kUnsupported,
-               "an FP8 memory pool (--memory-kv-dtype fp8) is not on the CUDA backend yet: use the native bf16 pool, or --device cpu");
     if (!opts.programmatic_launch) cuda::set_programmatic_launch(false);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreate(&ev_start_));
@@ -45,7 +43,8 @@ class CudaBackendImpl final : public CudaBackend {
     CUDA_CHECK(cudaEventCreate(&ev_inject_stop_));
     row_ = cfg_.kv_size();
     cache_fp8_ = opts.cache_fp8;
-    const int64_t bytes_per_block = cache_bytes_per_token(cfg_, true, cache_fp8_) * block_size_;
+    pool_fp8_ = opts.pool_fp8;
+    const int64_t bytes_per_block = kv_store_bytes_per_token(cfg_, true, cache_fp8_) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks
                                             : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;
@@ -54,7 +53,7 @@ class CudaBackendImpl final : public CudaBackend {
     cache_layer_stride_ = (num_blocks_ + scratch_blocks_) * block_size_ * row_;
     pool_layer_stride_ = num_pool_blocks_ * block_size_ * row_;
     const size_t cache_bytes = static_cast<size_t>(cfg_.num_layers * cache_layer_stride_) * (cache_fp8_ ? 1 : 2);
-    const size_t pool_bytes = static_cast<size_t>(cfg_.num_layers * pool_layer_stride_) * 2;
+    const size_t pool_bytes = static_cast<size_t>(cfg_.num_layers * pool_layer_stride_) * (pool_fp8_ ? 1 : 2);
     k_cache_.resize(cache_bytes);
     v_cache_.resize(cache_bytes);
     if (cache_fp8_) {
@@ -65,12 +64,16 @@ class CudaBackendImpl final : public CudaBackend {
     if (pool_bytes > 0) {
       k_pool_.resize(pool_bytes);
       v_pool_.resize(pool_bytes);
+      if (pool_fp8_) {
+        const size_t scale_bytes = static_cast<size_t>(cfg_.num_layers * (pool_layer_stride_ / cfg_.head_dim)) * 4;
+        k_pool_scale_.resize(scale_bytes);
+        v_pool_scale_.resize(scale_bytes);
+      }
     }
     rope_.ensure(4095);
     CudaKv kv;
     kv.cache = cache_view();
-    kv.k_pool = num_pool_blocks_ > 0 ? k_pool_.as<bf16>() : nullptr;
-    kv.v_pool = num_pool_blocks_ > 0 ? v_pool_.as<bf16>() : nullptr;
+    if (num_pool_blocks_ > 0) kv.pool = pool_view();
     kv.cache_layer_stride = cache_layer_stride_;
     kv.pool_layer_stride = pool_layer_stride_;
     kv.cache_slots = num_blocks_ * block_size_;
@@ -100,7 +103,9 @@ class CudaBackendImpl final : public CudaBackend {
   int32_t block_size() const override { return block_size_; }
   int64_t num_cache_blocks() const override { return num_blocks_; }
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
-  DType pool_dtype() const override { return DType::kBF16; }
+  // bf16 rows as they are; an FP8 pool's rows as f32, its codes times their scales (the CPU's
+  // FP8 pool's rule, cpu_kv_store.h: writing such rows back stores the same codes).
+  DType pool_dtype() const override { return pool_fp8_ ? DType::kF32 : DType::kBF16; }
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
   void set_cuda_graphs(bool on) override { graphs_ = on; }
@@ -122,19 +127,23 @@ class CudaBackendImpl final : public CudaBackend {
   int64_t weight_bytes() const override { return static_cast<int64_t>(ops_->weight_bytes()); }
   int64_t kv_bytes() const override {
     return static_cast<int64_t>(k_cache_.bytes() + v_cache_.bytes() + k_scale_.bytes() + v_scale_.bytes() +
-                                k_pool_.bytes() + v_pool_.bytes());
+                                k_pool_.bytes() + v_pool_.bytes() + k_pool_scale_.bytes() + v_pool_scale_.bytes());
   }
 
   void forward(const ForwardBatch& b, ForwardOutput& out) override;
   void inject(const InjectBatch& b) override;
   void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_pool_blocks_, "pool");
-    read_rows(k_pool_, v_pool_, pool_layer_stride_, slots, k, v);
+    if (pool_fp8_) {
+      read_fp8_rows(pool_view(), pool_layer_stride_, slots, k, v);
+    } else {
+      read_rows(k_pool_, v_pool_, pool_layer_stride_, slots, k, v);
+    }
   }
   void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     check_slots(slots, num_blocks_, "cache");
     if (cache_fp8_) {
-      read_fp8_cache_rows(slots, k, v);
+      read_fp8_rows(cache_view(), cache_layer_stride_, slots, k, v);
     } else {
       read_rows(k_cache_, v_cache_, cache_layer_stride_, slots, k, v);
     }
@@ -145,34 +154,32 @@ class CudaBackendImpl final : public CudaBackend {
   void check_slots(const std::vector<int64_t>& slots, int64_t blocks, const char* what) const {
     for (int64_t s : slots) IS_CHECK(s >= 0 && s < blocks * block_size_, "{} slot {} out of range", what, s);
   }
-  // Uploads `slots` and sizes the staging buffer io_ for `elems` bf16; returns the device slots.
-  const int64_t* upload_slots(const std::vector<int64_t>& slots, size_t elems) {
+  // Uploads `slots`; returns the device slots.
+  const int64_t* upload_slots(const std::vector<int64_t>& slots) {
     meta_.begin(MetaUpload::bytes<int64_t>(slots.size()) + 256);
     const size_t o = meta_.add(slots);
     meta_.upload(stream_);
-    io_.reserve(elems * 2);
     return meta_.dev<int64_t>(o);
   }
   void read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride, const std::vector<int64_t>& slots,
                  HostTensor& k, HostTensor& v);
-  // An FP8 cache's rows as f32: codes times scales (what attention reads, before its bf16 rounding).
-  void read_fp8_cache_rows(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v);
+  // The rows of an FP8 cache or pool (`layer_stride` elements a layer) as f32: codes times scales
+  // (what attention, or injection, reads).
+  void read_fp8_rows(const cuda::KvCache& src, int64_t layer_stride, const std::vector<int64_t>& slots, HostTensor& k,
+                     HostTensor& v);
   // Gathers `row_bytes` bytes of each slot's row in every layer into host `dst` ([L][n][row_bytes]).
-  void gather_bytes(const DeviceBuffer& src, int64_t layer_stride_bytes, int64_t row_bytes, const int64_t* d_slots,
+  void gather_bytes(const void* src, int64_t layer_stride_bytes, int64_t row_bytes, const int64_t* d_slots,
                     int64_t n, void* dst);
-  cuda::KvCache cache_view() const {
-    cuda::KvCache c;
-    c.k = k_cache_.data();
-    c.v = v_cache_.data();
-    c.fp8 = cache_fp8_;
-    if (cache_fp8_) {
-      c.k_scale = k_scale_.as<float>();
-      c.v_scale = v_scale_.as<float>();
-    }
-    return c;
+  // The reverse: host `src` ([L][n][row_bytes]) into each slot's row of every layer.
+  void scatter_bytes(const void* src, int64_t layer_stride_bytes, int64_t row_bytes, const int64_t* d_slots,
+                     int64_t n, void* dst);
+  // The kernels' view of K / V rows and, FP8, their scales.
+  static cuda::KvCache kv_view(const DeviceBuffer& k, const DeviceBuffer& v, const DeviceBuffer& ks,
+                               const DeviceBuffer& vs, bool fp8) {
+    return {k.data(), v.data(), fp8 ? ks.as<float>() : nullptr, fp8 ? vs.as<float>() : nullptr, fp8};
   }
-  bf16* kp(int64_t l) const { return num_pool_blocks_ > 0 ? k_pool_.as<bf16>() + l * pool_layer_stride_ : nullptr; }
-  bf16* vp(int64_t l) const { return num_pool_blocks_ > 0 ? v_pool_.as<bf16>() + l * pool_layer_stride_ : nullptr; }
+  cuda::KvCache cache_view() const { return kv_view(k_cache_, v_cache_, k_scale_, v_scale_, cache_fp8_); }
+  cuda::KvCache pool_view() const { return kv_view(k_pool_, v_pool_, k_pool_scale_, v_pool_scale_, pool_fp8_); }
 
   ModelConfig cfg_;
   RopeTable rope_;
@@ -181,10 +188,11 @@ class CudaBackendImpl final : public CudaBackend {
   int64_t num_blocks_ = 0, num_pool_blocks_ = 0;
   int32_t scratch_blocks_ = 0;  // after the num_blocks_ blocks of the cache
   int64_t cache_layer_stride_ = 0, pool_layer_stride_ = 0;  // elements
-  bool cache_fp8_ = false;
+  bool cache_fp8_ = false, pool_fp8_ = false;
   DeviceBuffer k_cache_, v_cache_;  // [L][num_blocks * bs, NKV, D] bf16, or FP8 codes (uint8)
   DeviceBuffer k_scale_, v_scale_;  // FP8: [L][num_blocks * bs, NKV] f32
-  DeviceBuffer k_pool_, v_pool_;    // [L][num_pool_blocks * bs, NKV, D] bf16, K before RoPE
+  DeviceBuffer k_pool_, v_pool_;    // [L][num_pool_blocks * bs, NKV, D] bf16 or FP8 codes, K before RoPE
+  DeviceBuffer k_pool_scale_, v_pool_scale_;  // FP8 pool: [L][num_pool_blocks * bs, NKV] f32
 
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;            // forwards (CudaForwardOps)
@@ -220,8 +228,7 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
   CUDA_CHECK(cudaEventRecord(ev_inject_start_, stream_));
   meta_.upload(stream_);
   cuda::InjectArgs a;
-  a.k_pool = k_pool_.as<bf16>();
-  a.v_pool = v_pool_.as<bf16>();
+  a.pool = pool_view();
   a.cache = cache_view();
   a.pool_layer_stride = pool_layer_stride_;
   a.cache_layer_stride = cache_layer_stride_;
@@ -266,75 +273,83 @@ void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
   }
 }
 
-// bf16 rows both ways: gathered / scattered on the device through the staging buffer io_, copied
-// as they are (the pool's dtype).
+// Rows both ways go through the staging buffer io_: gathered / scattered on the device by
+// copy_rows, copied to or from the host whole. bf16 rows as they are (the pool's dtype); FP8 rows
+// as f32 on the host (codes and scales on the device, converted by tensor/fp8.h's rounding).
 void CudaBackendImpl::read_rows(const DeviceBuffer& kb, const DeviceBuffer& vb, int64_t layer_stride,
                                 const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) {
   const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
   k = make_kv_rows(DType::kBF16, L, n, row_);
   v = make_kv_rows(DType::kBF16, L, n, row_);
   if (n == 0) return;
-  const int64_t* d_slots = upload_slots(slots, 0);
-  gather_bytes(kb, layer_stride * 2, row_ * 2, d_slots, n, k.data);
-  gather_bytes(vb, layer_stride * 2, row_ * 2, d_slots, n, v.data);
+  const int64_t* d_slots = upload_slots(slots);
+  gather_bytes(kb.data(), layer_stride * 2, row_ * 2, d_slots, n, k.data);
+  gather_bytes(vb.data(), layer_stride * 2, row_ * 2, d_slots, n, v.data);
 }
 
-void CudaBackendImpl::gather_bytes(const DeviceBuffer& src, int64_t layer_stride_bytes, int64_t row_bytes,
+void CudaBackendImpl::gather_bytes(const void* src, int64_t layer_stride_bytes, int64_t row_bytes,
                                    const int64_t* d_slots, int64_t n, void* dst) {
-  // copy_rows moves 16-byte chunks of 2-byte elements: a bf16 row, or a row of codes (NKV * D
-  // bytes, D a multiple of 16), is a whole number of them.
-  const int64_t L = cfg_.num_layers, row = row_bytes / 2;
-  io_.reserve(static_cast<size_t>(L * n * row_bytes));
-  cuda::copy_rows(static_cast<const bf16*>(src.data()), io_.as<bf16>(), d_slots, n, row, static_cast<int32_t>(L),
-                  layer_stride_bytes / 2, n * row, /*scatter=*/false, stream_);
-  CUDA_CHECK(cudaMemcpyAsync(dst, io_.data(), static_cast<size_t>(L * n * row_bytes), cudaMemcpyDeviceToHost, stream_));
+  const int64_t L = cfg_.num_layers;
+  const size_t bytes = static_cast<size_t>(L * n * row_bytes);
+  io_.reserve(bytes);
+  cuda::copy_rows(src, io_.data(), d_slots, n, row_bytes, static_cast<int32_t>(L), layer_stride_bytes, n * row_bytes,
+                  /*scatter=*/false, stream_);
+  CUDA_CHECK(cudaMemcpyAsync(dst, io_.data(), bytes, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused
 }
 
-void CudaBackendImpl::read_fp8_cache_rows(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) {
+void CudaBackendImpl::scatter_bytes(const void* src, int64_t layer_stride_bytes, int64_t row_bytes,
+                                    const int64_t* d_slots, int64_t n, void* dst) {
+  const int64_t L = cfg_.num_layers;
+  const size_t bytes = static_cast<size_t>(L * n * row_bytes);
+  io_.reserve(bytes);
+  CUDA_CHECK(cudaMemcpyAsync(io_.data(), src, bytes, cudaMemcpyHostToDevice, stream_));
+  cuda::copy_rows(io_.data(), dst, d_slots, n, row_bytes, static_cast<int32_t>(L), n * row_bytes, layer_stride_bytes,
+                  /*scatter=*/true, stream_);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused
+}
+
+void CudaBackendImpl::read_fp8_rows(const cuda::KvCache& src, int64_t layer_stride, const std::vector<int64_t>& slots,
+                                    HostTensor& k, HostTensor& v) {
   const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers, NKV = cfg_.num_kv_heads, D = cfg_.head_dim;
   k = make_kv_rows(DType::kF32, L, n, row_);
   v = make_kv_rows(DType::kF32, L, n, row_);
   if (n == 0) return;
-  const int64_t* d_slots = upload_slots(slots, 0);
+  const int64_t* d_slots = upload_slots(slots);
   std::vector<uint8_t> codes(static_cast<size_t>(L * n * row_));
-  // Scales: each layer's span of slots [lo, hi] comes down whole (a row of NKV floats is not a
-  // whole number of copy_rows' 16-byte chunks for every NKV); this is a test and debugging path.
-  const auto [lo_it, hi_it] = std::minmax_element(slots.begin(), slots.end());
-  const int64_t lo = *lo_it, span = *hi_it - lo + 1, scale_ls = cache_layer_stride_ / D;
-  std::vector<float> span_scales(static_cast<size_t>(span * NKV));
+  std::vector<float> scales(static_cast<size_t>(L * n * NKV));
   for (int which = 0; which < 2; ++which) {
-    gather_bytes(which == 0 ? k_cache_ : v_cache_, cache_layer_stride_, row_, d_slots, n, codes.data());
-    const float* dev_scales = (which == 0 ? k_scale_ : v_scale_).as<float>();
+    gather_bytes(which == 0 ? src.k : src.v, layer_stride, row_, d_slots, n, codes.data());
+    gather_bytes(which == 0 ? src.k_scale : src.v_scale, layer_stride / D * 4, NKV * 4, d_slots, n, scales.data());
     float* out = static_cast<float*>((which == 0 ? k : v).data);
-    for (int64_t l = 0; l < L; ++l) {
-      CUDA_CHECK(cudaMemcpyAsync(span_scales.data(), dev_scales + l * scale_ls + lo * NKV, span_scales.size() * 4,
-                                 cudaMemcpyDeviceToHost, stream_));
-      CUDA_CHECK(cudaStreamSynchronize(stream_));
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t h = 0; h < NKV; ++h) {
-          const int64_t r = (l * n + i) * NKV + h;  // row of the packed [L][n][NKV] output
-          dequantize_e4m3_row(codes.data() + r * D, D, span_scales[static_cast<size_t>((slots[static_cast<size_t>(i)] - lo) * NKV + h)],
-                              out + r * D);
-        }
-    }
+    for (int64_t r = 0; r < L * n * NKV; ++r)  // rows of the packed [L][n][NKV] output
+      dequantize_e4m3_row(codes.data() + r * D, D, scales[static_cast<size_t>(r)], out + r * D);
   }
 }
 
 void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) {
   check_slots(slots, num_pool_blocks_, "pool");
-  const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers;
-  const size_t elems = static_cast<size_t>(L * n * row_);
-  check_kv_rows(k, DType::kBF16, L, n, row_, "write_pool K");
-  check_kv_rows(v, DType::kBF16, L, n, row_, "write_pool V");
+  const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers, NKV = cfg_.num_kv_heads, D = cfg_.head_dim;
+  check_kv_rows(k, pool_dtype(), L, n, row_, "write_pool K");
+  check_kv_rows(v, pool_dtype(), L, n, row_, "write_pool V");
   if (n == 0) return;
-  const int64_t* d_slots = upload_slots(slots, elems);
+  const int64_t* d_slots = upload_slots(slots);
+  if (!pool_fp8_) {
+    scatter_bytes(k.data, pool_layer_stride_ * 2, row_ * 2, d_slots, n, k_pool_.data());
+    scatter_bytes(v.data, pool_layer_stride_ * 2, row_ * 2, d_slots, n, v_pool_.data());
+    return;
+  }
+  // f32 rows quantized here, as the CPU's FP8 pool quantizes them (rows read from an FP8 pool give
+  // back their codes and scales).
+  std::vector<uint8_t> codes(static_cast<size_t>(L * n * row_));
+  std::vector<float> scales(static_cast<size_t>(L * n * NKV));
   for (int which = 0; which < 2; ++which) {
-    CUDA_CHECK(cudaMemcpyAsync(io_.data(), (which == 0 ? k : v).data, elems * 2, cudaMemcpyHostToDevice, stream_));
-    DeviceBuffer& dst = which == 0 ? k_pool_ : v_pool_;
-    cuda::copy_rows(io_.as<bf16>(), dst.as<bf16>(), d_slots, n, row_, static_cast<int32_t>(L), n * row_,
-                    pool_layer_stride_, /*scatter=*/true, stream_);
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // io_ is reused for V
+    const float* in = static_cast<const float*>((which == 0 ? k : v).data);
+    for (int64_t r = 0; r < L * n * NKV; ++r)
+      scales[static_cast<size_t>(r)] = quantize_e4m3_row(in + r * D, D, codes.data() + r * D);
+    scatter_bytes(codes.data(), pool_layer_stride_, row_, d_slots, n, (which == 0 ? k_pool_ : v_pool_).data());
+    scatter_bytes(scales.data(), pool_layer_stride_ / D * 4, NKV * 4, d_slots, n,
+                  (which == 0 ? k_pool_scale_ : v_pool_scale_).data());
   }
 }
 

@@ -275,8 +275,7 @@ void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
   ra.capture_slot = capture_ ? ws_->meta.dev<int64_t>(o_cap_) : nullptr;
   ra.q_out = p<bf16>(q);
   ra.cache = kv_.cache.layer(l, kv_.cache_layer_stride, cfg_.head_dim);
-  ra.k_pool = kv_.k_pool ? kv_.k_pool + l * kv_.pool_layer_stride : nullptr;
-  ra.v_pool = kv_.v_pool ? kv_.v_pool + l * kv_.pool_layer_stride : nullptr;
+  if (kv_.pool.k != nullptr) ra.pool = kv_.pool.layer(l, kv_.pool_layer_stride, cfg_.head_dim);
   ra.T = qkv.rows;
   ra.num_heads = static_cast<int32_t>(cfg_.num_heads);
   ra.num_kv_heads = static_cast<int32_t>(cfg_.num_kv_heads);

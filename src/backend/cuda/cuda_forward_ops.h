@@ -34,12 +34,11 @@
 namespace inferscale {
 
 // The KV memory a forward writes (owned by the backend): per layer l, cache rows at
-// cache.layer(l, cache_layer_stride) ([slots, NKV, D] bf16, or FP8 codes and scales), pool rows
-// at k_pool + l * pool_layer_stride (bf16, keys before RoPE).
+// cache.layer(l, cache_layer_stride) and pool rows at pool.layer(l, pool_layer_stride) ([slots,
+// NKV, D] bf16, or FP8 codes and scales; the pool's keys before RoPE).
 struct CudaKv {
   cuda::KvCache cache;
-  __nv_bfloat16* k_pool = nullptr;  // null without a pool
-  __nv_bfloat16* v_pool = nullptr;
+  cuda::KvCache pool;  // k, v null without a pool
   int64_t cache_layer_stride = 0, pool_layer_stride = 0;  // elements
   int64_t cache_slots = 0, pool_slots = 0;
   int64_t scratch_slots = 0;  // past cache_slots: the scratch blocks of graph padding (graph_batch.h)

@@ -16,8 +16,8 @@ namespace inferscale::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// The paged KV cache as the kernels see it: bf16 rows, or FP8 E4M3 codes with one f32 scale per
-// (slot, kv head) (BackendOptions::cache_fp8), rounded as tensor/fp8.h's quantize_e4m3_row does
+// The paged KV cache, and the memory pool, as the kernels see them: bf16 rows, or FP8 E4M3 codes
+// with one f32 scale per (slot, kv head) (BackendOptions::cache_fp8, pool_fp8), rounded as tensor/fp8.h's quantize_e4m3_row does
 // (scale = amax / 448 over the head's D values, code = e4m3(x * (1 / scale)) to nearest even,
 // saturating; a zero row has scale 0 and zero codes; fp8_utils.cuh is the device side):
 //   bf16:  k, v [slots, NKV, D] bf16
@@ -98,8 +98,8 @@ struct QkvRopeAppendArgs {
   const int64_t* capture_slot; // [T] pool slot or -1; null = no capture
   bf16* q_out;                 // [T, NH, D]
   KvCache cache;               // this layer's
-  bf16* k_pool;                // [num_pool_slots, NKV, D] keys BEFORE RoPE (may be null without capture)
-  bf16* v_pool;                // [num_pool_slots, NKV, D]
+  KvCache pool;                // this layer's memory pool rows [num_pool_slots, NKV, D], keys BEFORE
+                               // RoPE (k, v null without a pool)
   int64_t T = 0;
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float eps = 1e-6f;
@@ -109,10 +109,10 @@ void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t stream);
 
 // Memory injection, every layer in one launch: for token i and layer l
 //   k_cache[l][dst[i]] = rope(k_pool[l][src[i]], positions[i]),   v_cache[l][dst[i]] = v_pool[l][src[i]]
-// (an FP8 cache: each written (slot, kv head) row quantized with its own scale)
+// (an FP8 pool is read as its codes times their scales; an FP8 cache gets each written (slot, kv
+// head) row quantized with its own scale)
 struct InjectArgs {
-  const bf16* k_pool;          // [L][num_pool_slots, NKV, D], layer stride pool_layer_stride elements
-  const bf16* v_pool;
+  KvCache pool;                // every layer's, layer stride pool_layer_stride elements
   KvCache cache;               // every layer's, layer stride cache_layer_stride elements
   int64_t pool_layer_stride = 0, cache_layer_stride = 0;
   const int64_t* src_slots;    // [N] pool slots
@@ -128,8 +128,9 @@ void inject(const InjectArgs& a, cudaStream_t stream);
 
 // Row copies across layers (read_cache/read_pool/write_pool):
 //   gather:  dst[l][i] = src[l][slots[i]]        scatter: dst[l][slots[i]] = src[l][i]
-// Rows of `row` bf16; src/dst layer strides in elements (the packed side has stride n * row).
-void copy_rows(const bf16* src, bf16* dst, const int64_t* slots, int64_t n, int64_t row, int32_t num_layers,
+// Rows of `row_bytes` bytes (a multiple of 4: bf16 rows, FP8 codes, a slot's f32 scales); src/dst
+// layer strides in bytes (the packed side has stride n * row_bytes).
+void copy_rows(const void* src, void* dst, const int64_t* slots, int64_t n, int64_t row_bytes, int32_t num_layers,
                int64_t src_layer_stride, int64_t dst_layer_stride, bool scatter, cudaStream_t stream);
 
 // Paged attention over a plan (attention_plan.h), causal by position:

@@ -134,10 +134,13 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gu, bf16* __restrict__ 
   }
 }
 
-// One thread per 16-byte chunk of (layer, row i, chunk c). row % 8 == 0.
-__global__ void copy_rows_kernel(const bf16* __restrict__ src, bf16* __restrict__ dst, const int64_t* __restrict__ slots,
-                                 int64_t n, int64_t row, int32_t L, int64_t src_ls, int64_t dst_ls, bool scatter) {
-  const int64_t chunks = row / 8;
+// One thread per chunk (16 bytes, or 4 for rows that are not a whole number of 16) of
+// (layer, row i, chunk c). Strides in bytes.
+template <class Chunk>
+__global__ void copy_rows_kernel(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
+                                 const int64_t* __restrict__ slots, int64_t n, int64_t row_bytes, int32_t L,
+                                 int64_t src_ls, int64_t dst_ls, bool scatter) {
+  const int64_t chunks = row_bytes / static_cast<int64_t>(sizeof(Chunk));
   const int64_t total = static_cast<int64_t>(L) * n * chunks;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -146,8 +149,8 @@ __global__ void copy_rows_kernel(const bf16* __restrict__ src, bf16* __restrict_
     const int64_t l = idx / (chunks * n);
     const int64_t s_row = scatter ? i : slots[i];
     const int64_t d_row = scatter ? slots[i] : i;
-    const Bf16x8* s = reinterpret_cast<const Bf16x8*>(src + l * src_ls + s_row * row) + c;
-    Bf16x8* d = reinterpret_cast<Bf16x8*>(dst + l * dst_ls + d_row * row) + c;
+    const Chunk* s = reinterpret_cast<const Chunk*>(src + l * src_ls + s_row * row_bytes) + c;
+    Chunk* d = reinterpret_cast<Chunk*>(dst + l * dst_ls + d_row * row_bytes) + c;
     *d = *s;
   }
 }
@@ -229,12 +232,22 @@ void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t
   launch(silu_mul_kernel, dim3(grid_for(work, 256)), dim3(256), 0, stream, gate_up, out, T, I);
 }
 
-void copy_rows(const bf16* src, bf16* dst, const int64_t* slots, int64_t n, int64_t row, int32_t num_layers,
+void copy_rows(const void* src, void* dst, const int64_t* slots, int64_t n, int64_t row_bytes, int32_t num_layers,
                int64_t src_layer_stride, int64_t dst_layer_stride, bool scatter, cudaStream_t stream) {
   if (n == 0 || num_layers == 0) return;
-  KERNEL_REQUIRE(row % 8 == 0, "copy_rows needs rows of a multiple of 8 elements");
-  copy_rows_kernel<<<grid_for(num_layers * n * (row / 8), 256), 256, 0, stream>>>(
-      src, dst, slots, n, row, num_layers, src_layer_stride, dst_layer_stride, scatter);
+  KERNEL_REQUIRE(row_bytes % 4 == 0 && src_layer_stride % 4 == 0 && dst_layer_stride % 4 == 0,
+                 "copy_rows needs rows and layer strides of a multiple of 4 bytes");
+  const auto* s = static_cast<const unsigned char*>(src);
+  auto* d = static_cast<unsigned char*>(dst);
+  const bool wide = row_bytes % 16 == 0 && src_layer_stride % 16 == 0 && dst_layer_stride % 16 == 0 &&
+                    aligned(src, 16) && aligned(dst, 16);
+  if (wide) {
+    copy_rows_kernel<uint4><<<grid_for(num_layers * n * (row_bytes / 16), 256), 256, 0, stream>>>(
+        s, d, slots, n, row_bytes, num_layers, src_layer_stride, dst_layer_stride, scatter);
+  } else {
+    copy_rows_kernel<uint32_t><<<grid_for(num_layers * n * (row_bytes / 4), 256), 256, 0, stream>>>(
+        s, d, slots, n, row_bytes, num_layers, src_layer_stride, dst_layer_stride, scatter);
+  }
   CUDA_CHECK_LAUNCH("copy_rows_kernel");
 }
 

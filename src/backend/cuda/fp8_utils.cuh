@@ -86,4 +86,21 @@ __device__ __forceinline__ uint2 f32x8_to_e4m3(const float* x, float inv) {
   return make_uint2(w[0], w[1]);
 }
 
+// Eight codes (element 0 in the low byte of w.x) as f32: each code's value times `scale`, one f32
+// multiply each (tensor/fp8.h's dequantize_e4m3_row, bit for bit).
+__device__ __forceinline__ void e4m3x8_to_f32(uint2 codes, float scale, float* y) {
+  const uint32_t w[2] = {codes.x, codes.y};
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    uint32_t h[2];
+    e4m3x4_to_f16x2x2(w[q], h[0], h[1]);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[e]));
+      y[4 * q + 2 * e] = f.x * scale;
+      y[4 * q + 2 * e + 1] = f.y * scale;
+    }
+  }
+}
+
 }  // namespace inferscale::cuda

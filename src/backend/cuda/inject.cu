@@ -8,9 +8,10 @@
 //   interleaved layout:  K elements [16j, 16j+16)                           = pairs p = 8j + e, e < 8
 //   V: elements [16j, 16j+16), copied as they are.
 // Index order (u fastest, then i, then l) keeps a warp on consecutive 16-byte chunks of a row.
-// An FP8 cache (KvCache::fp8): the D / 16 threads of one (token, kv head) row are consecutive
-// lanes, so the row's amax (its scale) is a shuffle over them; every lane of a warp runs the loop
-// the same number of times (lanes past the end only take part in the shuffles).
+// An FP8 pool (KvCache::fp8) is read as codes times the row's scale, in f32. An FP8 cache: the
+// D / 16 threads of one (token, kv head) row are consecutive lanes, so the row's amax (its scale)
+// is a shuffle over them; every lane of a warp runs the loop the same number of times (lanes past
+// the end only take part in the shuffles).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_utils.cuh"
@@ -18,6 +19,16 @@
 
 namespace inferscale::cuda {
 namespace {
+
+// Elements [e, e + 8) of (slot, kv head) row `row` of a pool layer's K (or V) as f32.
+__device__ __forceinline__ void load8(const KvCache& p, bool is_k, int64_t row, int D, int e, float* x) {
+  if (p.fp8) {
+    const uint8_t* c = static_cast<const uint8_t*>(is_k ? p.k : p.v) + row * D + e;
+    e4m3x8_to_f32(*reinterpret_cast<const uint2*>(c), (is_k ? p.k_scale : p.v_scale)[row], x);
+  } else {
+    bf16x8_to_f32(*reinterpret_cast<const Bf16x8*>(static_cast<const bf16*>(is_k ? p.k : p.v) + row * D + e), x);
+  }
+}
 
 __global__ void inject_kernel(InjectArgs a) {
   const int D = a.head_dim, half = D / 2, NKV = a.num_kv_heads;
@@ -33,18 +44,16 @@ __global__ void inject_kernel(InjectArgs a) {
     const int64_t i = live ? (idx / units) % a.N : 0;
     const int64_t l = live ? idx / (units * a.N) : 0;
     const int kh = static_cast<int>(u / units_per_head), j = static_cast<int>(u % units_per_head);
-    const int64_t src_row = (a.src_slots[i] * NKV + kh) * D;  // element offset of the head in the layer
+    const int64_t src_head = a.src_slots[i] * NKV + kh;  // (slot, kv head) row of the pool layer
     const int64_t dst_row = (a.dst_slots[i] * NKV + kh) * D;
-    const bf16* kp = a.k_pool + l * a.pool_layer_stride + src_row;
-    const bf16* vp = a.v_pool + l * a.pool_layer_stride + src_row;
+    const KvCache pl = a.pool.layer(l, a.pool_layer_stride, D);
 
-    // V: two chunks, unchanged.
-    const Bf16x8 v0 = *reinterpret_cast<const Bf16x8*>(vp + 16 * j);
-    const Bf16x8 v1 = *reinterpret_cast<const Bf16x8*>(vp + 16 * j + 8);
+    // V: two chunks, as they are (bf16 -> f32 -> bf16 is exact).
+    float vx[16];
+    load8(pl, false, src_head, D, 16 * j, vx);
+    load8(pl, false, src_head, D, 16 * j + 8, vx + 8);
     const int e0 = a.interleaved ? 16 * j : 8 * j;          // first K chunk
     const int e1 = a.interleaved ? 16 * j + 8 : half + 8 * j;  // second K chunk
-    const Bf16x8 k0 = *reinterpret_cast<const Bf16x8*>(kp + e0);
-    const Bf16x8 k1 = *reinterpret_cast<const Bf16x8*>(kp + e1);
 
     // cos/sin of pairs 8j .. 8j+7 at this token's position.
     const int64_t trow = static_cast<int64_t>(a.positions[i]) * half + 8 * j;
@@ -55,8 +64,8 @@ __global__ void inject_kernel(InjectArgs a) {
     *reinterpret_cast<float4*>(s + 4) = *reinterpret_cast<const float4*>(a.sin_table + trow + 4);
 
     float x[16], y[16];
-    bf16x8_to_f32(k0, x);
-    bf16x8_to_f32(k1, x + 8);
+    load8(pl, true, src_head, D, e0, x);
+    load8(pl, true, src_head, D, e1, x + 8);
     if (a.interleaved) {  // pair e = (x[2e], x[2e+1])
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -74,9 +83,6 @@ __global__ void inject_kernel(InjectArgs a) {
     if (cl.fp8) {
       // The row's scale: amax over its D / 16 lanes (xor offsets below units_per_head stay inside
       // the row's aligned group of lanes).
-      float vx[16];
-      bf16x8_to_f32(v0, vx);
-      bf16x8_to_f32(v1, vx + 8);
       float ka = 0.0f, va = 0.0f;
 #pragma unroll
       for (int e = 0; e < 16; ++e) {
@@ -106,8 +112,8 @@ __global__ void inject_kernel(InjectArgs a) {
     bf16* vc = static_cast<bf16*>(cl.v) + dst_row;
     *reinterpret_cast<Bf16x8*>(kc + e0) = f32_to_bf16x8(y);
     *reinterpret_cast<Bf16x8*>(kc + e1) = f32_to_bf16x8(y + 8);
-    *reinterpret_cast<Bf16x8*>(vc + 16 * j) = v0;
-    *reinterpret_cast<Bf16x8*>(vc + 16 * j + 8) = v1;
+    *reinterpret_cast<Bf16x8*>(vc + 16 * j) = f32_to_bf16x8(vx);
+    *reinterpret_cast<Bf16x8*>(vc + 16 * j + 8) = f32_to_bf16x8(vx + 8);
   }
 }
 

@@ -5,7 +5,7 @@
 //   h <  NH            query head h             -> q_out[t, h]
 //   h <  NH + NKV      key head kh = h - NH     -> k_cache[slot_mapping[t], kh]  (pool: before RoPE)
 //   otherwise          value head vh            -> v_cache[slot_mapping[t], vh]  (pool: as is)
-// An FP8 cache (KvCache::fp8) gets the head's codes and its scale (the warp's amax).
+// An FP8 cache or pool (KvCache::fp8) gets the head's codes and its scale (the warp's amax).
 // Lane l holds the rotation pairs p = l, l + 32, ... < D/2:
 //   halves layout (HF):       elements (p, p + D/2)
 //   interleaved layout:       elements (2p, 2p + 1)
@@ -20,6 +20,38 @@ namespace {
 
 constexpr int kMaxPairsPerLane = 4;  // head_dim <= 256
 constexpr int kWarpsPerBlock = 4;
+
+// A k or v head's row (x0 / x1: the lane's pairs, at elements i0 / i1) into (slot, kv head) row
+// `row` of `dst`: bf16, or FP8 codes with the row's scale (the whole warp takes part).
+__device__ __forceinline__ void store_head(const KvCache& dst, bool is_k, int64_t row, int D, int lane,
+                                           const float* x0, const float* x1, const int* i0, const int* i1) {
+  const int half = D / 2;
+  if (dst.fp8) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k)
+      if (lane + 32 * k < half) amax = fmaxf(amax, fmaxf(fabsf(x0[k]), fabsf(x1[k])));
+    const float scale = e4m3_scale(warp_max(amax)), inv = e4m3_inv(scale);
+    uint8_t* d = static_cast<uint8_t*>(is_k ? dst.k : dst.v) + row * D;
+#pragma unroll
+    for (int k = 0; k < kMaxPairsPerLane; ++k) {
+      if (lane + 32 * k < half) {
+        d[i0[k]] = f32_to_e4m3_code(x0[k] * inv);
+        d[i1[k]] = f32_to_e4m3_code(x1[k] * inv);
+      }
+    }
+    if (lane == 0) (is_k ? dst.k_scale : dst.v_scale)[row] = scale;
+    return;
+  }
+  bf16* d = static_cast<bf16*>(is_k ? dst.k : dst.v) + row * D;
+#pragma unroll
+  for (int k = 0; k < kMaxPairsPerLane; ++k) {
+    if (lane + 32 * k < half) {
+      d[i0[k]] = __float2bfloat16_rn(x0[k]);
+      d[i1[k]] = __float2bfloat16_rn(x1[k]);
+    }
+  }
+}
 
 __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   const int NH = a.num_heads, NKV = a.num_kv_heads, D = a.head_dim, half = D / 2;
@@ -85,16 +117,8 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
     }
   }
 
-  if (cap >= 0) {  // write path: k before rotation, v as is
-    bf16* dst = (is_k ? a.k_pool : a.v_pool) + (cap * NKV + kvh) * D;
-#pragma unroll
-    for (int k = 0; k < kMaxPairsPerLane; ++k) {
-      if (lane + 32 * k < half) {
-        dst[i0[k]] = __float2bfloat16_rn(x0[k]);
-        dst[i1[k]] = __float2bfloat16_rn(x1[k]);
-      }
-    }
-  }
+  // Write path: k before rotation, v as is. `cap` is per token, so a warp is all in or all out.
+  if (cap >= 0) store_head(a.pool, is_k, cap * NKV + kvh, D, lane, x0, x1, i0, i1);
 
   if (!is_v) {  // RoPE with the host-built table row of this token's position
 #pragma unroll
@@ -107,25 +131,11 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
     }
   }
 
-  const int64_t row = slot * NKV + kvh;  // the (slot, kv head) row of a k or v head
-  if (!is_q && a.cache.fp8) {
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kMaxPairsPerLane; ++k)
-      if (lane + 32 * k < half) amax = fmaxf(amax, fmaxf(fabsf(x0[k]), fabsf(x1[k])));
-    const float scale = e4m3_scale(warp_max(amax)), inv = e4m3_inv(scale);
-    uint8_t* dst = static_cast<uint8_t*>(is_k ? a.cache.k : a.cache.v) + row * D;
-#pragma unroll
-    for (int k = 0; k < kMaxPairsPerLane; ++k) {
-      if (lane + 32 * k < half) {
-        dst[i0[k]] = f32_to_e4m3_code(x0[k] * inv);
-        dst[i1[k]] = f32_to_e4m3_code(x1[k] * inv);
-      }
-    }
-    if (lane == 0) (is_k ? a.cache.k_scale : a.cache.v_scale)[row] = scale;
+  if (!is_q) {
+    store_head(a.cache, is_k, slot * NKV + kvh, D, lane, x0, x1, i0, i1);
     return;
   }
-  bf16* dst = is_q ? a.q_out + (t * NH + h) * D : static_cast<bf16*>(is_k ? a.cache.k : a.cache.v) + row * D;
+  bf16* dst = a.q_out + (t * NH + h) * D;
 #pragma unroll
   for (int k = 0; k < kMaxPairsPerLane; ++k) {
     if (lane + 32 * k < half) {
@@ -141,7 +151,7 @@ void qkv_rope_append(const QkvRopeAppendArgs& a, cudaStream_t stream) {
   if (a.T == 0) return;
   KERNEL_REQUIRE(a.head_dim % 2 == 0 && a.head_dim <= 2 * 32 * kMaxPairsPerLane, "qkv_rope_append: head_dim");
   KERNEL_REQUIRE((a.q_norm == nullptr) == (a.k_norm == nullptr), "qkv_rope_append: q_norm and k_norm go together");
-  KERNEL_REQUIRE(a.capture_slot == nullptr || (a.k_pool != nullptr && a.v_pool != nullptr),
+  KERNEL_REQUIRE(a.capture_slot == nullptr || (a.pool.k != nullptr && a.pool.v != nullptr),
                  "qkv_rope_append: capture without a pool");
   const int64_t warps = a.T * (a.num_heads + 2 * a.num_kv_heads);
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
