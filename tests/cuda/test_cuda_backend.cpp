@@ -207,6 +207,24 @@ CapturedFact capture_fact(Pair& p, int32_t bs, int32_t* next_block, uint32_t see
   return f;
 }
 
+// A request on both backends: a header of `len` random tokens prefilled, then `pool_slots`
+// injected after it; the injected cache rows of each backend into (kc, vc) and (kg, vg).
+InjectBatch header_then_inject(Pair& p, Seq& req, const std::vector<int64_t>& pool_slots, int32_t bs,
+                               int32_t* next_block, size_t len, uint32_t seed, std::vector<float>& kc,
+                               std::vector<float>& vc, std::vector<float>& kg, std::vector<float>& vg) {
+  Builder hdr(bs, next_block);
+  hdr.add(req, random_tokens(len, seed, static_cast<int32_t>(p.cfg.vocab_size)), false);
+  std::vector<float> lc, lg;
+  p.cpu->forward(hdr.fb, lc);
+  p.gpu->forward(hdr.fb, lg);
+  InjectBatch inj = inject_at_end(req, pool_slots, bs, next_block);
+  p.cpu->inject(inj);
+  p.gpu->inject(inj);
+  test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
+  test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
+  return inj;
+}
+
 const Variant kVariants[] = {
     {"llama_d64_g4_bs16", false, 4, 1, 64, 16, false},
     {"qwen_d128_g2_bs7", true, 4, 2, 128, 7, false},
@@ -310,16 +328,8 @@ TEST(CudaBackend, InjectionMatchesCpuAndPrefill) {
 
     // b. Request: 100-token header prefilled, the fact injected at 100..122, then a question.
     Seq req;
-    Builder hdr(bs, &next_block);
-    hdr.add(req, random_tokens(100, 71, V), false);
-    p.cpu->forward(hdr.fb, lc);
-    p.gpu->forward(hdr.fb, lg);
-    const int32_t p0 = req.len;
-    const InjectBatch inj = inject_at_end(req, pool_slots, bs, &next_block);
-    p.cpu->inject(inj);
-    p.gpu->inject(inj);
-    test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
-    test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
+    const InjectBatch inj = header_then_inject(p, req, pool_slots, bs, &next_block, 100, 71, kc, vc, kg, vg);
+    const int32_t p0 = inj.positions.front();
     test::record(tag + "/cache_k@100", test::compare(kg, kc), 1e-2);
     test::record(tag + "/cache_v@100", test::compare(vg, vc), 1e-2);
     Builder qb(bs, &next_block);
@@ -456,15 +466,7 @@ TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
     Builder eb(bs, &next_block);
     eb.add(enc, fact, true, -1, pool_slots);
     step(eb.fb, "encode");
-    Builder hdr(bs, &next_block);
-    hdr.add(req, random_tokens(60, 91, V), false);
-    p.cpu->forward(hdr.fb, lc);
-    p.gpu->forward(hdr.fb, lg);
-    const InjectBatch inj = inject_at_end(req, pool_slots, bs, &next_block);
-    p.cpu->inject(inj);
-    p.gpu->inject(inj);
-    test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
-    test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
+    header_then_inject(p, req, pool_slots, bs, &next_block, 60, 91, kc, vc, kg, vg);
     test::record(tag + "/injected_k", test::compare(kg, test::fp8_rounded(kc, D)), 5e-2);
     test::record(tag + "/injected_v", test::compare(vg, test::fp8_rounded(vc, D)), 5e-2);
     Builder qb(bs, &next_block);
@@ -501,15 +503,7 @@ TEST(CudaBackend, Fp8PoolMatchesCpuFp8Pool) {
       test::record(tag + "/written_v", test::compare(vg, cf.cpu_v), 0.0);
 
       Seq req;
-      Builder hdr(bs, &next_block);
-      hdr.add(req, random_tokens(60, 96, V), false);
-      p.cpu->forward(hdr.fb, lc);
-      p.gpu->forward(hdr.fb, lg);
-      const InjectBatch inj = inject_at_end(req, pool_slots, bs, &next_block);
-      p.cpu->inject(inj);
-      p.gpu->inject(inj);
-      test::read_cache_f32(*p.cpu, inj.dst_slots, kc, vc);
-      test::read_cache_f32(*p.gpu, inj.dst_slots, kg, vg);
+      header_then_inject(p, req, pool_slots, bs, &next_block, 60, 96, kc, vc, kg, vg);
       if (cache_fp8) {
         test::record(tag + "/injected_k", test::compare(kg, test::fp8_rounded(kc, D)), 5e-2);
         test::record(tag + "/injected_v", test::compare(vg, test::fp8_rounded(vc, D)), 1e-5);  // the same codes
