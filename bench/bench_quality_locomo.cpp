@@ -11,6 +11,9 @@
 // Prints, per configuration, mean KL(text || x) per answer token, top-1 agreement with text, and
 // the gold answer's mean negative log-likelihood per token, as a markdown table; --json writes
 // them with per-question values. bench/locomo_eval.py measures F1 (and NLL) over HTTP instead.
+// --reference-native (with an FP8 --memory-kv-dtype or --kv-cache-dtype) also runs every
+// configuration on a second engine whose pool and cache are native, and adds KL(native || x) and
+// top-1 agreement with it: the cost of FP8 storage alone, config by config.
 //
 //   bench_quality_locomo --model models/SmolLM2-135M-Instruct.Q4_1.gguf --locomo locomo10.json \
 //       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json]
@@ -28,6 +31,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -105,8 +110,8 @@ struct Config {
 };
 
 struct Acc {
-  double kl = 0, nll = 0;
-  int64_t tokens = 0, agree = 0, questions = 0, injected = 0, recomputed = 0;
+  double kl = 0, nll = 0, kl_native = 0;
+  int64_t tokens = 0, agree = 0, questions = 0, injected = 0, recomputed = 0, agree_native = 0;
   std::vector<double> kl_q, nll_q;  // per question (mean over its answer tokens)
 };
 
@@ -117,7 +122,21 @@ struct Args {
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
+  bool reference_native = false;
 };
+
+// KL(P || Q) summed over the answer tokens, and how many tokens' argmax agree.
+std::pair<double, int64_t> kl_and_agreement(const Rows& P, const Rows& Q) {
+  double kl = 0;
+  int64_t agree = 0;
+  for (size_t t = 0; t < P.size(); ++t) {
+    for (size_t v = 0; v < P[t].size(); ++v) kl += std::exp(P[t][v]) * (P[t][v] - Q[t][v]);
+    const auto ap = std::max_element(P[t].begin(), P[t].end()) - P[t].begin();
+    const auto aq = std::max_element(Q[t].begin(), Q[t].end()) - Q[t].begin();
+    agree += ap == aq;
+  }
+  return {kl, agree};
+}
 
 std::vector<const LocomoConversation*> pick(const std::vector<LocomoConversation>& all, const std::string& names) {
   std::vector<const LocomoConversation*> out;
@@ -149,12 +168,14 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache")->capture_default_str();
   app.add_option("--pool-mb", a.pool_mb, "memory pool")->capture_default_str();
   app.add_option("--json", a.json, "write the results here");
-  app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8 (CPU)")
+  app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
+  app.add_flag("--reference-native", a.reference_native,
+               "also score every config on native pool and cache: KL(native || x) per config");
   app.add_option("--prompt", a.prompt, "how the question is asked: memory | locomo")->capture_default_str()
       ->check(CLI::IsMember({"memory", "locomo"}));
   CLI11_PARSE(app, argc, argv);
@@ -164,25 +185,35 @@ int main(int argc, char** argv) {
   Model model = load_model(a.model);
   const ModelConfig& cfg = model.config;
   const bool cuda = a.device == "cuda";
-  BackendOptions bo;
-  bo.cache_fp8 = a.kv_cache_dtype == "fp8";
-  bo.num_cache_blocks = (a.kv_cache_mb << 20) / (cache_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
-  bo.pool_fp8 = a.memory_kv_dtype == "fp8";
-  bo.num_pool_blocks = (a.pool_mb << 20) / (pool_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
-  std::unique_ptr<Backend> backend;
+#ifndef INFERSCALE_HAS_CUDA
   if (cuda) {
-#ifdef INFERSCALE_HAS_CUDA
-    backend = make_cuda_backend(cfg, model.weights, bo);
-#else
     std::fprintf(stderr, "this build has no CUDA backend\n");
     return 2;
-#endif
-  } else {
-    backend = make_cpu_backend(cfg, model.weights, bo);
   }
-  EngineOptions eo;
-  eo.scheduler.max_num_batched_tokens = 2048;
-  Engine engine(std::move(backend), model.tokenizer, eo);
+#endif
+  if (a.reference_native && a.memory_kv_dtype == "native" && a.kv_cache_dtype == "native") {
+    std::fprintf(stderr, "--reference-native compares FP8 storage with native: pass --memory-kv-dtype or --kv-cache-dtype fp8\n");
+    return 2;
+  }
+  // An engine over the model with the pool and cache in these dtypes.
+  auto make_engine = [&](bool pool_fp8, bool cache_fp8) {
+    BackendOptions bo;
+    bo.cache_fp8 = cache_fp8;
+    bo.num_cache_blocks = (a.kv_cache_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
+    bo.pool_fp8 = pool_fp8;
+    bo.num_pool_blocks = (a.pool_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
+    std::unique_ptr<Backend> backend;
+#ifdef INFERSCALE_HAS_CUDA
+    if (cuda) backend = make_cuda_backend(cfg, model.weights, bo);
+#endif
+    if (!cuda) backend = make_cpu_backend(cfg, model.weights, bo);
+    EngineOptions eo;
+    eo.scheduler.max_num_batched_tokens = 2048;
+    return std::make_unique<Engine>(std::move(backend), model.tokenizer, eo);
+  };
+  std::unique_ptr<Engine> engine_ptr = make_engine(a.memory_kv_dtype == "fp8", a.kv_cache_dtype == "fp8");
+  std::unique_ptr<Engine> native = a.reference_native ? make_engine(false, false) : nullptr;
+  Engine& engine = *engine_ptr;
   const Backend& be = engine.backend();
   const Tokenizer& tok = *model.tokenizer;
 
@@ -206,6 +237,19 @@ int main(int argc, char** argv) {
     const auto ids = store->add_turns(kDefaultTenant, c->sample_id, c->sample_id, locomo_turns(*c));
     MemoryService svc(*store, retriever, model, engine.backend(), engine.blocks(), MemoryOptions{});
     for (int w : a.ws) svc.encode_facts(kDefaultTenant, c->sample_id, ids, w);  // the pool keeps them all
+    // The native reference: its own store (the same turns, so the same ids and retrievals) and pool.
+    std::unique_ptr<FactStore> ref_store;
+    std::unique_ptr<Bm25Retriever> ref_retriever;
+    std::unique_ptr<MemoryService> ref_svc;
+    if (native) {
+      ref_store = FactStore::open(dir / "native");
+      ref_retriever = std::make_unique<Bm25Retriever>(*ref_store);
+      const auto ref_ids = ref_store->add_turns(kDefaultTenant, c->sample_id, c->sample_id, locomo_turns(*c));
+      if (ref_ids != ids) throw std::runtime_error("the reference store numbered the turns differently");
+      ref_svc = std::make_unique<MemoryService>(*ref_store, *ref_retriever, model, native->backend(), native->blocks(),
+                                                MemoryOptions{});
+      for (int w : a.ws) ref_svc->encode_facts(kDefaultTenant, c->sample_id, ids, w);
+    }
     std::vector<const LocomoQa*> qs;
     for (const LocomoQa& q : c->qa)
       if (q.category >= 1 && q.category <= 4 && q.has_answer) qs.push_back(&q);
@@ -240,18 +284,17 @@ int main(int argc, char** argv) {
         x.nll_q.push_back(nll / static_cast<double>(rows.size()));
         x.injected += p.injected ? p.injected->num_injected() : 0;
         x.recomputed += p.recomputed;
+        if (native) {
+          MemoryPrompt rp;
+          const auto [d, agree] = kl_and_agreement(score(*native, *ref_svc, mr, msgs, gold, rp), rows);
+          x.kl_native += d;
+          x.agree_native += agree;
+        }
         if (cf.mode == MemoryMode::kText) text_rows = rows;
         if (cf.mode != MemoryMode::kText && !text_rows.empty() && cf.k > 0) {
-          for (size_t t = 0; t < rows.size(); ++t) {
-            const auto& P = text_rows[t];
-            const auto& Q = rows[t];
-            double d = 0;
-            for (size_t v = 0; v < P.size(); ++v) d += std::exp(P[v]) * (P[v] - Q[v]);
-            kl += d;
-            const auto ap = std::max_element(P.begin(), P.end()) - P.begin();
-            const auto aq = std::max_element(Q.begin(), Q.end()) - Q.begin();
-            x.agree += ap == aq;
-          }
+          int64_t agree = 0;
+          std::tie(kl, agree) = kl_and_agreement(text_rows, rows);
+          x.agree += agree;
           x.kl += kl;
           x.kl_q.push_back(kl / static_cast<double>(rows.size()));
         }
@@ -269,7 +312,8 @@ int main(int argc, char** argv) {
               a.convs.c_str(), model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str(),
               a.kv_cache_dtype.c_str());
   std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
-              "recomputed / fact tokens |\n|---|---|---|---|---|---|---|\n");
+              "recomputed / fact tokens |%s\n|---|---|---|---|---|---|---|%s\n",
+              native ? " KL(native \\|\\| x) per token | top-1 agreement with native |" : "", native ? "---|---|" : "");
   nlohmann::json table = nlohmann::json::array();
   for (const Config& cf : configs) {
     const Acc& x = acc[cf.name()];
@@ -280,15 +324,20 @@ int main(int argc, char** argv) {
     const double frac = x.injected + x.recomputed > 0
                             ? static_cast<double>(x.recomputed) / static_cast<double>(x.injected + x.recomputed)
                             : 0.0;
-    std::printf("| %s | %lld | %lld | %s | %s | %.4f | %s |\n", cf.name().c_str(), static_cast<long long>(x.questions),
+    const double kl_native = x.kl_native / static_cast<double>(x.tokens);
+    const double agree_native = static_cast<double>(x.agree_native) / static_cast<double>(x.tokens);
+    std::printf("| %s | %lld | %lld | %s | %s | %.4f | %s |%s\n", cf.name().c_str(), static_cast<long long>(x.questions),
                 static_cast<long long>(x.tokens), has_kl ? fmt::format("{:.4f}", kl).c_str() : "",
                 has_kl ? fmt::format("{:.1f}%", 100 * agree).c_str() : "", x.nll / static_cast<double>(x.tokens),
-                cf.mode == MemoryMode::kInject ? fmt::format("{:.1f}%", 100 * frac).c_str() : "");
+                cf.mode == MemoryMode::kInject ? fmt::format("{:.1f}%", 100 * frac).c_str() : "",
+                native ? fmt::format(" {:.5f} | {:.1f}% |", kl_native, 100 * agree_native).c_str() : "");
     table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w}, {"recompute", cf.r}, {"recompute_last", cf.m},
                      {"questions", x.questions}, {"answer_tokens", x.tokens},
                      {"kl_per_token", has_kl ? nlohmann::json(kl) : nlohmann::json(nullptr)},
                      {"top1_agreement", has_kl ? nlohmann::json(agree) : nlohmann::json(nullptr)},
-                     {"nll_per_token", x.nll / static_cast<double>(x.tokens)}, {"recomputed_fraction", frac}});
+                     {"nll_per_token", x.nll / static_cast<double>(x.tokens)}, {"recomputed_fraction", frac},
+                     {"kl_native_per_token", native ? nlohmann::json(kl_native) : nlohmann::json(nullptr)},
+                     {"top1_agreement_native", native ? nlohmann::json(agree_native) : nlohmann::json(nullptr)}});
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   std::printf("\n%.1f s in all\n", secs);
