@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -58,7 +59,9 @@ struct Args {
   bool no_pdl = false;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
-  std::string decode_attention = "default";  // CUDA: tiles | mma | simt | auto | default
+#ifdef INFERSCALE_HAS_CUDA
+  DecodeAttention decode_attention = kDefaultDecodeAttention;
+#endif
 };
 
 }  // namespace
@@ -83,9 +86,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
+#ifdef INFERSCALE_HAS_CUDA
+  const std::map<std::string, DecodeAttention> decode_kernels{{"tiles", DecodeAttention::kTensorCore},
+                                                              {"mma", DecodeAttention::kMma},
+                                                              {"simt", DecodeAttention::kSimt},
+                                                              {"auto", DecodeAttention::kAuto}};
   app.add_option("--decode-attention", a.decode_attention,
-                 "CUDA: the decode steps' attention kernel: tiles | mma | simt | auto | default")
-      ->check(CLI::IsMember({"default", "tiles", "mma", "simt", "auto"}));
+                 "CUDA: the decode steps' attention kernel: tiles | mma | simt | auto (the default)")
+      ->transform(CLI::CheckedTransformer(decode_kernels));
+#endif
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -110,13 +119,8 @@ int main(int argc, char** argv) {
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA
     auto cb = make_cuda_backend_random(cfg, 1, bo);
-    DecodeAttention kind = kDefaultDecodeAttention;
-    if (a.decode_attention == "tiles") kind = DecodeAttention::kTensorCore;
-    if (a.decode_attention == "mma") kind = DecodeAttention::kMma;
-    if (a.decode_attention == "simt") kind = DecodeAttention::kSimt;
-    if (a.decode_attention == "auto") kind = DecodeAttention::kAuto;
-    cb->set_decode_attention(kind);
-    std::printf("decode attention: %s\n", decode_attention_name(kind));
+    cb->set_decode_attention(a.decode_attention);
+    std::printf("decode attention: %s\n", decode_attention_name(a.decode_attention));
     backend = std::move(cb);
 #else
     std::fprintf(stderr, "this build has no CUDA backend\n");

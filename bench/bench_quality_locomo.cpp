@@ -138,6 +138,25 @@ std::pair<double, int64_t> kl_and_agreement(const Rows& P, const Rows& Q) {
   return {kl, agree};
 }
 
+// A conversation's memory on one engine: its turns in a store of their own (fresh, so the same turns
+// get the same ids), BM25 over them, and every turn encoded at each window into the engine's pool.
+struct ConversationMemory {
+  std::unique_ptr<FactStore> store;
+  std::unique_ptr<Bm25Retriever> retriever;
+  std::unique_ptr<MemoryService> svc;
+  std::vector<int64_t> ids;
+};
+ConversationMemory open_memory(const std::filesystem::path& dir, const LocomoConversation& c, const Model& model,
+                               Engine& engine, const std::vector<int>& windows) {
+  ConversationMemory m;
+  m.store = FactStore::open(dir);
+  m.retriever = std::make_unique<Bm25Retriever>(*m.store);
+  m.ids = m.store->add_turns(kDefaultTenant, c.sample_id, c.sample_id, locomo_turns(c));
+  m.svc = std::make_unique<MemoryService>(*m.store, *m.retriever, model, engine.backend(), engine.blocks(), MemoryOptions{});
+  for (int w : windows) m.svc->encode_facts(kDefaultTenant, c.sample_id, m.ids, w);  // the pool keeps them all
+  return m;
+}
+
 std::vector<const LocomoConversation*> pick(const std::vector<LocomoConversation>& all, const std::string& names) {
   std::vector<const LocomoConversation*> out;
   for (const auto& c : all)
@@ -232,23 +251,13 @@ int main(int argc, char** argv) {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("inferscale-quality-" + std::to_string(::getpid()) + "-" + c->sample_id);
     std::filesystem::remove_all(dir);
-    auto store = FactStore::open(dir);
-    Bm25Retriever retriever(*store);
-    const auto ids = store->add_turns(kDefaultTenant, c->sample_id, c->sample_id, locomo_turns(*c));
-    MemoryService svc(*store, retriever, model, engine.backend(), engine.blocks(), MemoryOptions{});
-    for (int w : a.ws) svc.encode_facts(kDefaultTenant, c->sample_id, ids, w);  // the pool keeps them all
-    // The native reference: its own store (the same turns, so the same ids and retrievals) and pool.
-    std::unique_ptr<FactStore> ref_store;
-    std::unique_ptr<Bm25Retriever> ref_retriever;
-    std::unique_ptr<MemoryService> ref_svc;
+    ConversationMemory mem = open_memory(dir, *c, model, engine, a.ws);
+    MemoryService& svc = *mem.svc;
+    // The native reference: the same turns (so the same ids and retrievals) in its own store and pool.
+    ConversationMemory ref;
     if (native) {
-      ref_store = FactStore::open(dir / "native");
-      ref_retriever = std::make_unique<Bm25Retriever>(*ref_store);
-      const auto ref_ids = ref_store->add_turns(kDefaultTenant, c->sample_id, c->sample_id, locomo_turns(*c));
-      if (ref_ids != ids) throw std::runtime_error("the reference store numbered the turns differently");
-      ref_svc = std::make_unique<MemoryService>(*ref_store, *ref_retriever, model, native->backend(), native->blocks(),
-                                                MemoryOptions{});
-      for (int w : a.ws) ref_svc->encode_facts(kDefaultTenant, c->sample_id, ids, w);
+      ref = open_memory(dir / "native", *c, model, *native, a.ws);
+      if (ref.ids != mem.ids) throw std::runtime_error("the reference store numbered the turns differently");
     }
     std::vector<const LocomoQa*> qs;
     for (const LocomoQa& q : c->qa)
@@ -286,7 +295,7 @@ int main(int argc, char** argv) {
         x.recomputed += p.recomputed;
         if (native) {
           MemoryPrompt rp;
-          const auto [d, agree] = kl_and_agreement(score(*native, *ref_svc, mr, msgs, gold, rp), rows);
+          const auto [d, agree] = kl_and_agreement(score(*native, *ref.svc, mr, msgs, gold, rp), rows);
           x.kl_native += d;
           x.agree_native += agree;
         }

@@ -32,16 +32,12 @@ struct InjectBatch {
   std::vector<int32_t> positions;   // [N] serving positions
 };
 
-// Bytes one token's K and V take over every layer in elements of `elem_bytes`, or (fp8) as FP8
-// E4M3 codes with an f32 scale per kv head (a byte an element and 4 a head: the CPU's FP8 pool,
-// backend/cpu/cpu_kv_store.h, and either backend's FP8 KV cache, cuda_ops.h KvCache).
-inline int64_t kv_bytes_per_token_stored(const ModelConfig& cfg, int64_t elem_bytes, bool fp8) {
-  return fp8 ? 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4) : cfg.kv_bytes_per_token(elem_bytes);
-}
-// A token's bytes in the paged KV cache or the memory pool: bf16 on the GPU, f32 on the CPU, or
-// FP8 on either. Sizes --kv-cache-mb and --memory-pool-mb into blocks.
+// A token's K and V bytes over every layer in the paged KV cache or the memory pool: bf16 on the
+// GPU, f32 on the CPU, or (fp8, either backend) E4M3 codes with an f32 scale per kv head, a byte
+// an element and 4 a head (backend/cpu/cpu_kv_store.h, cuda_ops.h KvCache). Sizes --kv-cache-mb
+// and --memory-pool-mb into blocks.
 inline int64_t kv_store_bytes_per_token(const ModelConfig& cfg, bool gpu, bool fp8) {
-  return kv_bytes_per_token_stored(cfg, gpu ? 2 : 4, fp8);
+  return fp8 ? 2 * cfg.num_layers * cfg.num_kv_heads * (cfg.head_dim + 4) : cfg.kv_bytes_per_token(gpu ? 2 : 4);
 }
 
 struct BackendOptions {

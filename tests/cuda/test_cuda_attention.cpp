@@ -33,6 +33,10 @@ struct AttnCase {
   bool fp8 = false;          // the cache in FP8 codes and scales (the tensor-core kernels)
 };
 
+// Every kernel that runs decode plans.
+constexpr cuda::AttnKernel kDecodeKernels[] = {cuda::AttnKernel::kDecodeSimt, cuda::AttnKernel::kTiles,
+                                               cuda::AttnKernel::kDecodeMma};
+
 std::string case_name(const char* fam, const AttnCase& c) {
   return std::string(fam) + "/S" + std::to_string(c.num_seqs) + "/D" + std::to_string(c.head_dim) + "/g" +
          std::to_string(c.num_heads / c.num_kv_heads) + "/bs" + std::to_string(c.block_size) + "/sms" +
@@ -154,8 +158,7 @@ TEST(CudaAttention, KvStart) {
   uint64_t seed = 3000;
   for (int32_t sms : {1, 1000}) {
     run_case({7, 128, 32, 8, 16, false, sms, false, cuda::AttnKernel::kTiles, true}, seed += 10);
-    for (const auto k : {cuda::AttnKernel::kDecodeSimt, cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma})
-      run_case({7, 64, 8, 2, 7, true, sms, false, k, true}, seed += 10);
+    for (const auto k : kDecodeKernels) run_case({7, 64, 8, 2, 7, true, sms, false, k, true}, seed += 10);
   }
 }
 
@@ -192,8 +195,7 @@ TEST(CudaAttention, DecodeOddShapes) {
       for (int32_t S : {1, 7, 17}) {
         for (int32_t bs : {16, 7}) {
           for (int32_t sms : {132, 1})
-            for (const auto k : {cuda::AttnKernel::kDecodeSimt, cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma})
-              run_case({S, D, nh, nkv, bs, true, sms, false, k}, seed += 10);
+            for (const auto k : kDecodeKernels) run_case({S, D, nh, nkv, bs, true, sms, false, k}, seed += 10);
         }
       }
     }

@@ -10,6 +10,7 @@
 // scale * log2(e), so exp2 gives the softmax.
 #include <cmath>
 
+#include "backend/cuda/attention_smem.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/launch.cuh"
@@ -20,7 +21,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kUnroll = 4;  // kv entries per stream in flight (4 x 2 x 16 bytes per thread)
-constexpr float kLog2e = 1.4426950408889634f;
 
 // G: the group rounded up to a power of two (register arrays sized at compile time).
 template <int D, int kG>

@@ -43,7 +43,7 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStep = 16;  // kv entries a warp computes at once (the MMA's rows)
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kPScale = 256.0f;  // FP8: the 2^8 that P carries with V's scales (above)
 
 // Byte sizes of one warp's pipeline. D = 128: bf16 3 stages of 8 KB (96 KB a CTA, 2 CTAs an SM);
 // FP8 3 stages of 4.1 KB (50 KB a CTA, 4 CTAs an SM: the widening makes FP8 issue-bound, so it
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   }
 
   // O^T m-tiles: o[mt][0..1] = (row g, queries 2t, 2t + 1), o[mt][2..3] = (row g + 8, ...); rows
-  // are dims (d_of below). m, l: queries 2t, 2t + 1 (l lane-partial: this lane's entries).
+  // are dims (the epilogue's d). m, l: queries 2t, 2t + 1 (l lane-partial: this lane's entries).
   float o[D / 16][4];
 #pragma unroll
   for (int mt = 0; mt < D / 16; ++mt) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     // P^T's B fragment: b0 = entries 2t, 2t + 1 of column g, b1 = entries 8 + 2t, 9 + 2t.
     uint32_t b0, b1;
     if constexpr (FP8) {
-      const float v0 = 256.0f * sc[kStep + g], v1 = 256.0f * sc[kStep + g + 8];
+      const float v0 = kPScale * sc[kStep + g], v1 = kPScale * sc[kStep + g + 8];
       b0 = movmatrix_trans(pack_f16x2(p[0] * v0, p[1] * v0));
       b1 = movmatrix_trans(pack_f16x2(p[2] * v1, p[3] * v1));
     } else {
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
       ll += wt * wo[D * 8 + 8 + r];
       acc += wt * wo[d * 8 + r];
     }
-    const float inv = ll > 0.0f ? (FP8 ? 1.0f / 256.0f : 1.0f) / ll : 0.0f;  // FP8: P carried 2^8
+    const float inv = ll > 0.0f ? (FP8 ? 1.0f / kPScale : 1.0f) / ll : 0.0f;
     const int pr = it.row_begin + r;
     if (it.partial < 0) {
       const int64_t tok = it.q_start + pr / group;

@@ -44,7 +44,6 @@ namespace {
 constexpr int kBM = kPrefillRowsPerTile;  // 64 packed rows per CTA
 constexpr int kBN = kPrefillKvChunk;      // 64 kv entries per chunk
 constexpr int kThreads = 128;             // 4 warps x 16 rows
-constexpr float kLog2e = 1.4426950408889634f;
 // kv chunks in shared memory: chunk i computed while the next kStages - 1 are in flight (bf16:
 // 3 stages; FP8: 5, the same bytes in flight); slot tables kept kLookahead chunks ahead.
 template <bool FP8>

@@ -1,9 +1,13 @@
-// Shared-memory tile addressing of the attention kernels (attention_prefill.cu,
-// attention_decode_mma.cu): rows of K / V / Q, XOR-swizzled by 16-byte chunk so that ldmatrix's 8
-// row addresses (8 consecutive rows, one chunk) fall in 8 distinct bank groups.
+// What the attention kernels share (attention_prefill.cu, attention_decode.cu,
+// attention_decode_mma.cu): the log2 domain of their softmax, and the shared-memory tile
+// addressing: rows of K / V / Q, XOR-swizzled by 16-byte chunk so that ldmatrix's 8 row addresses
+// (8 consecutive rows, one chunk) fall in 8 distinct bank groups.
 #pragma once
 
 namespace inferscale::cuda {
+
+// Scores are taken times scale * log2(e), so that exp2 gives the softmax.
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Element offset of (row, 16-byte chunk) in a swizzled [rows][D] bf16 tile (chunk' = chunk ^ (row % 8)).
 template <int D>
