@@ -3,7 +3,9 @@
 # over HTTP. Runs from the bundle (scripts/gpu_bundle.sh copies it and a stripped `inferscale`):
 #   run(command="bash .gpu/cuda/gpu_serve_check.sh", carry=[".gpu/cuda"])
 # Model: a small Llama shape with head_dim 128 (what the CUDA kernels take) and random weights,
-# the Mistral v3 tokenizer (DEVICE=cpu runs the same checks on the CPU backend). Prints one PASS/FAIL line per check; exits non-zero on any FAIL.
+# the Mistral v3 tokenizer (DEVICE=cpu runs the same checks on the CPU backend; SERVE_ARGS adds
+# `serve` flags, e.g. "--memory-kv-dtype fp8 --kv-cache-dtype fp8"). Prints one PASS/FAIL line per
+# check; exits non-zero on any FAIL.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
@@ -33,7 +35,7 @@ PORT=8123
 serve() {
   "$B" serve --model "$W/config.json" --random-weights --random-dtype bf16 --tokenizer "$HERE/data/tokenizer.model.v3" \
     --device "${DEVICE:-cuda}" --data-dir "$W/data" --kv-files --kv-cache-mb 4096 --memory-pool-mb 2048 --port $PORT \
-    > "$1" 2>&1 &
+    ${SERVE_ARGS:-} > "$1" 2>&1 &
   PID=$!
   for _ in $(seq 1 120); do
     env -u LD_LIBRARY_PATH python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health')" 2>/dev/null && break
