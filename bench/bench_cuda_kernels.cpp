@@ -124,18 +124,16 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, attention_only = false, l2_only = false;
+  bool quick = false, attention_only = false;
   int only_shape = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
-    } else if (std::strcmp(argv[i], "--l2") == 0) {
-      l2_only = true;
     } else if (std::strcmp(argv[i], "--attention") == 0) {
       attention_only = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') only_shape = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--l2])\n", argv[i]);
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]])\n", argv[i]);
       return 2;
     }
   }
@@ -144,63 +142,6 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   std::printf("device: %s\n", bench::device_name().c_str());
-
-  if (l2_only) {
-    // The linear layers with their weights cold (L2 scrubbed by a 256 MB write), prefetched into L2
-    // (cuda::l2_prefetch after the scrub, then 300 us for the prefetch to land) and hot (the same
-    // GEMM again at once). One GEMM between two events each, medians of `iters`.
-    int l2 = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    std::printf("\nL2 %.1f MB: GEMMs with cold, prefetched and hot weights (us)\n", l2 / 1e6);
-    std::printf("| GEMM | M | cold | prefetched: bulk | bulk, evict_last | lines | hot | weights MB |\n|---|---|---|---|---|---|---|---|\n");
-    DeviceBuffer scrub(256u << 20);
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    struct G {
-      const char* name;
-      int64_t N, K;
-    };
-    for (const G& gm : {G{"o_proj", 4096, 4096}, G{"qkv", 6144, 4096}, G{"gate_up, first 4096 rows", 4096, 4096 * 2},
-                        G{"down", 4096, 14336}}) {
-      DeviceBuffer w = random_bf16(gm.N * gm.K, 3);
-      for (int64_t M : {1l, 32l}) {
-        Gemm g;
-        DeviceBuffer x = random_bf16(M * gm.K, 4), y(static_cast<size_t>(M * gm.N) * 4);
-        const auto run = [&] { g.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, gm.N, gm.K, false, nullptr); };
-        const auto timed = [&](int mode) {  // 0 cold, 1 prefetched (bulk), 2 hot, 3 by lines, 4 bulk evict_last
-          std::vector<double> t;
-          for (int it = 0; it < iters + 2; ++it) {
-            if (mode == 2) {
-              run();
-            } else {
-              CUDA_CHECK(cudaMemsetAsync(scrub.data(), it & 0xff, scrub.bytes(), nullptr));
-              if (mode == 1) cuda::l2_prefetch(w.data(), static_cast<int64_t>(w.bytes()), nullptr);
-              if (mode == 3) cuda::l2_prefetch(w.data(), static_cast<int64_t>(w.bytes()), nullptr, cuda::L2PrefetchMethod::kLines);
-              if (mode == 4)
-                cuda::l2_prefetch(w.data(), static_cast<int64_t>(w.bytes()), nullptr, cuda::L2PrefetchMethod::kBulkEvictLast);
-              CUDA_CHECK(cudaDeviceSynchronize());
-              const auto t0 = std::chrono::steady_clock::now();
-              while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(300)) {
-              }
-            }
-            CUDA_CHECK(cudaEventRecord(a, nullptr));
-            run();
-            CUDA_CHECK(cudaEventRecord(b, nullptr));
-            CUDA_CHECK(cudaEventSynchronize(b));
-            float ms = 0;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-            if (it >= 2) t.push_back(ms * 1e3);
-          }
-          return bench::median(t);
-        };
-        const double cold = timed(0), pre = timed(1), hot = timed(2), lines = timed(3), last = timed(4);
-        std::printf("| %s | %ld | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", gm.name, static_cast<long>(M), cold, pre,
-                    last, lines, hot, w.bytes() / 1e6);
-      }
-    }
-    return 0;
-  }
 
   if (!attention_only) {  // sections (a)-(c)
     // Ceilings.

@@ -3,13 +3,11 @@
 //       question is prefilled, versus a full prefill of the same k * 30 + 32 tokens;
 //   (b) decode tokens/s at batch 1 and 32 (1024-token contexts), CUDA graphs and Programmatic
 //       Dependent Launch on and off;
-//   (c) a decode step's GPU time by op (eager, events between ops);
-//   (d) with --prefetch-sweep only: the L2 prefetch of o_proj / gate_up during light attentions
-//       (L2PrefetchOptions) at several budgets, TTFT and decode steps side by side.
+//   (c) a decode step's GPU time by op (eager, events between ops).
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
-// events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only] [--prefetch-sweep]
-// (--decode-only: tables (b) and (c); --prefetch-sweep: table (d) only)
+// events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only]
+// (--decode-only: tables (b) and (c))
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -21,7 +19,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_bench_common.h"
-#include "util/check.h"
 
 namespace inferscale {
 namespace {
@@ -64,16 +61,14 @@ int32_t greedy_id(const ForwardOutput& out, size_t row) { return out.ids[row]; }
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, decode_only = false, prefetch_sweep = false;
+  bool quick = false, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--decode-only") == 0) {
       decode_only = true;
-    } else if (std::strcmp(argv[i], "--prefetch-sweep") == 0) {
-      prefetch_sweep = true;
     } else {
-      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only] [--prefetch-sweep]\n");
+      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only]\n");
       return 2;
     }
   }
@@ -81,7 +76,7 @@ int main(int argc, char** argv) {
   const ModelConfig cfg = bench::llama31_8b();
   BackendOptions o;
   o.block_size = kBlock;
-  o.num_cache_blocks = prefetch_sweep ? 8192 : 4096;  // 65,536 tokens, 8.6 GB (the sweep's batches: twice)
+  o.num_cache_blocks = 4096;  // 65,536 tokens, 8.6 GB
   o.num_pool_blocks = 128;    // 2,048 fact tokens
   const double t_load = bench::now_ms();
   auto be = make_cuda_backend_random(cfg, 42, o);
@@ -105,10 +100,19 @@ int main(int argc, char** argv) {
     std::printf("encoded %d facts x %d tokens into the pool: %.2f ms GPU\n", max_k, kFactLen, be->last_gpu_ms());
   }
 
+  // (a) TTFT.
+  std::printf("\n(a) TTFT: k facts x %d tokens injected + %d-token question prefilled, vs full prefill\n", kFactLen,
+              kQuestionLen);
+  std::printf("| k | context tokens | inject+question wall ms | (GPU: inject + forward) | full prefill wall ms | (GPU) | speedup |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   const auto question = tokens(kQuestionLen, 7, V);
-  // Injection of the first k pool facts at positions [0, k * kFactLen) of a sequence at block 0,
-  // best ranked last; the question follows them.
-  const auto inject_batch = [&](int32_t k) {
+  // The last row repeats k = 50 with Programmatic Dependent Launch off, side by side.
+  const std::vector<std::pair<int32_t, bool>> ttft_rows{{5, true}, {10, true}, {20, true}, {50, true}, {50, false}};
+  for (const auto& [k, pdl] : decode_only ? std::vector<std::pair<int32_t, bool>>{} : ttft_rows) {
+    be->set_programmatic_launch(pdl);
+    const int32_t F = k * kFactLen;
+    std::vector<double> w_inj, g_inj, w_full, g_full;
+    // Facts in the request in reverse rank order (best last), positions contiguous from 0.
     InjectBatch inj;
     for (int32_t f = 0; f < k; ++f)
       for (int32_t i = 0; i < kFactLen; ++i) {
@@ -117,104 +121,9 @@ int main(int argc, char** argv) {
         inj.dst_slots.push_back(static_cast<int64_t>(pos / kBlock) * kBlock + pos % kBlock);
         inj.positions.push_back(pos);
       }
-    return inj;
-  };
-  const auto question_batch = [&](int32_t k) {
     ForwardBatch qb;
-    add_seq(qb, question, k * kFactLen, 0);
+    add_seq(qb, question, F, 0);
     qb.output = ForwardBatch::Output::kArgmax;
-    return qb;
-  };
-
-  if (prefetch_sweep) {
-    // (d) Budgets side by side in one process; the attention bound lifted, so that each budget
-    // runs at every batch and the table shows where prefetching stops paying.
-    const L2PrefetchOptions def = be->l2_prefetch();
-    std::printf("\n(d) L2 prefetch (default: budget %.1f MB a layer, attention <= %.1f MB a layer), GPU ms, medians\n",
-                def.budget / 1e6, def.max_attention / 1e6);
-    const std::vector<int32_t> batches{1, 2, 4, 8, 16, 32};
-    std::printf("| budget (MB) | TTFT k = 50 (inject + forward) |");
-    for (int32_t b : batches) std::printf(" decode b%d |", b);
-    std::printf("\n|---|---|");
-    for (size_t i = 0; i < batches.size(); ++i) std::printf("---|");
-    std::printf("\n");
-    // KB: 1 KB runs the side stream's fork and join with (nearly) nothing to prefetch.
-    const std::vector<int64_t> budgets_kb{0, 1, 16 << 10, 24 << 10, 32 << 10, 40 << 10, 48 << 10, 0};
-    const int32_t ctx = 1024, steps = quick ? 8 : 20, base = 200;
-    const int32_t blocks_per_seq = (ctx + static_cast<int32_t>(budgets_kb.size() + 2) * steps + kBlock - 1) / kBlock;
-    // One set of sequences per batch size, prefilled once; each budget decodes `steps` more tokens.
-    std::vector<std::vector<int32_t>> next(batches.size());
-    std::vector<int32_t> pos(batches.size(), ctx), first(batches.size());
-    int32_t block = base;
-    for (size_t bi = 0; bi < batches.size(); ++bi) {
-      first[bi] = block;
-      ForwardBatch pre;
-      for (int32_t s = 0; s < batches[bi]; ++s) add_seq(pre, tokens(ctx, 500 + s, V), 0, block + s * blocks_per_seq);
-      block += batches[bi] * blocks_per_seq;
-      pre.output = ForwardBatch::Output::kArgmax;
-      be->forward(pre, out);
-      next[bi].assign(out.ids.begin(), out.ids.end());
-    }
-    IS_CHECK(block <= o.num_cache_blocks, "the sweep's sequences need {} blocks", block);
-    const InjectBatch inj = inject_batch(max_k);
-    const ForwardBatch qb = question_batch(max_k);
-    struct Sweep {
-      int64_t kb;
-      int method;
-    };
-    std::vector<Sweep> sweep;
-    for (int64_t kb : budgets_kb) sweep.push_back({kb, 0});
-    for (int method : {1, 2}) sweep.push_back({32 << 10, method});
-    for (const auto& [kb, method] : sweep) {
-      be->set_l2_prefetch(L2PrefetchOptions{kb << 10, kb > 0 ? INT64_MAX : 0, method});
-      std::vector<double> ttft;
-      for (int it = 0; it < iters + 2; ++it) {
-        be->inject(inj);
-        be->forward(qb, out);
-        if (it >= 2) ttft.push_back(be->last_inject_gpu_ms() + be->last_gpu_ms());
-      }
-      std::printf("| %.3f%s | %.3f |", kb / 1024.0, method == 1 ? " lines" : method == 2 ? " evict_last" : "",
-                  bench::median(ttft));
-      for (size_t bi = 0; bi < batches.size(); ++bi) {
-        std::vector<double> g;
-        for (int32_t st = 0; st < steps; ++st, ++pos[bi]) {
-          ForwardBatch d;
-          for (int32_t s = 0; s < batches[bi]; ++s)
-            add_seq(d, {next[bi][static_cast<size_t>(s)]}, pos[bi], first[bi] + s * blocks_per_seq);
-          d.output = ForwardBatch::Output::kArgmax;
-          be->forward(d, out);
-          next[bi].assign(out.ids.begin(), out.ids.end());
-          if (st >= 3) g.push_back(be->last_gpu_ms());  // warm-up and the graph's capture
-        }
-        std::printf(" %.3f |", bench::median(g));
-      }
-      std::printf("\n");
-    }
-    be->set_l2_prefetch(def);
-    return 0;
-  }
-
-  // (a) TTFT.
-  std::printf("\n(a) TTFT: k facts x %d tokens injected + %d-token question prefilled, vs full prefill\n", kFactLen,
-              kQuestionLen);
-  std::printf("| k | context tokens | inject+question wall ms | (GPU: inject + forward) | full prefill wall ms | (GPU) | speedup |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
-  // The last rows repeat k = 50 with Programmatic Dependent Launch off and with the L2 prefetch
-  // off, side by side.
-  struct TtftRow {
-    int32_t k;
-    bool pdl, prefetch;
-  };
-  const std::vector<TtftRow> ttft_rows{{5, true, true}, {10, true, true}, {20, true, true}, {50, true, true},
-                                       {50, false, true}, {50, true, false}};
-  const L2PrefetchOptions prefetch_default = be->l2_prefetch();
-  for (const auto& [k, pdl, prefetch] : decode_only ? std::vector<TtftRow>{} : ttft_rows) {
-    be->set_programmatic_launch(pdl);
-    be->set_l2_prefetch(prefetch ? prefetch_default : L2PrefetchOptions{});
-    const int32_t F = k * kFactLen;
-    std::vector<double> w_inj, g_inj, w_full, g_full;
-    const InjectBatch inj = inject_batch(k);
-    const ForwardBatch qb = question_batch(k);
     ForwardBatch full;
     std::vector<int32_t> all = tokens(static_cast<size_t>(F), 11, V);
     all.insert(all.end(), question.begin(), question.end());
@@ -239,12 +148,10 @@ int main(int argc, char** argv) {
       }
     }
     const double a = bench::median(w_inj), b = bench::median(w_full);
-    std::printf("| %d%s%s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", k, pdl ? "" : " (PDL off)",
-                prefetch ? "" : " (L2 prefetch off)", F + kQuestionLen, a,
+    std::printf("| %d%s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", k, pdl ? "" : " (PDL off)", F + kQuestionLen, a,
                 bench::median(g_inj), b, bench::median(g_full), b / a);
   }
   be->set_programmatic_launch(true);
-  be->set_l2_prefetch(prefetch_default);
 
   // (b) Decode, with each attention kernel for single-token batches (same cache, positions go on).
   std::printf("\n(b) decode: 1024-token contexts, one token per sequence per step\n");
@@ -252,10 +159,9 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|\n");
   struct Variant {
     DecodeAttention kind;
-    bool graphs, pdl, prefetch = true;
+    bool graphs, pdl;
   };
-  const Variant variants[] = {{DecodeAttention::kAuto, true, true},       {DecodeAttention::kAuto, true, true, false},
-                              {DecodeAttention::kAuto, true, false},
+  const Variant variants[] = {{DecodeAttention::kAuto, true, true},       {DecodeAttention::kAuto, true, false},
                               {DecodeAttention::kAuto, false, true},      {DecodeAttention::kAuto, false, false},
                               {DecodeAttention::kMma, true, true},        {DecodeAttention::kTensorCore, true, true},
                               {DecodeAttention::kSimt, true, true},       {DecodeAttention::kSimt, false, true}};
@@ -270,11 +176,10 @@ int main(int argc, char** argv) {
     std::vector<int32_t> next(static_cast<size_t>(batch));
     for (int32_t s = 0; s < batch; ++s) next[static_cast<size_t>(s)] = greedy_id(out, static_cast<size_t>(s));
     int32_t pos = ctx;
-    for (const auto& [kind, graphs, pdl, prefetch] : variants) {  // side by side, on the same cache
+    for (const auto& [kind, graphs, pdl] : variants) {  // side by side, on the same cache
       be->set_decode_attention(kind);
       be->set_cuda_graphs(graphs);
       be->set_programmatic_launch(pdl);
-      be->set_l2_prefetch(prefetch ? prefetch_default : L2PrefetchOptions{});
       std::vector<double> w, g;
       for (int32_t st = 0; st < steps; ++st, ++pos) {
         ForwardBatch d;
@@ -289,8 +194,8 @@ int main(int argc, char** argv) {
         }
       }
       const double mw = bench::median(w), mg = bench::median(g);
-      std::printf("| %d | %s%s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
-                  decode_attention_name(kind), prefetch ? "" : ", L2 prefetch off", graphs ? "on" : "off",
+      std::printf("| %d | %s | %s | %s | %.2f | %.2f | %.0f | %.0f |\n", batch,
+                  decode_attention_name(kind), graphs ? "on" : "off",
                   pdl ? "on" : "off", mw, mg,
                   batch * 1000.0 / mw, batch * 1000.0 / mg);
     }
@@ -298,7 +203,6 @@ int main(int argc, char** argv) {
   be->set_decode_attention(kDefaultDecodeAttention);
   be->set_cuda_graphs(true);
   be->set_programmatic_launch(true);
-  be->set_l2_prefetch(prefetch_default);
 
   // (c) Where a step's time goes: eager, an event before each op (op_profile.h), so the ops run
   // one after the other (no overlap from PDL or graphs); summed per op over the steps. The decode

@@ -84,11 +84,6 @@ class ForwardOps {
   virtual void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) = 0;
   // y (+)= x w^T (+ bias)                      x: [M, K]; w: [N, K]; y: [M, N]
   virtual void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) = 0;
-  // A hint: ops after the next attention read `weights`, in this order. A backend may start moving
-  // them toward the processor now, alongside the ops in between (the CUDA backend prefetches them
-  // into L2 while an attention that reads little leaves memory idle). No value changes; the
-  // default does nothing.
-  virtual void prefetch(std::initializer_list<const Weight*> weights) { (void)weights; }
   virtual void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) = 0;
   // out[t, h] = softmax(q[t, h] . K / sqrt(D)) V over layer `layer`'s cache, masked as begin() said.
   virtual void attention(Act q, int32_t layer, Act out) = 0;

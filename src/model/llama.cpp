@@ -112,7 +112,6 @@ class Llama final : public Architecture {
       const Layer& L = layers_[l];
       ops.rms_norm(x, L.attn_norm, h, eps, false);
       ops.linear(h, L.wqkv, {}, qkv, false);
-      ops.prefetch({&L.wo, &L.w_gate_up});  // read after the attention, which reads no weights
       ops.qkv(qkv, L.qkv, static_cast<int32_t>(l), q);
       ops.attention(q, static_cast<int32_t>(l), attn);
       ops.linear(attn, L.wo, {}, x, /*accumulate=*/true);

@@ -81,10 +81,6 @@ class CudaBackendImpl final : public CudaBackend {
     kv.pool_slots = num_pool_blocks_ * block_size_;
     ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_,
                                             CudaTiming{ev_start_, ev_stop_, &last_gpu_ms_});
-    int device = 0, l2_bytes = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-    ops_->set_l2_prefetch(default_l2_prefetch(l2_bytes));
     arch_ = make_architecture(cfg_);
     if (weights != nullptr) {
       arch_->load(*ops_, *weights);
@@ -113,8 +109,6 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
   void set_cuda_graphs(bool on) override { graphs_ = on; }
-  void set_l2_prefetch(const L2PrefetchOptions& o) override { ops_->set_l2_prefetch(o); }
-  L2PrefetchOptions l2_prefetch() const override { return ops_->l2_prefetch(); }
   void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
   GraphStats graph_stats() const override { return ops_->graph_stats(); }
   void set_op_profile(bool on) override { ops_->profiler().set_enabled(on); }
@@ -209,7 +203,7 @@ class CudaBackendImpl final : public CudaBackend {
   bool last_was_inject_ = false;
   // CUDA graphs per (shape kind, bucket, output kind, argmax span, decode attention kernel).
   bool graphs_ = true;
-  std::map<std::tuple<int, int32_t, int, int64_t, int, bool, int64_t>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
+  std::map<std::tuple<int, int32_t, int, int64_t, int, bool>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
   ForwardBatch padded_;  // the padded batch of a graph forward (reused)
   MetaUpload meta_;   // inject and pool copies (the forward has its own, in ops_)
   DeviceBuffer io_;   // staging of pool / cache copies
@@ -264,12 +258,10 @@ void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
   // The real batch against the real cache; the padded one also reaches the scratch blocks.
   check_forward_batch(b, num_blocks_ * block_size_, block_size_, num_pool_blocks_ * block_size_, cfg_.vocab_size);
   pad_for_graph(b, shape, static_cast<int32_t>(num_blocks_), block_size_, padded_);
-  // A graph keeps the launch mode it was captured with (PDL edges or plain ones) and its L2
-  // prefetches (or none): part of the key.
+  // A graph keeps the launch mode it was captured with (PDL edges or plain ones): part of the key.
   const auto key = std::make_tuple(static_cast<int>(shape.kind), shape.bucket, static_cast<int>(b.output),
                                    argmax_span(b, cfg_.vocab_size), static_cast<int>(ops_->decode_attention()),
-                                   cuda::programmatic_launch(),
-                                   ops_->prefetches(padded_) ? ops_->l2_prefetch().budget * 4 + ops_->l2_prefetch().method : 0);
+                                   cuda::programmatic_launch());
   std::unique_ptr<ForwardGraph>& g = graphs_by_key_[key];
   if (g == nullptr) g = std::make_unique<ForwardGraph>();
   ops_->use_graph(g.get(), static_cast<int64_t>(b.output_tokens.size()));
@@ -362,11 +354,6 @@ void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const HostTe
 }
 
 }  // namespace
-
-L2PrefetchOptions default_l2_prefetch(int64_t l2_bytes) {
-  // Measured on the H200 (50 MB of L2; docs/BENCHMARKS.md run 19): see the bench's sweep.
-  return L2PrefetchOptions{l2_bytes * 3 / 4, l2_bytes / 2};
-}
 
 std::string cuda_unsupported_reason(const ModelConfig& cfg) {
   if (cfg.arch == Arch::kBert)

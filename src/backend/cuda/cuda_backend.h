@@ -55,19 +55,6 @@ inline const char* decode_attention_name(DecodeAttention k) {
   return "?";
 }
 
-// The forward's L2 prefetch (ForwardOps::prefetch, cuda_forward_ops.cpp): in a forward whose
-// attention reads at most `max_attention` bytes a layer (K and V of every sequence's entries), the
-// weights the architecture names (o_proj, then gate_up) are prefetched into L2 on a side stream
-// while the QKV kernel and the attention run, up to `budget` bytes a layer; the GEMMs after the
-// attention then read them from L2. Budget 0: off (no side stream work at all). No value changes.
-struct L2PrefetchOptions {
-  int64_t budget = 0;
-  int64_t max_attention = 0;
-  int method = 0;  // cuda::L2PrefetchMethod (cuda_ops.h)
-};
-// What a backend starts with, from the device's L2 size.
-L2PrefetchOptions default_l2_prefetch(int64_t l2_bytes);
-
 // Forwards of the graph path (CudaBackend::graph_stats): eager runs that sized a bucket's
 // buffers, captures, replays.
 struct GraphStats {
@@ -80,8 +67,6 @@ class CudaBackend : public Backend {
   // CUDA graphs for decode steps and short prefills (graph_batch.h; on unless
   // BackendOptions::cuda_graphs is false).
   virtual void set_cuda_graphs(bool on) = 0;
-  virtual void set_l2_prefetch(const L2PrefetchOptions& o) = 0;
-  virtual L2PrefetchOptions l2_prefetch() const = 0;
   // Programmatic Dependent Launch of the forward's kernels (launch.cuh; on unless
   // BackendOptions::programmatic_launch is false). Process-wide: the kernels' launchers read it.
   virtual void set_programmatic_launch(bool on) = 0;

@@ -32,22 +32,6 @@ CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTab
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-}
-
-CudaForwardOps::~CudaForwardOps() {
-  cudaEventDestroy(join_);
-  cudaEventDestroy(fork_);
-  cudaStreamDestroy(side_);
-}
-
-cudaError_t CudaForwardOps::join_side() noexcept {
-  if (!forked_) return cudaSuccess;
-  forked_ = false;
-  const cudaError_t e = cudaEventRecord(join_, side_);
-  return e != cudaSuccess ? e : cudaStreamWaitEvent(stream_, join_, 0);
 }
 
 Weight CudaForwardOps::matrix(std::initializer_list<const HostTensor*> parts) {
@@ -78,7 +62,6 @@ void CudaForwardOps::use_graph(ForwardGraph* g, int64_t output_rows) {
 }
 
 void CudaForwardOps::abort_graph() noexcept {
-  (void)join_side();  // a capture ends only with its side stream joined
   if (phase_ == Phase::kCapture) {
     cudaGraph_t g = nullptr;
     cudaStreamEndCapture(stream_, &g);  // invalidated or not, the stream leaves capture mode
@@ -107,8 +90,6 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   check_forward_batch(b, cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
   IS_REQUIRE(mask == AttnMask::kCausal, kUnsupported, "the CUDA backend's attention is causal only (encoders run on the CPU backend)");
   batch_ = &b;
-  CUDA_CHECK(join_side());  // a forward that threw after prefetch() left its side work unjoined
-  prefetch_on_ = false;
   ws_ = graph_ != nullptr ? &graph_ws_ : &eager_;
   phase_ = Phase::kEager;
   const int64_t T = b.num_tokens();
@@ -155,9 +136,6 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
                      cap.items, cap.partials, cap.merges, merge_rows};
   }
   const std::vector<int32_t> counts{static_cast<int32_t>(plan.items.size()), static_cast<int32_t>(plan.merges.size())};
-
-  prefetch_on_ = prefetches(b);
-  if (graph_ != nullptr) graph_launch_.push_back(prefetch_on_ ? l2_.budget * 4 + l2_.method : 0);  // what the capture prefetches
 
   std::vector<int64_t> capture(b.capture_tokens.empty() ? 0 : static_cast<size_t>(T), -1);  // [T] pool slot or -1
   for (size_t c = 0; c < b.capture_tokens.size(); ++c) capture[static_cast<size_t>(b.capture_tokens[c])] = b.capture_slots[c];
@@ -280,33 +258,6 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
   }
 }
 
-bool CudaForwardOps::prefetches(const ForwardBatch& b) const {
-  if (l2_.budget <= 0) return false;
-  // K and V of every sequence's entries [kv_start, last position], a layer.
-  int64_t entries = 0;
-  for (int32_t s = 0; s < b.num_seqs(); ++s)
-    entries += b.positions[static_cast<size_t>(b.q_indptr[s + 1] - 1)] + 1 - (b.kv_start.empty() ? 0 : b.kv_start[s]);
-  const int64_t NKV = cfg_.num_kv_heads, D = cfg_.head_dim;
-  const int64_t entry_bytes = kv_.cache.fp8 ? 2 * NKV * (D + 4) : 2 * NKV * D * 2;
-  return entries * entry_bytes <= l2_.max_attention;
-}
-
-void CudaForwardOps::prefetch(std::initializer_list<const Weight*> weights) {
-  if (skip() || !prefetch_on_) return;
-  // The side stream starts after what stream_ has so far (the weights never change, but the
-  // prefetch is meant to run beside the ops that follow, not before the ones that precede).
-  CUDA_CHECK(cudaEventRecord(fork_, stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
-  forked_ = true;
-  int64_t left = l2_.budget;
-  for (const Weight* wt : weights) {
-    const int64_t bytes = std::min(left, wt->rows * wt->cols * static_cast<int64_t>(sizeof(bf16)));
-    if (bytes <= 0) break;
-    cuda::l2_prefetch(wt->impl, bytes, side_, static_cast<cuda::L2PrefetchMethod>(l2_.method));
-    left -= bytes;
-  }
-}
-
 void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
   if (skip()) return;
   mark("qkv_rope_append");
@@ -375,7 +326,6 @@ void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
 }
 
 void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
-  CUDA_CHECK(join_side());
   if (phase_ == Phase::kCapture) {
     cudaGraph_t g = nullptr;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &g));

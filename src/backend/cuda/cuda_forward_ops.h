@@ -74,16 +74,6 @@ class CudaForwardOps final : public ForwardOps {
  public:
   CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size, cudaStream_t stream,
                  CudaTiming timing);
-  ~CudaForwardOps() override;
-  CudaForwardOps(const CudaForwardOps&) = delete;
-  CudaForwardOps& operator=(const CudaForwardOps&) = delete;
-
-  // Takes effect from the next forward (a graph whose forward changes prefetching is captured again).
-  void set_l2_prefetch(const L2PrefetchOptions& o) { l2_ = o; }
-  const L2PrefetchOptions& l2_prefetch() const { return l2_; }
-  // Whether a forward of `b` prefetches (its attention reads at most l2_prefetch().max_attention
-  // bytes a layer); a graph's key holds it, so both kinds of a bucket stay captured.
-  bool prefetches(const ForwardBatch& b) const;
 
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
@@ -109,7 +99,6 @@ class CudaForwardOps final : public ForwardOps {
   void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) override;
   void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) override;
   void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) override;
-  void prefetch(std::initializer_list<const Weight*> weights) override;
   void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
   void attention(Act q, int32_t layer, Act out) override;
   void silu_mul(Act gu, Act out) override;
@@ -160,13 +149,6 @@ class CudaForwardOps final : public ForwardOps {
   int64_t graph_rows_ = 0;
   Phase phase_ = Phase::kEager;
   GraphStats stats_;
-  // prefetch(): forked off stream_ at each call (fork_), joined back in finish() (join_).
-  L2PrefetchOptions l2_;
-  cudaStream_t side_ = nullptr;
-  cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  bool prefetch_on_ = false;  // this forward prefetches (begin(): l2_ and its attention's bytes)
-  bool forked_ = false;       // side_ has work of this forward to join
-  cudaError_t join_side() noexcept;  // stream_ waits for side_'s work of this forward
   // Per forward (begin()).
   const ForwardBatch* batch_ = nullptr;
   cuda::AttnKernel attn_kernel_ = cuda::AttnKernel::kTiles;

@@ -204,16 +204,6 @@ size_t similarity_topk_workspace_bytes(int64_t N, int32_t k);
 void similarity_topk(const void* matrix, bool matrix_bf16, const float* query, int64_t N, int64_t D, int32_t k,
                      int32_t* out_ids, float* out_scores, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// A hint to the memory system: starts moving bytes [p, p + bytes) of device memory into L2 (the
-// kernel issues and exits; the memory system goes on). Changes no value anywhere, so its CPU twin
-// is nothing; the forward runs it on a side stream while an attention that reads little leaves
-// HBM idle (CudaForwardOps::prefetch). Bytes outside the 16-byte aligned part are skipped.
-//   kBulk           cp.async.bulk.prefetch.L2 (sm_90) of 32 KB pieces from up to 32 warps
-//   kBulkEvictLast  the same with an L2::evict_last cache policy
-//   kLines          prefetch.global.L2 of every 128-byte line from 32 blocks of 256 threads
-enum class L2PrefetchMethod { kBulk, kBulkEvictLast, kLines };
-void l2_prefetch(const void* p, int64_t bytes, cudaStream_t stream, L2PrefetchMethod method = L2PrefetchMethod::kBulk);
-
 // Seeded fill for benchmarks: normal(mean, std) rounded to bf16 (counter-based hash, deterministic).
 void fill_random_bf16(bf16* p, int64_t n, uint64_t seed, float mean, float std, cudaStream_t stream);
 void fill_f32(float* p, int64_t n, float value, cudaStream_t stream);
