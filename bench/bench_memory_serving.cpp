@@ -254,17 +254,19 @@ int main(int argc, char** argv) {
     double ttft_sum = 0, gpu_ms = 0;
     int64_t out_tokens = 0, steps = 0;
     while (engine.has_unfinished()) {
-      const int64_t injected = engine.stats().tokens_injected;
+      const EngineStats before = engine.stats();
       for (const RequestOutput& o : engine.step()) {
         if (o.error) std::rethrow_exception(o.error);
         out_tokens += static_cast<int64_t>(o.new_tokens.size());
         if (o.ttft_s > 0) ttft_sum += o.ttft_s;
       }
+      const EngineStats after = engine.stats();
+      if (after.steps == before.steps) continue;  // nothing was scheduled: no forward ran
       ++steps;
 #ifdef INFERSCALE_HAS_CUDA
       if (gpu != nullptr) {  // the step's forward, and its injection if it had one
         gpu_ms += gpu->last_gpu_ms();
-        if (engine.stats().tokens_injected != injected) gpu_ms += gpu->last_inject_gpu_ms();
+        if (after.tokens_injected != before.tokens_injected) gpu_ms += gpu->last_inject_gpu_ms();
       }
 #endif
     }
@@ -274,7 +276,7 @@ int main(int argc, char** argv) {
     // the GPU waits (steps are synchronous).
     if (gpu_ms > 0) {
       char line[256];
-      std::snprintf(line, sizeof line, "%s: %lld steps, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%%\n",
+      std::snprintf(line, sizeof line, "%s: %lld forwards, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%%\n",
                     memory_mode_name(mode), static_cast<long long>(steps), wall * 1e3 / steps, gpu_ms / steps,
                     100.0 * (1.0 - gpu_ms / (wall * 1e3)));
       step_lines += line;
