@@ -95,7 +95,7 @@ void run_serve(const ServeArgs& a) {
 
   const bool gpu = picks_cuda(a.model, cfg);
   // bf16 on the GPU, f32 on the CPU, or FP8 codes and scales (--kv-cache-dtype fp8)
-  const int64_t kv_per_token = kv_store_bytes_per_token(cfg, gpu, a.model.kv_cache_dtype == "fp8");
+  const int64_t kv_per_token = kv_store_bytes_per_token(cfg, gpu, a.model.kv_cache_fp8());
   const int64_t cache_tokens = engine.num_blocks() * engine.block_size();
   const WeightStats ws = weight_stats(model.weights);
   spdlog::info("memory: weights {:.1f} MiB as stored ({}), KV cache {:.1f} MiB = {} blocks of {} tokens ({} tokens, "

@@ -123,10 +123,10 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.block_size = a.block_size;
   bo.cache_memory_bytes = (a.kv_cache_mb > 0 ? a.kv_cache_mb : gpu ? 32768 : 512) << 20;
   // KV element size: bf16 on the GPU, f32 on the CPU; an FP8 pool as codes and a scale per kv head.
-  bo.pool_fp8 = a.memory_kv_dtype == "fp8";
+  bo.pool_fp8 = a.memory_kv_fp8();
   const int64_t block_bytes = kv_store_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
-  bo.cache_fp8 = a.kv_cache_dtype == "fp8";
+  bo.cache_fp8 = a.kv_cache_fp8();
   bo.num_threads = a.threads;
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;

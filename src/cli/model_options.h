@@ -26,6 +26,8 @@ struct ModelArgs {
   bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
   std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8
   std::string kv_cache_dtype = "native";   // --kv-cache-dtype: native | fp8
+  bool memory_kv_fp8() const { return memory_kv_dtype == "fp8"; }
+  bool kv_cache_fp8() const { return kv_cache_dtype == "fp8"; }
   int32_t max_batched_tokens = 2048;
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;
