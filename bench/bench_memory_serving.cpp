@@ -250,6 +250,7 @@ int main(int argc, char** argv) {
   int mi = 0;
   for (MemoryMode mode : {MemoryMode::kInject, MemoryMode::kText}) {
     const auto t0 = Clock::now();
+    const int64_t overlapped0 = engine.stats().tickets_overlapped;
     for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, nullptr);
     double ttft_sum = 0, gpu_ms = 0;
     int64_t out_tokens = 0, steps = 0;
@@ -276,9 +277,12 @@ int main(int argc, char** argv) {
     // the GPU waits (steps are synchronous).
     if (gpu_ms > 0) {
       char line[256];
-      std::snprintf(line, sizeof line, "%s: %lld forwards, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%%\n",
+      std::snprintf(line, sizeof line,
+                    "%s: %lld forwards, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%%; "
+                    "%lld ticket asks beside a running forward (%d requests)\n",
                     memory_mode_name(mode), static_cast<long long>(steps), wall * 1e3 / steps, gpu_ms / steps,
-                    100.0 * (1.0 - gpu_ms / (wall * 1e3)));
+                    100.0 * (1.0 - gpu_ms / (wall * 1e3)),
+                    static_cast<long long>(engine.stats().tickets_overlapped - overlapped0), a.users);
       step_lines += line;
     }
     rps[mi++] = a.users / wall;

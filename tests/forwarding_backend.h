@@ -1,5 +1,6 @@
 // A Backend that hands every call to another one: test wrappers derive from it and override what
-// they watch or change (forward, mostly).
+// they watch or change (forward, mostly). It computes each forward whole (the Backend defaults of
+// launch_forward / wait_forward), so an override of forward() sees every forward.
 #pragma once
 #include <memory>
 #include <string>

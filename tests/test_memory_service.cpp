@@ -8,6 +8,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
+#include <map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -21,6 +23,7 @@
 #include "tensor/dtype.h"
 #include "test_fact_store_util.h"
 #include "kv_rows_test_util.h"
+#include "deferring_backend.h"
 
 using namespace inferscale;
 using inferscale::testing::expect_error;
@@ -334,6 +337,114 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
   EXPECT_GT(s.engine->stats().tokens_captured, 4 * (kBudget - 3) / 2);
   EXPECT_EQ(cold_tokens, alone) << "batched with decodes and captures == alone";
   EXPECT_EQ(t->prompt().encoded, 4);
+}
+
+// The stack's engine and service again over a backend that overlaps its forwards with the host
+// (tickets are then resolved beside them); returns it.
+test_support::DeferringBackend* with_overlap(Stack& s, int busy_polls, MemoryOptions mo = {}) {
+  s.service.reset();
+  BackendOptions bo;
+  bo.num_cache_blocks = 512;
+  bo.num_pool_blocks = 256;
+  auto be = std::make_unique<test_support::DeferringBackend>(make_cpu_backend(demo().config, demo().weights, bo), busy_polls);
+  test_support::DeferringBackend* out = be.get();
+  s.engine = std::make_unique<Engine>(std::move(be), demo().tokenizer, EngineOptions{});
+  s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
+  return out;
+}
+
+// With a backend that overlaps its forward (the GPU's), tickets arriving at a busy engine are
+// resolved while its forward runs, as many as the device's time covers (here: one more per poll
+// that finds it busy), the rest in the next steps, first in line. Each request is still served
+// exactly as alone: cold ones (their facts encoded as captures), warm ones, text ones, a ticket
+// that is refused.
+TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
+  const std::vector<std::vector<ChatMessage>> asks{
+      kAsk, {{"user", "Where does Alice work?"}}, {{"user", "What instrument is Alice learning?"}}, kAsk};
+  const std::vector<MemoryRequest> reqs{req(MemoryMode::kInject, 4, 2), req(MemoryMode::kInject, 2, 2),
+                                        req(MemoryMode::kText, 3, 2), req(MemoryMode::kInject, 3, 0)};
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    TempDir other;
+    Stack a(other.path());
+    add_alice(*a.store);
+    alone.push_back(run_ticket(a, reqs[i], 6, asks[i]).tokens);
+  }
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  constexpr int kBusyPolls = 1;
+  test_support::DeferringBackend* be = with_overlap(s, kBusyPolls);
+  std::vector<int64_t> running;
+  for (int i = 0; i < 2; ++i) running.push_back(s.engine->add_request(plain_tokens({{"user", "Hi " + std::to_string(i)}}), greedy(60)));
+  s.engine->step();
+  s.engine->step();
+  // Every ticket at once, and one refused at its resolve (k past the limit).
+  std::vector<int64_t> ids;
+  int ready_beside_a_forward = 0;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    auto t = s.service->ticket(reqs[i], PromptSource::of_chat(asks[i]));
+    ids.push_back(s.engine->add_memory_request(
+        std::make_shared<ChainedTicket>(t, [&](MemoryPlan&) { ready_beside_a_forward += be->pending() ? 1 : 0; }), greedy(6)));
+  }
+  MemoryRequest bad = req(MemoryMode::kInject);
+  bad.k = MemoryRequest::kMaxK + 1;
+  const int64_t refused = s.engine->add_memory_request(s.service->ticket(bad, PromptSource::of_chat(kAsk)), greedy(6));
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::set<int64_t> done;
+  bool refused_seen = false;
+  for (int guard = 0; guard < 300 && s.engine->has_unfinished(); ++guard) {
+    const int64_t asked = s.engine->stats().tickets_overlapped;
+    for (const RequestOutput& o : s.engine->step()) {
+      if (o.id == refused) {
+        refused_seen = true;
+        EXPECT_TRUE(o.error) << "the refused ticket ends with its error";
+        continue;
+      }
+      EXPECT_FALSE(o.error);
+      got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+      if (o.finished) done.insert(o.id);
+    }
+    EXPECT_LE(s.engine->stats().tickets_overlapped - asked, kBusyPolls + 1) << "asked only while the forward ran";
+  }
+  EXPECT_TRUE(refused_seen);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_TRUE(done.count(ids[i])) << "request " << i;
+    EXPECT_EQ(got[ids[i]], alone[i]) << "request " << i << " served beside others and a forward == alone";
+  }
+  for (int64_t id : running) EXPECT_EQ(got[id].size(), 58u) << "running requests decoded throughout";
+  EXPECT_GE(s.engine->stats().tickets_overlapped, 5);
+  EXPECT_EQ(ready_beside_a_forward, 4) << "every ticket became ready while a forward was pending";
+  for (const MemoryRequest& r : reqs) EXPECT_EQ(pins_of(s, r), 0);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
+// An idle engine does not wait a step for a ticket: it resolves it before its first forward, so
+// a lone request's first token comes in the first step, as with a backend that does not overlap;
+// facts loaded from KV files there (a pool write) are written before the forward reads them.
+TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
+  TempDir dir;
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  std::vector<int32_t> alone;
+  {
+    Stack s(dir.path());
+    add_alice(*s.store);
+    alone = run_ticket(s, r, 6).tokens;  // leaves the facts' KV files
+  }
+  Stack s(dir.path());
+  test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+  auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  const int64_t id = s.engine->add_memory_request(t, greedy(6));
+  const auto first = s.engine->step();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].id, id);
+  EXPECT_EQ(first[0].new_tokens.size(), 1u) << "the first step computed the prompt";
+  EXPECT_EQ(s.engine->stats().tickets_overlapped, 0);
+  EXPECT_EQ(t->prompt().loaded, 4);
+  std::vector<int32_t> tokens = first[0].new_tokens;
+  for (const RequestOutput& o : s.engine->run_to_completion()) tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+  EXPECT_EQ(tokens, alone);
+  EXPECT_GT(be->launches, 0);
 }
 
 // Two requests that need the same cold facts share one encoding: the second waits for the

@@ -84,6 +84,16 @@ class Backend {
     forward(batch, out);
     values.swap(out.values);
   }
+  // A forward in two halves, so that the engine's host work overlaps the device's compute:
+  // launch_forward() queues it (`out` is filled by wait_forward() and must live until then),
+  // forward_running() says whether the device is still computing it, wait_forward() completes it
+  // (nothing with none pending). A backend that computes on the host (overlaps_forward() false)
+  // does it all in launch_forward(). Every other call on a backend that overlaps completes a
+  // pending forward first, so only host work ever runs beside one.
+  virtual bool overlaps_forward() const { return false; }
+  virtual void launch_forward(const ForwardBatch& batch, ForwardOutput& out) { forward(batch, out); }
+  virtual bool forward_running() { return false; }
+  virtual void wait_forward() {}
   virtual void inject(const InjectBatch& batch) = 0;
 
   // Host copies of memory-pool slots (KV files, tests) in pool_dtype(), never converted:

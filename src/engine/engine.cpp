@@ -139,10 +139,13 @@ void Engine::add_capture(CaptureSeq c, const Request* before, bool background) {
   scheduler_.add(r, before);
 }
 
-void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
+void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how) {
   std::vector<int64_t> still;
   bool waits = false;
-  for (size_t i = 0; i < resolving_.size(); ++i) {
+  size_t i = 0;
+  for (; i < resolving_.size(); ++i) {
+    if (i > 0 && how == Resolve::kWhileBusy && !backend_->forward_running()) break;
+    if (how == Resolve::kWhileBusy) ++stats_.tickets_overlapped;
     auto it = live_.find(resolving_[i]);
     if (it == live_.end()) continue;  // aborted meanwhile
     Request* r = it->second.req.get();
@@ -154,6 +157,10 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
         set_prompt(*r, std::move(plan.prompt), std::move(plan.injected));
         r->memory_ready = true;
         r->memory->admitted();
+        if (how == Resolve::kFirstReady) {
+          ++i;
+          break;
+        }
         continue;
       }
       for (CaptureSeq& c : plan.encode) add_capture(std::move(c), r);
@@ -171,6 +178,8 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs) {
       outs.push_back(std::move(o));
     }
   }
+  // Those not asked keep their turn, ahead of those asked and still unresolved.
+  still.insert(still.begin(), resolving_.begin() + static_cast<std::ptrdiff_t>(i), resolving_.end());
   resolving_ = std::move(still);
   // A request waiting for facts that may be background work: that work is no longer low priority.
   if (waits && scheduler_.num_background() > 0) scheduler_.promote_background();
@@ -252,9 +261,16 @@ RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::option
 
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outs;
-  if (!resolving_.empty()) resolve_memory(outs);
+  // Memory tickets: a backend that overlaps its forward with the host gets them resolved while the
+  // device computes (below), except those an idle engine needs before it can start at all.
+  const bool overlap = backend_->overlaps_forward();
+  if (!resolving_.empty() && (!overlap || !scheduler_.has_ready_work()))
+    resolve_memory(outs, overlap ? Resolve::kFirstReady : Resolve::kAll);
   SchedulerOutput plan = scheduler_.schedule();
-  if (plan.seqs.empty()) return outs;
+  if (plan.seqs.empty()) {
+    if (!resolving_.empty() && overlap) resolve_memory(outs, Resolve::kAll);  // nothing runs to overlap
+    return outs;
+  }
   const int32_t bs = blocks_.block_size();
   auto slot_of = [bs](const Request* r, int32_t i) {
     return static_cast<int64_t>(r->block_table[static_cast<size_t>(i / bs)]) * bs + i % bs;
@@ -328,7 +344,18 @@ std::vector<RequestOutput> Engine::step() {
       for (const Row& w : rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
   }
   ForwardOutput fo;
-  backend_->forward(fb, fo);
+  backend_->launch_forward(fb, fo);
+  if (overlap && !resolving_.empty()) {
+    // Their prompts are scheduled from the next step on. Between schedule() and finish_step()
+    // this only adds waiting work (captures) or removes unscheduled requests (rejected tickets).
+    try {
+      resolve_memory(outs, Resolve::kWhileBusy);
+    } catch (...) {
+      backend_->wait_forward();
+      throw;
+    }
+  }
+  backend_->wait_forward();
   const std::vector<float>& logits = fo.values;
   scheduler_.finish_step(plan);
   ++stats_.steps;

@@ -58,6 +58,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
   int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
+  int64_t tickets_overlapped = 0;  // memory tickets asked while a forward ran on the device
 };
 
 class Engine {
@@ -110,8 +111,13 @@ class Engine {
   void check_prompt(const std::vector<int32_t>& prompt, const SamplingParams& sp,
                     std::optional<InjectedSpan>& injected) const;
   Live& add_live(std::unique_ptr<Request> req);
-  // Asks every unresolved request's ticket (arrival order); rejected ones yield an error output.
-  void resolve_memory(std::vector<RequestOutput>& outs);
+  // Asks unresolved requests' tickets, in arrival order from the first not asked since; those
+  // still unresolved go to the back. Rejected ones yield an error output. How many are asked:
+  //   kAll        every one
+  //   kFirstReady until one becomes ready (an idle engine starts its forward soonest)
+  //   kWhileBusy  while the backend's forward runs (at least one): host work beside the device's
+  enum class Resolve { kAll, kFirstReady, kWhileBusy };
+  void resolve_memory(std::vector<RequestOutput>& outs, Resolve how);
   void add_capture(CaptureSeq c, const Request* before, bool background = false);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
   RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);

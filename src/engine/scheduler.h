@@ -56,6 +56,11 @@ class Scheduler {
   bool empty() const {
     return waiting_.empty() && running_.empty() && background_waiting_.empty() && background_running_.empty();
   }
+  // Whether schedule() has anything to plan besides requests whose memory is unresolved.
+  bool has_ready_work() const {
+    return !running_.empty() || num_background() > 0 ||
+           std::any_of(waiting_.begin(), waiting_.end(), [](const Request* r) { return r->memory_ready; });
+  }
   // Background captures queued or running.
   size_t num_background() const { return background_waiting_.size() + background_running_.size(); }
   // Every background capture becomes ordinary work (a request waits for one of them), in order.

@@ -649,6 +649,66 @@ void check_graphed_ids(CudaBackend& be, const ForwardBatch& fb, const std::vecto
   for (size_t r = 0; r < n; ++r) EXPECT_EQ(ids[r], want[r]) << what << " sampled row " << r;
 }
 
+// A forward in two halves (Backend::launch_forward) is the forward: launched, polled while it
+// runs, then waited for, it gives exactly forward()'s output (logits, and argmax ids through a
+// graph); any other call while one is pending (a cache read, another launch, the GPU time)
+// completes it first, its output whole; a wait with nothing pending does nothing.
+TEST(CudaBackend, LaunchedForwardEqualsForward) {
+  REQUIRE_GPU();
+  const Variant& v = kVariants[0];
+  Pair p = make_pair(v, 256, 0);
+  CudaBackend& be = *p.gpu;
+  EXPECT_TRUE(be.overlaps_forward());
+  const int32_t V = static_cast<int32_t>(p.cfg.vocab_size);
+  int32_t next_block = 0;
+  Seq a, b;
+  Builder pre(v.block_size, &next_block);
+  pre.add(a, random_tokens(333, 5, V));
+  pre.add(b, random_tokens(77, 6, V));
+  // The same batch again writes the same KV: its output is the same each time.
+  std::vector<float> want;
+  be.forward(pre.fb, want);
+  ForwardOutput got;
+  be.launch_forward(pre.fb, got);
+  EXPECT_TRUE(got.values.empty()) << "nothing is filled before the wait";
+  int polls = 0;
+  while (be.forward_running() && polls < 1000000) ++polls;
+  be.wait_forward();
+  EXPECT_EQ(got.values, want) << "launched and waited for == forward()";
+  test::note("launch/polls_while_running", std::to_string(polls));
+  be.wait_forward();  // nothing pending
+  EXPECT_EQ(got.values, want);
+
+  // A cache read while a forward is pending waits for it (and reads what it wrote).
+  ForwardOutput pending;
+  be.launch_forward(pre.fb, pending);
+  HostTensor k, v_rows;
+  be.read_cache({0, 1, 2}, k, v_rows);
+  EXPECT_EQ(pending.values, want) << "the read completed the forward first";
+  EXPECT_FALSE(be.forward_running());
+  // Another launch completes the pending one; the GPU time waits for the second.
+  ForwardOutput first, second;
+  be.launch_forward(pre.fb, first);
+  be.launch_forward(pre.fb, second);
+  EXPECT_EQ(first.values, want);
+  EXPECT_GT(be.last_gpu_ms(), 0.0f);
+  EXPECT_EQ(second.values, want);
+
+  // A decode step through its graph, argmax ids: launched == forward().
+  Builder d(v.block_size, &next_block);
+  d.add(a, random_tokens(1, 7, V));
+  d.add(b, random_tokens(1, 8, V));
+  d.fb.output = ForwardBatch::Output::kArgmax;
+  d.fb.argmax_vocab = V;
+  ForwardOutput ids_want, ids_got;
+  for (int i = 0; i < 4; ++i) be.forward(d.fb, ids_want);  // warm-up, capture, replays
+  be.launch_forward(d.fb, ids_got);
+  be.wait_forward();
+  EXPECT_EQ(ids_got.ids, ids_want.ids);
+  EXPECT_EQ(ids_got.ids.size(), 2u);
+  EXPECT_GT(be.graph_stats().replays, 0);
+}
+
 // CUDA graphs (graph_batch.h): a decode step replayed from its bucket's graph equals the same step
 // run eagerly, through warm-up, capture and replays, with split-KV plans that change between
 // replays, both decode attention kernels, every output kind, and a recapture after a bigger bucket

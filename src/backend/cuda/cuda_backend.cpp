@@ -112,11 +112,18 @@ class CudaBackendImpl final : public CudaBackend {
   void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
   GraphStats graph_stats() const override { return ops_->graph_stats(); }
   void set_op_profile(bool on) override { ops_->profiler().set_enabled(on); }
-  std::vector<OpTime> op_profile() const override { return ops_->profiler().totals(); }
+  std::vector<OpTime> op_profile() const override {
+    ops_->complete();  // a pending forward's ops are collected when it completes
+    return ops_->profiler().totals();
+  }
   // A forward's time is ready when it returns (it waited for its output); an injection's events
   // are recorded without waiting on them, and read here, once.
-  float last_gpu_ms() const override { return last_was_inject_ ? last_inject_gpu_ms() : last_gpu_ms_; }
+  float last_gpu_ms() const override {
+    ops_->complete();
+    return last_was_inject_ ? last_inject_gpu_ms() : last_gpu_ms_;
+  }
   float last_inject_gpu_ms() const override {
+    ops_->complete();
     if (inject_pending_) {
       CUDA_CHECK(cudaEventSynchronize(ev_inject_stop_));
       CUDA_CHECK(cudaEventElapsedTime(&inject_ms_, ev_inject_start_, ev_inject_stop_));
@@ -130,9 +137,19 @@ class CudaBackendImpl final : public CudaBackend {
                                 k_pool_.bytes() + v_pool_.bytes() + k_pool_scale_.bytes() + v_pool_scale_.bytes());
   }
 
-  void forward(const ForwardBatch& b, ForwardOutput& out) override;
+  // forward() is launch_forward() and wait_forward(); every call below that uses the stream or
+  // its buffers completes a pending forward first (Backend::launch_forward).
+  void forward(const ForwardBatch& b, ForwardOutput& out) override {
+    launch_forward(b, out);
+    wait_forward();
+  }
+  bool overlaps_forward() const override { return true; }
+  void launch_forward(const ForwardBatch& b, ForwardOutput& out) override;
+  bool forward_running() override { return ops_->running(); }
+  void wait_forward() override { ops_->complete(); }
   void inject(const InjectBatch& b) override;
   void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
+    ops_->complete();
     check_slots(slots, num_pool_blocks_, "pool");
     if (pool_fp8_) {
       read_fp8_rows(pool_view(), pool_layer_stride_, slots, k, v);
@@ -141,6 +158,7 @@ class CudaBackendImpl final : public CudaBackend {
     }
   }
   void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
+    ops_->complete();
     check_slots(slots, num_blocks_, "cache");
     if (cache_fp8_) {
       read_fp8_rows(cache_view(), cache_layer_stride_, slots, k, v);
@@ -212,6 +230,7 @@ class CudaBackendImpl final : public CudaBackend {
 };
 
 void CudaBackendImpl::inject(const InjectBatch& b) {
+  ops_->complete();  // meta_ and the stream: the last forward is done first
   const size_t N = b.src_slots.size();
   IS_CHECK(b.dst_slots.size() == N && b.positions.size() == N, "inject arrays differ in size");
   if (N == 0) return;
@@ -248,7 +267,8 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
   last_was_inject_ = true;
 }
 
-void CudaBackendImpl::forward(const ForwardBatch& b, ForwardOutput& out) {
+void CudaBackendImpl::launch_forward(const ForwardBatch& b, ForwardOutput& out) {
+  ops_->complete();
   last_was_inject_ = false;  // last_gpu_ms() becomes this forward's
   const GraphShape shape = graphs_ ? graph_shape(b) : GraphShape{};
   if (shape.kind == GraphShape::Kind::kNone) {
@@ -328,6 +348,7 @@ void CudaBackendImpl::read_fp8_rows(const cuda::KvCache& src, int64_t layer_stri
 }
 
 void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) {
+  ops_->complete();
   check_slots(slots, num_pool_blocks_, "pool");
   const int64_t n = static_cast<int64_t>(slots.size()), L = cfg_.num_layers, NKV = cfg_.num_kv_heads, D = cfg_.head_dim;
   check_kv_rows(k, pool_dtype(), L, n, row_, "write_pool K");

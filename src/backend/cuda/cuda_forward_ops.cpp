@@ -29,6 +29,7 @@ CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTab
                                cudaStream_t stream, CudaTiming timing)
     : cfg_(cfg), kv_(kv), rope_(rope), block_size_(block_size), stream_(stream), timing_(timing),
       decode_attention_(kDefaultDecodeAttention) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -84,7 +85,12 @@ std::vector<const void*> CudaForwardOps::graph_pointers() const {
   return p;
 }
 
+CudaForwardOps::~CudaForwardOps() {
+  if (copied_ != nullptr) cudaEventDestroy(copied_);
+}
+
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
+  IS_CHECK(!pending_, "a forward began before the last one completed (CudaForwardOps::complete)");
   // Graph batches carry dummy sequences in the scratch blocks past the cache's (graph_batch.h).
   const int64_t cache_slots = kv_.cache_slots + (graph_ != nullptr ? kv_.scratch_slots : 0);
   check_forward_batch(b, cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
@@ -356,10 +362,28 @@ void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
   out_host_.reserve(std::max<size_t>(out_bytes, 4));
   if (out_bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  CUDA_CHECK(cudaEventRecord(copied_, stream_));
+  pending_ = Pending{&out, n, ids};
+}
+
+bool CudaForwardOps::running() const {
+  if (!pending_) return false;
+  const cudaError_t e = cudaEventQuery(copied_);
+  if (e == cudaErrorNotReady) return true;
+  CUDA_CHECK(e);
+  return false;
+}
+
+void CudaForwardOps::complete() {
+  if (!pending_) return;
+  const Pending p = *pending_;
+  pending_.reset();  // a failure below leaves nothing pending: the forward is lost, not retried
+  CUDA_CHECK(cudaEventSynchronize(copied_));
   CUDA_CHECK(cudaEventElapsedTime(timing_.last_ms, timing_.start, timing_.stop));
   if (profiler_.enabled()) profiler_.collect(timing_.stop);
-  if (ids) {
+  ForwardOutput& out = *p.out;
+  const size_t n = p.n, out_bytes = n * 4;
+  if (p.ids) {
     out.ids.assign(out_host_.as<int32_t>(), out_host_.as<int32_t>() + n);
     out.values.clear();
     return;

@@ -1,4 +1,6 @@
-// ForwardOps on the GPU (sm_90), one stream, the host waiting once per forward (finish()):
+// ForwardOps on the GPU (sm_90), one stream, the host waiting once per forward: finish() queues
+// the output's copy to the host, complete() waits for it and fills the caller's ForwardOutput
+// (the host works meanwhile: Backend::launch_forward):
 //   weights      matrices bf16 (stacked parts stay one matrix: the fused QKV and gate/up GEMMs),
 //                vectors f32 (DeviceWeightStore)
 //   activations  kF32 f32; kCompute bf16 (GEMM inputs)
@@ -16,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +77,15 @@ class CudaForwardOps final : public ForwardOps {
  public:
   CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size, cudaStream_t stream,
                  CudaTiming timing);
+  ~CudaForwardOps() override;
+  CudaForwardOps(const CudaForwardOps&) = delete;
+  CudaForwardOps& operator=(const CudaForwardOps&) = delete;
+
+  // The forward finish() queued: whether the GPU is still on it (its output not yet copied), and
+  // its end (waits; fills the ForwardOutput given to finish(), its GPU time, the op profile).
+  // complete() with nothing pending does nothing; begin() requires it done.
+  bool running() const;
+  void complete();
 
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
@@ -130,6 +142,14 @@ class CudaForwardOps final : public ForwardOps {
   Workspace eager_, graph_ws_;
   Workspace* ws_ = &eager_;
   PinnedBuffer out_host_;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
+  // The forward finish() queued and complete() has not yet taken: the caller's output, its size.
+  struct Pending {
+    ForwardOutput* out;
+    size_t n;  // values or ids
+    bool ids;
+  };
+  std::optional<Pending> pending_;
+  cudaEvent_t copied_ = nullptr;  // after the output's copy to out_host_
   // The graph path (use_graph): what this forward does with its graph.
   enum class Phase { kEager, kWarm, kCapture, kReplay };
   std::vector<const void*> graph_pointers() const;
