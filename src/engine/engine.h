@@ -26,6 +26,10 @@ namespace inferscale {
 struct EngineOptions {
   SchedulerOptions scheduler;
   int32_t max_model_len = 0;  // 0 = the model's max_position_embeddings
+  // On a backend that overlaps its forward with the host (Backend::overlaps_forward), resolve
+  // memory tickets while the forward runs; false: all of them before scheduling, as on the CPU
+  // (the side-by-side baseline of bench_memory_serving).
+  bool overlap_memory = true;
 };
 
 // What one step produced for one request.
@@ -96,6 +100,8 @@ class Engine {
   BlockManager& blocks() { return blocks_; }
   const Scheduler& scheduler() const { return scheduler_; }
   EngineStats stats() const;
+  // EngineOptions::overlap_memory, between steps (benchmarks compare both in one process).
+  void set_overlap_memory(bool on) { opts_.overlap_memory = on; }
   int32_t max_model_len() const { return max_model_len_; }
   // The full token list of a live request (tests).
   const Request* find(int64_t id) const;
@@ -114,9 +120,8 @@ class Engine {
   // Asks unresolved requests' tickets, in arrival order from the first not asked since; those
   // still unresolved go to the back. Rejected ones yield an error output. How many are asked:
   //   kAll        every one
-  //   kFirstReady until one becomes ready (an idle engine starts its forward soonest)
   //   kWhileBusy  while the backend's forward runs (at least one): host work beside the device's
-  enum class Resolve { kAll, kFirstReady, kWhileBusy };
+  enum class Resolve { kAll, kWhileBusy };
   void resolve_memory(std::vector<RequestOutput>& outs, Resolve how);
   void add_capture(CaptureSeq c, const Request* before, bool background = false);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.

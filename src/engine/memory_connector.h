@@ -7,8 +7,8 @@
 //     a backend that computes on the host: all of them, before scheduling;
 //     one that overlaps its forward with the host (the GPU, Backend::launch_forward): while the
 //     step's forward runs, at least one and then as many as the device's time covers (the rest
-//     next step, first in line); an idle engine asks before scheduling until one is ready. A
-//     ticket resolved during a forward is scheduled from the next step on.
+//     next step, first in line); an engine with nothing else ready asks them all before
+//     scheduling. A ticket resolved during a forward is scheduled from the next step on.
 //     kReady   the prompt (tokens, injected span): validated, the request becomes an ordinary
 //              waiting request; ticket->admitted()
 //     kEncode  capture sequences to run first ([window][fact], K/V of some tokens kept in pool
