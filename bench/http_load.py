@@ -532,19 +532,22 @@ def fmt(v, nd=1):
 
 def markdown(cells):
     cols = ["mode", "k", "tokens", "clients", "requests", "req/s", "out tok/s", "TTFT p50", "TTFT p95", "TTFT p99",
-            "ITL p50", "ITL p99", "errors", "fallbacks", "encoded", "cached tok/req"]
+            "ITL p50", "ITL p99", "errors", "fallbacks", "encoded", "cached tok/req", "TTFT mean (all)",
+            "server TTFT mean"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for c in sorted(cells, key=lambda c: (c["tokens"], c["mode"] != "inject", c["k"], c["clients"])):
         t, i = c["ttft_ms"], c["itl_ms"]
         row = [c["mode"], c["k"], c["tokens"], c["clients"], c["requests"] if c["steady"] else "%d*" % c["requests"],
                fmt(c["req_per_s"], 2), fmt(c["output_tok_per_s"], 0), fmt(t["p50"]), fmt(t["p95"]), fmt(t["p99"]),
                fmt(i["p50"], 2), fmt(i["p99"], 2), c["errors"], c["fallbacks"], c["facts_encoded"],
-               fmt(c["cached_tokens_mean"], 0)]
+               fmt(c["cached_tokens_mean"], 0), fmt(c.get("ttft_all_ms_mean"), 2), fmt(c.get("server_ttft_ms_mean"), 2)]
         lines.append("| " + " | ".join(str(x) for x in row) + " |")
     lines.append("")
     lines.append("Times in ms; TTFT client-side (request sent -> first content chunk); ITL = gaps between content "
                  "chunks; `encoded` = facts encoded on demand during the measured window; `*` = the cell ended "
-                 "(--max-cell-seconds) before every client finished its first request.")
+                 "(--max-cell-seconds) before every client finished its first request; the two means are over "
+                 "every request of the cell, client-side and in the server (/metrics: arrival in the engine -> "
+                 "first token).")
     return "\n".join(lines) + "\n"
 
 
@@ -783,6 +786,27 @@ def read_metric(target, name):
     return total
 
 
+TTFT_METRIC = "inferscale_time_to_first_token_seconds"
+
+
+def server_ttft(target):
+    """(sum of seconds, count) of the server's TTFT histogram (arrival in the engine -> first token);
+    None when /metrics does not have it (another server)."""
+    total, count = read_metric(target, TTFT_METRIC + "_sum"), read_metric(target, TTFT_METRIC + "_count")
+    return None if total is None or count is None else (total, count)
+
+
+def add_server_ttft(cell, records, before, after):
+    """The cell's mean TTFT on both sides, over every request of the cell that got a first token (the
+    server's histogram cannot tell the measured window from the warm-up and the cut requests):
+    client minus server is what HTTP, the handler and the client add."""
+    firsts = [r["first"] - r["start"] for r in records if r["first"] is not None]
+    cell["ttft_all_ms_mean"] = ms(sum(firsts) / len(firsts)) if firsts else None
+    if before is not None and after is not None and after[1] > before[1]:
+        cell["server_ttft_ms_mean"] = ms((after[0] - before[0]) / (after[1] - before[1]))
+        cell["server_ttft_count"] = int(after[1] - before[1])
+
+
 def auto_procs(n):
     """Worker processes for n clients: one per 50 clients (the self-test's margin), at most a quarter
     of the cores (the server needs the rest), at least one."""
@@ -842,18 +866,22 @@ def run_grid(args, target):
                 break
             spec = {"cell": cell, "n": cell["clients"], "jobs": jobs, "offset": offset, "model": model,
                     "prompt": prompt, "timeout": args.timeout, "requests": args.requests}
+            server0 = server_ttft(target)
             recs, cpu, cut, t0, t_stop, capped = pool.run_cell(spec, args.duration, args.min_requests,
                                                                args.max_cell_seconds)
+            server1 = server_ttft(target)
             offset = (offset + len(recs) + cut) % len(jobs)  # the next cell asks other questions first
             s = summarize_cell(cell, recs, cpu, cut, t0, t_stop, capped, args.requests is not None)
             s["procs"] = min(procs, cell["clients"])
+            add_server_ttft(s, recs, server0, server1)
             result["cells"].append(s)
             result["next_job"] = offset
             write_outputs(result, args.out)
             sys.stderr.write("[%d/%d] %-6s k=%-3d tokens=%-4d clients=%-4d  %6d req  %8.2f req/s  TTFT p50 %s p99 %s ms"
-                             "  ITL p50 %s ms  errors %d  fallbacks %d  encoded %d\n" % (
+                             "  (mean %s, in the server %s)  ITL p50 %s ms  errors %d  fallbacks %d  encoded %d\n" % (
                                  ci + 1, len(todo), cell["mode"], cell["k"], cell["tokens"], cell["clients"],
                                  s["requests"], s["req_per_s"], fmt(s["ttft_ms"]["p50"]), fmt(s["ttft_ms"]["p99"]),
+                                 fmt(s["ttft_all_ms_mean"], 2), fmt(s.get("server_ttft_ms_mean"), 2),
                                  fmt(s["itl_ms"]["p50"], 2), s["errors"], s["fallbacks"], s["facts_encoded"]))
             time.sleep(args.pause)  # cut requests leave the server before the next cell
     finally:
