@@ -419,6 +419,69 @@ TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
+// A server's intake (Engine::set_intake) adds the requests that arrive while a forward runs: their
+// tickets resolve beside that forward, each asked once a step however often the intake is polled,
+// and they run from the next step, served exactly as alone (a warm ticket, a cold one whose facts
+// encode as captures, a plain request).
+TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
+  const MemoryRequest warm = req(MemoryMode::kInject, 4, 2), cold = req(MemoryMode::kInject, 3, 0);
+  const std::vector<ChatMessage> cold_ask{{"user", "Where does Alice work?"}};
+  std::vector<int32_t> alone_warm, alone_cold, alone_plain;
+  {
+    TempDir other;
+    Stack a(other.path());
+    add_alice(*a.store);
+    alone_warm = run_ticket(a, warm, 6).tokens;
+    alone_cold = run_ticket(a, cold, 6, cold_ask).tokens;
+    a.engine->add_request(plain_tokens({{"user", "Hello"}}), greedy(6));
+    alone_plain = a.engine->run_to_completion().at(0).new_tokens;
+  }
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  constexpr int kBusyPolls = 6;
+  with_overlap(s, kBusyPolls);
+  run_ticket(s, warm, 1);  // warm's facts resident
+  const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(40));
+  size_t running_tokens = s.engine->step().at(0).new_tokens.size();
+  std::vector<int64_t> ids;  // warm, cold, plain, added by the intake of step 2
+  int polls = 0;
+  s.engine->set_intake([&] {
+    ++polls;
+    if (!ids.empty()) return false;
+    ids.push_back(s.engine->add_memory_request(s.service->ticket(warm, PromptSource::of_chat(kAsk)), greedy(6)));
+    ids.push_back(s.engine->add_memory_request(s.service->ticket(cold, PromptSource::of_chat(cold_ask)), greedy(6)));
+    ids.push_back(s.engine->add_request(plain_tokens({{"user", "Hello"}}), greedy(6)));
+    return true;
+  });
+  const int64_t asked0 = s.engine->stats().tickets_overlapped;
+  for (const RequestOutput& o : s.engine->step()) running_tokens += o.id == running ? o.new_tokens.size() : 0;
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_GT(polls, 1) << "polled for the length of the forward";
+  EXPECT_EQ(s.engine->stats().requests_taken_beside, 3);
+  EXPECT_EQ(s.engine->stats().tickets_overlapped - asked0, 2) << "each ticket asked once beside the forward";
+  std::map<int64_t, std::vector<int32_t>> got;
+  std::map<int64_t, int> first_step;
+  for (int step = 3; step < 200 && s.engine->has_unfinished(); ++step) {
+    const int64_t asked = s.engine->stats().tickets_overlapped;
+    for (const RequestOutput& o : s.engine->step()) {
+      EXPECT_FALSE(o.error);
+      if (!o.new_tokens.empty() && !first_step.count(o.id)) first_step[o.id] = step;
+      got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+    EXPECT_LE(s.engine->stats().tickets_overlapped - asked, 1) << "the cold ticket asked at most once a step";
+  }
+  EXPECT_EQ(first_step[ids[0]], 3) << "a warm ticket resolved beside step 2 runs in step 3";
+  EXPECT_EQ(first_step[ids[2]], 3) << "a plain request added beside step 2 runs in step 3";
+  EXPECT_EQ(got[ids[0]], alone_warm);
+  EXPECT_EQ(got[ids[1]], alone_cold);
+  EXPECT_EQ(got[ids[2]], alone_plain);
+  EXPECT_EQ(running_tokens + got[running].size(), 40u) << "the running request decoded throughout";
+  EXPECT_EQ(pins_of(s, warm), 0);
+  EXPECT_EQ(pins_of(s, cold, cold_ask), 0);
+  EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
 // An idle engine does not wait a step for a ticket: it resolves it before its first forward, so
 // a lone request's first token comes in the first step, as with a backend that does not overlap;
 // facts loaded from KV files there (a pool write) are written before the forward reads them.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <thread>
 
 #include "engine/sampler.h"
 #include "util/check.h"
@@ -95,6 +96,7 @@ Engine::Live& Engine::add_live(std::unique_ptr<Request> req) {
   live.text = std::make_unique<TextStream>(*tokenizer_, live.req->sampling.stop);
   const int64_t id = live.req->id;
   scheduler_.add(live.req.get());
+  if (in_intake_) ++stats_.requests_taken_beside;
   return live_.emplace(id, std::move(live)).first->second;
 }
 
@@ -139,12 +141,12 @@ void Engine::add_capture(CaptureSeq c, const Request* before, bool background) {
   scheduler_.add(r, before);
 }
 
-void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how) {
-  std::vector<int64_t> still;
+void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_t from) {
+  std::vector<int64_t> still(resolving_.begin(), resolving_.begin() + static_cast<std::ptrdiff_t>(from));
   bool waits = false;
-  size_t i = 0;
+  size_t i = from;
   for (; i < resolving_.size(); ++i) {
-    if (i > 0 && how == Resolve::kWhileBusy && !backend_->forward_running()) break;
+    if (i > from && how == Resolve::kWhileBusy && !backend_->forward_running()) break;
     if (how == Resolve::kWhileBusy) ++stats_.tickets_overlapped;
     auto it = live_.find(resolving_[i]);
     if (it == live_.end()) continue;  // aborted meanwhile
@@ -175,7 +177,8 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how) {
     }
   }
   // Those not asked keep their turn, ahead of those asked and still unresolved.
-  still.insert(still.begin(), resolving_.begin() + static_cast<std::ptrdiff_t>(i), resolving_.end());
+  still.insert(still.begin() + static_cast<std::ptrdiff_t>(from), resolving_.begin() + static_cast<std::ptrdiff_t>(i),
+               resolving_.end());
   resolving_ = std::move(still);
   // A request waiting for facts that may be background work: that work is no longer low priority.
   if (waits && scheduler_.num_background() > 0) scheduler_.promote_background();
@@ -344,12 +347,26 @@ std::vector<RequestOutput> Engine::step() {
   }
   ForwardOutput fo;
   backend_->launch_forward(fb, fo);
-  if (overlap && !resolving_.empty()) {
-    // Their prompts are scheduled from the next step on. Between schedule() and finish_step()
-    // this only adds waiting work (captures) or removes unscheduled requests (rejected tickets).
+  if (overlap) {
+    // While the device computes: the tickets waiting, and the requests the intake adds meanwhile
+    // with theirs; all are scheduled from the next step on. Between schedule() and finish_step()
+    // this only adds waiting work (requests, captures) or removes unscheduled requests (rejected
+    // tickets).
     try {
-      resolve_memory(outs, Resolve::kWhileBusy);
+      size_t asked = 0;  // resolving_[0, asked) were asked beside this forward (each once a step)
+      for (;;) {
+        if (resolving_.size() > asked) {
+          resolve_memory(outs, Resolve::kWhileBusy, asked);
+          asked = resolving_.size();  // all of them, unless the device is done (then the loop ends)
+        }
+        if (!intake_ || !backend_->forward_running()) break;
+        in_intake_ = true;
+        const bool added = intake_();
+        in_intake_ = false;
+        if (!added) std::this_thread::yield();
+      }
     } catch (...) {
+      in_intake_ = false;
       backend_->wait_forward();
       throw;
     }

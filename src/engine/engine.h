@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,7 @@ struct EngineStats {
   int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
   int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
   int64_t tickets_overlapped = 0;  // memory tickets asked while a forward ran on the device
+  int64_t requests_taken_beside = 0;  // requests the intake added while a forward ran (set_intake)
 };
 
 class Engine {
@@ -102,6 +104,14 @@ class Engine {
   EngineStats stats() const;
   // EngineOptions::overlap_memory, between steps (benchmarks compare both in one process).
   void set_overlap_memory(bool on) { opts_.overlap_memory = on; }
+  // A server's intake of requests that arrive while a forward runs (overlapping backends, with
+  // overlap_memory): step() calls it on the engine thread again and again until the device is done,
+  // between the tickets it resolves there. It may only add requests (add_request,
+  // add_memory_request): their tickets then resolve beside this forward and they run from the
+  // next step, not one step later. Returns whether it added any (when not, the thread yields
+  // before asking again: it polls the device and the intake for the length of the forward).
+  using Intake = std::function<bool()>;
+  void set_intake(Intake intake) { intake_ = std::move(intake); }
   int32_t max_model_len() const { return max_model_len_; }
   // The full token list of a live request (tests).
   const Request* find(int64_t id) const;
@@ -122,7 +132,8 @@ class Engine {
   //   kAll        every one
   //   kWhileBusy  while the backend's forward runs (at least one): host work beside the device's
   enum class Resolve { kAll, kWhileBusy };
-  void resolve_memory(std::vector<RequestOutput>& outs, Resolve how);
+  // Asks the tickets of resolving_[from ..) (those before were asked in this step already).
+  void resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_t from = 0);
   void add_capture(CaptureSeq c, const Request* before, bool background = false);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
   RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);
@@ -135,6 +146,8 @@ class Engine {
   Scheduler scheduler_;
   std::unordered_map<int64_t, Live> live_;
   std::vector<int64_t> resolving_;  // requests whose ticket has not resolved, in arrival order
+  Intake intake_;
+  bool in_intake_ = false;  // add_* count into requests_taken_beside
   std::unordered_map<int64_t, std::unique_ptr<Request>> captures_;  // internal: not in live_
   std::vector<int32_t> eos_;
   int64_t sample_vocab_ = 0;  // min(model vocab, tokenizer vocab): the ids sampling may return

@@ -49,6 +49,7 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(Submission s) {
                                     num_pending_, opts_.max_pending));
     ++num_pending_;
     incoming_.push_back(Pending{std::move(s), stream});
+    has_incoming_.store(true, std::memory_order_release);
   }
   wake_->cv.notify_all();
   return stream;
@@ -118,6 +119,7 @@ void AsyncEngine::run(const EngineFactory& make_engine, std::promise<void>& read
     block_size_ = engine_->blocks().block_size();
     num_blocks_ = engine_->blocks().num_blocks();
     if (opts_.on_start) opts_.on_start(*engine_);
+    engine_->set_intake([this] { return take_incoming_beside_forward(); });
     publish_stats();
     wake_->idle_work = static_cast<bool>(opts_.idle_work);  // once at start (the engine is idle)
   } catch (...) {
@@ -140,6 +142,7 @@ void AsyncEngine::serve() {
       });
       wake_->poked = false;
       incoming.swap(incoming_);
+      has_incoming_.store(false, std::memory_order_relaxed);
       stopping = stopping_;
       aborting = aborting_;
     }
@@ -205,6 +208,20 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
       p.stream->fail(std::current_exception());
     }
   }
+}
+
+bool AsyncEngine::take_incoming_beside_forward() {
+  if (!has_incoming_.load(std::memory_order_acquire)) return false;
+  std::vector<Pending> incoming;
+  {
+    std::lock_guard lk(wake_->mu);
+    if (aborting_) return false;  // the serve loop ends them
+    incoming.swap(incoming_);
+    has_incoming_.store(false, std::memory_order_relaxed);
+  }
+  if (incoming.empty()) return false;
+  admit(incoming, false);
+  return true;
 }
 
 void AsyncEngine::step_once() {

@@ -12,6 +12,7 @@
 //   - Statistics are published by the engine thread after every iteration into a snapshot that
 //     any thread may read (stats()).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -123,6 +124,8 @@ class AsyncEngine {
   // Ends cancelled submissions (all when aborting) and adds the rest to the engine: accepted at
   // once, or, with a memory ticket, when the engine has resolved it.
   void admit(std::vector<Pending>& incoming, bool aborting);
+  // Engine::set_intake's: the submissions that arrived while a forward runs, admitted beside it.
+  bool take_incoming_beside_forward();
   void step_once();
   void run_idle_work();
   void fail_all_live(std::exception_ptr e);
@@ -139,6 +142,7 @@ class AsyncEngine {
   // Guarded by wake_->mu.
   std::shared_ptr<Wake> wake_;
   std::vector<Pending> incoming_;
+  std::atomic<bool> has_incoming_{false};  // !incoming_.empty(), read without the lock (the intake polls it)
   int64_t num_pending_ = 0;
   bool stopping_ = false;   // no new submissions; exit when idle
   bool aborting_ = false;   // abort everything live and exit

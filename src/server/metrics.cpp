@@ -95,6 +95,11 @@ std::string ServerMetrics::render(const AsyncEngineStats& e) const {
   metric("inferscale_engine_steps_total", "counter", "Engine steps.", e.engine.steps);
   metric("inferscale_engine_step_errors_total", "counter", "Engine steps that failed (their requests got an error).", e.step_errors);
   metric("inferscale_preemptions_total", "counter", "Requests preempted for lack of KV blocks.", e.engine.preemptions);
+  metric("inferscale_requests_admitted_beside_forward_total", "counter",
+         "Requests admitted while a forward ran on the device (their tickets resolved beside it).",
+         e.engine.requests_taken_beside);
+  metric("inferscale_memory_tickets_beside_forward_total", "counter", "Memory tickets asked while a forward ran.",
+         e.engine.tickets_overlapped);
 
   header("inferscale_time_to_first_token_seconds", "histogram", "Time from arrival in the engine to the first token.");
   ttft_.render(out, "inferscale_time_to_first_token_seconds");
