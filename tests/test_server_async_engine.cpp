@@ -162,6 +162,25 @@ TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
   EXPECT_GE(ae.stats().engine.requests_taken_beside, 1);
 }
 
+// `serve --admit-between-steps`: no intake, every admission between steps.
+TEST(ServerAsyncEngine, AdmitBetweenStepsTakesNothingBesideAForward) {
+  AsyncEngineOptions ao;
+  ao.admit_beside_forward = false;
+  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); },
+                 ao);
+  auto running = ae.submit(Submission{prompt(20, 8), greedy(400), {}, {}});
+  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.engine.steps >= 2; }));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 5; ++i) {
+    streams.push_back(ae.submit(Submission{prompt(i, 6 + i), greedy(6), {}, {}}));
+    std::this_thread::sleep_for(3ms);
+  }
+  for (auto& st : streams) EXPECT_EQ(collect(*st).tokens.size(), 6u);
+  running->cancel();
+  collect(*running);
+  EXPECT_EQ(ae.stats().engine.requests_taken_beside, 0);
+}
+
 TEST(ServerAsyncEngine, InvalidRequestIsRejectedAlone) {
   AsyncEngine ae(engine_factory());
   auto bad = ae.submit(Submission{{999999}, greedy(4), {}, {}});

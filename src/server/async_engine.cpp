@@ -119,7 +119,7 @@ void AsyncEngine::run(const EngineFactory& make_engine, std::promise<void>& read
     block_size_ = engine_->blocks().block_size();
     num_blocks_ = engine_->blocks().num_blocks();
     if (opts_.on_start) opts_.on_start(*engine_);
-    engine_->set_intake([this] { return take_incoming_beside_forward(); });
+    if (opts_.admit_beside_forward) engine_->set_intake([this] { return take_incoming_beside_forward(); });
     publish_stats();
     wake_->idle_work = static_cast<bool>(opts_.idle_work);  // once at start (the engine is idle)
   } catch (...) {
