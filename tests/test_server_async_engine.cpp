@@ -130,9 +130,10 @@ TEST(ServerAsyncEngine, ConcurrentSubmittersFromManyThreads) {
   }
 }
 
-// With admit_beside_forward, on a backend that overlaps its forwards (the GPU's; here one whose
-// forward stays "running" for many polls), submissions that arrive while a forward runs are
-// admitted beside it (the engine's intake) and served exactly as the synchronous engine serves them.
+// On a backend that overlaps its forwards (the GPU's; here one whose forward stays "running" for
+// many polls), submissions that arrive while a forward runs are admitted beside it (the engine's
+// intake, AsyncEngineOptions::admit_beside_forward) and served exactly as the synchronous engine
+// serves them.
 TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
   std::vector<std::vector<int32_t>> expected;
   {
@@ -140,10 +141,7 @@ TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
     for (int i = 0; i < 10; ++i) eng->add_request(prompt(i, 6 + i), greedy(6));
     for (const RequestOutput& o : eng->run_to_completion()) expected.push_back(o.new_tokens);
   }
-  AsyncEngineOptions ao;
-  ao.admit_beside_forward = true;  // serve --admit-beside-forward
-  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); },
-                 ao);
+  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); });
   auto running = ae.submit(Submission{prompt(20, 8), greedy(400), {}, {}});
   ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.engine.steps >= 2; }));
   std::vector<std::shared_ptr<RequestStream>> streams;
@@ -165,9 +163,12 @@ TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
   EXPECT_GE(ae.stats().engine.requests_taken_beside, 1);
 }
 
-// By default (no --admit-beside-forward) every admission is between steps: no intake.
-TEST(ServerAsyncEngine, ByDefaultNothingIsAdmittedBesideAForward) {
-  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); });
+// `serve --admit-between-steps`: no intake, every admission between steps.
+TEST(ServerAsyncEngine, AdmitBetweenStepsTakesNothingBesideAForward) {
+  AsyncEngineOptions ao;
+  ao.admit_beside_forward = false;
+  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); },
+                 ao);
   auto running = ae.submit(Submission{prompt(20, 8), greedy(400), {}, {}});
   ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.engine.steps >= 2; }));
   std::vector<std::shared_ptr<RequestStream>> streams;
