@@ -87,22 +87,14 @@ int main(int argc, char** argv) {
     std::vector<std::vector<Reads>> reads(questions.size());
     for (size_t u = 0; u < questions.size(); ++u) {
       for (const std::string& q : questions[u]) {
-        MemoryRequest req;
-        req.user = convs[u].sample_id;
-        req.k = k;
-        req.mode = MemoryMode::kInject;
-        auto t = m.service->ticket(req, PromptSource::of_chat({{"user", q}}));
-        MemoryPlan p = t->resolve(*m.engine);
-        if (p.state != MemoryPlan::State::kReady || !p.injected) {
-          std::fprintf(stderr, "a ticket was not ready with its facts injected (state %d)\n", static_cast<int>(p.state));
-          return 1;
-        }
+        const std::optional<MemoryPlan> p = m.prepare_injected(convs[u].sample_id, k, q);
+        if (!p) return 1;
+        const InjectedSpan& span = *p->injected;
         Reads r;
-        for (int32_t i = p.injected->start; i < p.injected->end; ++i)
-          if (p.injected->injects(i)) r.slots.push_back(p.injected->pool_slots[static_cast<size_t>(i - p.injected->start)]);
-        r.own = static_cast<int64_t>(p.prompt.size()) - static_cast<int64_t>(r.slots.size()) + answer / 2;
+        for (int32_t i = span.start; i < span.end; ++i)
+          if (span.injects(i)) r.slots.push_back(span.pool_slots[static_cast<size_t>(i - span.start)]);
+        r.own = static_cast<int64_t>(p->prompt.size()) - static_cast<int64_t>(r.slots.size()) + answer / 2;
         reads[u].push_back(std::move(r));
-        t->release();
       }
     }
     for (int g : groups) {

@@ -52,9 +52,7 @@ int main(int argc, char** argv) {
   const MemoryOptions& mo = m.options;
   FactStore* store = m.store.get();
   const Bm25Retriever& retriever = *m.retriever;
-  MemoryService& service = *m.service;
-  Engine& engine = *m.engine;
-  service.encode_facts(kDefaultTenant, c.sample_id, ids, args.window);  // every fact resident: nothing encodes below
+  m.service->encode_facts(kDefaultTenant, c.sample_id, ids, args.window);  // every fact resident: nothing encodes below
 
   std::vector<std::string> qs;
   for (const auto& q : c.qa)
@@ -71,19 +69,8 @@ int main(int argc, char** argv) {
       // The whole preparation, as the engine runs it at admission: resolve until ready, then
       // release (the request's end).
       auto t0 = Clock::now();
-      for (const auto& q : qs) {
-        MemoryRequest req;
-        req.user = c.sample_id;
-        req.k = k;
-        req.mode = MemoryMode::kInject;
-        auto t = service.ticket(req, PromptSource::of_chat({{"user", q}}));
-        MemoryPlan p = t->resolve(engine);
-        if (p.state != MemoryPlan::State::kReady || !p.injected) {
-          std::fprintf(stderr, "a ticket was not ready with its facts injected (state %d)\n", static_cast<int>(p.state));
-          return 1;
-        }
-        t->release();
-      }
+      for (const auto& q : qs)
+        if (!m.prepare_injected(c.sample_id, k, q)) return 1;
       resolve.push_back(us(t0, Clock::now()) / qs.size());
       // The parts alone.
       std::vector<std::vector<ScoredFact>> hits;

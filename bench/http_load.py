@@ -774,16 +774,23 @@ def warm_up(target, api_key, tenant, model, jobs, k, w, prompt, concurrency):
     return stats
 
 
-def read_metric(target, name):
+def read_metrics(target, *names):
+    """The named metrics from one /metrics read, each summed over its labels (None where absent, or
+    all None when the server does not answer)."""
     try:
         text = target.get("/metrics").decode()
     except OSError:
-        return None
-    total = None
+        return [None] * len(names)
+    totals = [None] * len(names)
     for line in text.splitlines():
-        if line.startswith(name) and (len(line) == len(name) or line[len(name)] in " {"):
-            total = (total or 0.0) + float(line.rsplit(None, 1)[1])
-    return total
+        for i, name in enumerate(names):
+            if line.startswith(name) and (len(line) == len(name) or line[len(name)] in " {"):
+                totals[i] = (totals[i] or 0.0) + float(line.rsplit(None, 1)[1])
+    return totals
+
+
+def read_metric(target, name):
+    return read_metrics(target, name)[0]
 
 
 TTFT_METRIC = "inferscale_time_to_first_token_seconds"
@@ -792,7 +799,7 @@ TTFT_METRIC = "inferscale_time_to_first_token_seconds"
 def server_ttft(target):
     """(sum of seconds, count) of the server's TTFT histogram (arrival in the engine -> first token);
     None when /metrics does not have it (another server)."""
-    total, count = read_metric(target, TTFT_METRIC + "_sum"), read_metric(target, TTFT_METRIC + "_count")
+    total, count = read_metrics(target, TTFT_METRIC + "_sum", TTFT_METRIC + "_count")  # one read: consistent
     return None if total is None or count is None else (total, count)
 
 

@@ -8,8 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -65,6 +67,24 @@ struct RandomMemoryStack {
     options.default_window = args.window;
     service = std::make_unique<MemoryService>(*store, *retriever, model, engine->backend(), engine->blocks(), options);
   }
+  // One inject request's preparation as the engine runs it at admission: the ticket resolved to a
+  // ready plan, then released (the request's end; every fact stays resident, so the plan's pool
+  // slots stay valid). Empty, with a message, when it was not ready with its facts injected.
+  std::optional<MemoryPlan> prepare_injected(const std::string& user, int k, const std::string& question) {
+    MemoryRequest req;
+    req.user = user;
+    req.k = k;
+    req.mode = MemoryMode::kInject;
+    auto t = service->ticket(req, PromptSource::of_chat({{"user", question}}));
+    MemoryPlan p = t->resolve(*engine);
+    t->release();
+    if (p.state != MemoryPlan::State::kReady || !p.injected) {
+      std::fprintf(stderr, "a ticket was not ready with its facts injected (state %d)\n", static_cast<int>(p.state));
+      return std::nullopt;
+    }
+    return p;
+  }
+
   ~RandomMemoryStack() {
     service.reset();
     retriever.reset();

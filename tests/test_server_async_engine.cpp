@@ -41,6 +41,12 @@ AsyncEngine::EngineFactory slow_engine_factory(int ms) {
   };
 }
 
+// Over a backend that overlaps its forwards with the host (the GPU's), each forward "running" for
+// many polls: the engine thread spends its steps in the forward's window.
+AsyncEngine::EngineFactory deferring_engine_factory() {
+  return [] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); };
+}
+
 SamplingParams greedy(int32_t max_tokens) {
   SamplingParams sp;
   sp.temperature = 0;
@@ -94,6 +100,23 @@ bool wait_stats(const AsyncEngine& e, P pred, std::chrono::seconds limit = 30s) 
   return false;
 }
 
+// A long request decoding, then `n` submissions 3 ms apart (prompt(i, 6 + i), 6 tokens each):
+// most land inside a forward's window.
+struct ArrivalsBesideADecode {
+  std::shared_ptr<RequestStream> running;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+};
+ArrivalsBesideADecode submit_beside_a_decode(AsyncEngine& ae, int n) {
+  ArrivalsBesideADecode a;
+  a.running = ae.submit(Submission{prompt(20, 8), greedy(400), {}, {}});
+  EXPECT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.engine.steps >= 2; }));
+  for (int i = 0; i < n; ++i) {
+    a.streams.push_back(ae.submit(Submission{prompt(i, 6 + i), greedy(6), {}, {}}));
+    std::this_thread::sleep_for(3ms);
+  }
+  return a;
+}
+
 }  // namespace
 
 TEST(ServerAsyncEngine, MatchesTheSynchronousEngine) {
@@ -141,14 +164,8 @@ TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
     for (int i = 0; i < 10; ++i) eng->add_request(prompt(i, 6 + i), greedy(6));
     for (const RequestOutput& o : eng->run_to_completion()) expected.push_back(o.new_tokens);
   }
-  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); });
-  auto running = ae.submit(Submission{prompt(20, 8), greedy(400), {}, {}});
-  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.engine.steps >= 2; }));
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < 10; ++i) {
-    streams.push_back(ae.submit(Submission{prompt(i, 6 + i), greedy(6), {}, {}}));
-    std::this_thread::sleep_for(3ms);
-  }
+  AsyncEngine ae(deferring_engine_factory());
+  auto [running, streams] = submit_beside_a_decode(ae, 10);
   for (int i = 0; i < 10; ++i) {
     Result r = collect(*streams[static_cast<size_t>(i)]);
     EXPECT_FALSE(r.error);
@@ -167,15 +184,8 @@ TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
 TEST(ServerAsyncEngine, AdmitBetweenStepsTakesNothingBesideAForward) {
   AsyncEngineOptions ao;
   ao.admit_beside_forward = false;
-  AsyncEngine ae([] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); },
-                 ao);
-  auto running = ae.submit(Submission{prompt(20, 8), greedy(400), {}, {}});
-  ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& s) { return s.engine.steps >= 2; }));
-  std::vector<std::shared_ptr<RequestStream>> streams;
-  for (int i = 0; i < 5; ++i) {
-    streams.push_back(ae.submit(Submission{prompt(i, 6 + i), greedy(6), {}, {}}));
-    std::this_thread::sleep_for(3ms);
-  }
+  AsyncEngine ae(deferring_engine_factory(), ao);
+  auto [running, streams] = submit_beside_a_decode(ae, 5);
   for (auto& st : streams) EXPECT_EQ(collect(*st).tokens.size(), 6u);
   running->cancel();
   collect(*running);

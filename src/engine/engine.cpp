@@ -96,7 +96,6 @@ Engine::Live& Engine::add_live(std::unique_ptr<Request> req) {
   live.text = std::make_unique<TextStream>(*tokenizer_, live.req->sampling.stop);
   const int64_t id = live.req->id;
   scheduler_.add(live.req.get());
-  if (in_intake_) ++stats_.requests_taken_beside;
   return live_.emplace(id, std::move(live)).first->second;
 }
 
@@ -360,13 +359,12 @@ std::vector<RequestOutput> Engine::step() {
           asked = resolving_.size();  // all of them, unless the device is done (then the loop ends)
         }
         if (!intake_ || !backend_->forward_running()) break;
-        in_intake_ = true;
+        const size_t live_before = live_.size();  // the intake only adds live requests
         const bool added = intake_();
-        in_intake_ = false;
+        stats_.requests_taken_beside += static_cast<int64_t>(live_.size() - live_before);
         if (!added) std::this_thread::yield();
       }
     } catch (...) {
-      in_intake_ = false;
       backend_->wait_forward();
       throw;
     }

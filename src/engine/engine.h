@@ -147,7 +147,6 @@ class Engine {
   std::unordered_map<int64_t, Live> live_;
   std::vector<int64_t> resolving_;  // requests whose ticket has not resolved, in arrival order
   Intake intake_;
-  bool in_intake_ = false;  // add_* count into requests_taken_beside
   std::unordered_map<int64_t, std::unique_ptr<Request>> captures_;  // internal: not in live_
   std::vector<int32_t> eos_;
   int64_t sample_vocab_ = 0;  // min(model vocab, tokenizer vocab): the ids sampling may return
