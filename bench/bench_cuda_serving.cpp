@@ -3,11 +3,14 @@
 //       question is prefilled, versus a full prefill of the same k * 30 + 32 tokens;
 //   (b) decode tokens/s at batch 1 and 32 (1024-token contexts), CUDA graphs and Programmatic
 //       Dependent Launch on and off;
-//   (c) a decode step's GPU time by op (eager, events between ops).
+//   (c) a decode step's GPU time by op (eager, events between ops);
+//   (d) a mixed step (questions prefilled after 2,750 injected tokens beside 100 - q sequences
+//       decoding over 2,800-token contexts: the HTTP load at k = 50), its decodes on the decode
+//       kernel or on the tiles, side by side, bf16 and FP8 caches.
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
-// events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only]
-// (--decode-only: tables (b) and (c))
+// events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]
+// (--decode-only: tables (b) and (c); --mixed-only: table (d))
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -56,24 +59,134 @@ void add_seq(ForwardBatch& fb, const std::vector<int32_t>& toks, int32_t p0, int
 // The greedy token of output row `row` of a kArgmax forward.
 int32_t greedy_id(const ForwardOutput& out, size_t row) { return out.ids[row]; }
 
+// Encodes `k` facts of kFactLen random tokens alone (w = 0) into pool slots 0 .. k * kFactLen - 1
+// (the sequences' blocks from `scratch_block` on).
+void encode_facts(CudaBackend& be, int32_t k, int32_t scratch_block, ForwardOutput& out) {
+  ForwardBatch enc;
+  for (int32_t f = 0; f < k; ++f) {
+    add_seq(enc, tokens(kFactLen, 100 + f, be.config().vocab_size), 0, scratch_block + f * 2);  // 2 blocks a fact
+    for (int32_t i = 0; i < kFactLen; ++i) {
+      enc.capture_tokens.push_back(f * kFactLen + i);
+      enc.capture_slots.push_back(static_cast<int64_t>(f) * kFactLen + i);
+    }
+  }
+  be.forward(enc, out);
+}
+
+// (d): `decodes` sequences of `ctx` injected tokens decode one token each beside `questions`
+// 32-token questions after `ctx` injected tokens of their own (every context filled from the
+// pool's facts); the mixed step's GPU time with its decodes on the decode kernel and on the
+// tiles, alternately, then the decode-only step of the same sequences (graphed, as served).
+void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
+  constexpr int32_t kSeqs = 100, kCtx = 2750, kFacts = 50;
+  const int32_t iters = quick ? 4 : 12;
+  const int32_t blocks_per_seq = (kCtx + kQuestionLen + kBlock - 1) / kBlock;
+  BackendOptions o;
+  o.block_size = kBlock;
+  o.num_cache_blocks = (kSeqs + 1) * blocks_per_seq + kFacts * 2;
+  o.num_pool_blocks = (kFacts * kFactLen + kBlock - 1) / kBlock;
+  o.cache_fp8 = fp8;
+  auto be = make_cuda_backend_random(cfg, 42, o);
+  ForwardOutput out;
+  const int32_t scratch = (kSeqs + 1) * blocks_per_seq;
+  encode_facts(*be, kFacts, scratch, out);
+  InjectBatch inj;  // every sequence's [0, kCtx) from the pool, cycling over its facts
+  for (int32_t s = 0; s < kSeqs; ++s)
+    for (int32_t p = 0; p < kCtx; ++p) {
+      inj.src_slots.push_back(p % (kFacts * kFactLen));
+      inj.dst_slots.push_back(static_cast<int64_t>(s * blocks_per_seq + p / kBlock) * kBlock + p % kBlock);
+      inj.positions.push_back(p);
+    }
+  be->inject(inj);
+  const auto question = tokens(kQuestionLen, 7, cfg.vocab_size);
+  std::printf("\n| KV cache | decodes + questions | mixed step, decodes on the decode kernel | on the tiles | tiles / split "
+              "| attention ms, split / tiles (eager, profiled) | decode-only step (graphed) |\n|---|---|---|---|---|---|---|\n");
+  for (const int32_t q : {1, 4, 16}) {
+    ForwardBatch mixed;  // sequences [0, 100 - q) decode at position kCtx, the last q prefill questions
+    for (int32_t s = 0; s < kSeqs - q; ++s) add_seq(mixed, {question[static_cast<size_t>(s % kQuestionLen)]}, kCtx, s * blocks_per_seq);
+    for (int32_t s = kSeqs - q; s < kSeqs; ++s) add_seq(mixed, question, kCtx, s * blocks_per_seq);
+    mixed.output = ForwardBatch::Output::kArgmax;
+    std::vector<double> g_split, g_tiles;
+    for (int32_t it = 0; it < iters + 1; ++it)
+      for (const bool split : {true, false}) {
+        be->set_split_mixed_attention(split);
+        be->forward(mixed, out);
+        if (it > 0) (split ? g_split : g_tiles).push_back(be->last_gpu_ms());
+      }
+    be->set_split_mixed_attention(true);
+    // The attention's share, eager with events between ops (op_profile.h).
+    const auto attention_ms = [&](bool split) {
+      be->set_split_mixed_attention(split);
+      be->set_op_profile(true);
+      be->forward(mixed, out);
+      double ms = 0;
+      for (const OpTime& t : be->op_profile())
+        if (t.op.rfind("attention", 0) == 0) ms += t.ms;
+      be->set_op_profile(false);
+      be->set_split_mixed_attention(true);
+      return ms;
+    };
+    const double a_split = attention_ms(true), a_tiles = attention_ms(false);
+    ForwardBatch decode;  // the same decodes alone
+    for (int32_t s = 0; s < kSeqs - q; ++s) add_seq(decode, {question[static_cast<size_t>(s % kQuestionLen)]}, kCtx, s * blocks_per_seq);
+    decode.output = ForwardBatch::Output::kArgmax;
+    std::vector<double> g_dec;
+    for (int32_t it = 0; it < iters + 3; ++it) {
+      be->forward(decode, out);
+      if (it >= 3) g_dec.push_back(be->last_gpu_ms());
+    }
+    const double ms = bench::median(g_split), mt = bench::median(g_tiles);
+    std::printf("| %s | %d + %d | %.2f | %.2f | %.2fx | %.2f / %.2f | %.2f |\n", fp8 ? "FP8" : "bf16", kSeqs - q, q, ms,
+                mt, mt / ms, a_split, a_tiles, bench::median(g_dec));
+  }
+  // A burst's first forward (bench_memory_serving's 100 users at once): every sequence prefills its
+  // question after its injected facts; where its time goes, by op (eager, events between ops).
+  ForwardBatch burst;
+  for (int32_t s = 0; s < kSeqs; ++s) add_seq(burst, question, kCtx, s * blocks_per_seq);
+  burst.output = ForwardBatch::Output::kArgmax;
+  be->forward(burst, out);
+  const double gpu = be->last_gpu_ms();
+  be->set_op_profile(true);
+  be->forward(burst, out);
+  std::vector<OpTime> ops = be->op_profile();
+  be->set_op_profile(false);
+  std::sort(ops.begin(), ops.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  std::printf("\n%s cache: %d questions of %d tokens after %d injected each, one forward: %.2f ms GPU (%.2f profiled); by op:\n",
+              fp8 ? "FP8" : "bf16", kSeqs, kQuestionLen, kCtx, gpu, [&] { double t = 0; for (const OpTime& o : ops) t += o.ms; return t; }());
+  for (const OpTime& o : ops) std::printf("  %-40s %8.3f ms  %5lld calls\n", o.op.c_str(), o.ms, static_cast<long long>(o.calls));
+  std::printf("\n");
+}
+
 }  // namespace
 }  // namespace inferscale
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, decode_only = false;
+  bool quick = false, decode_only = false, mixed_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--decode-only") == 0) {
       decode_only = true;
+    } else if (std::strcmp(argv[i], "--mixed-only") == 0) {
+      mixed_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only]\n");
+      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]\n");
       return 2;
     }
   }
   const int iters = quick ? 3 : 10;
   const ModelConfig cfg = bench::llama31_8b();
+  const auto table_d = [&] {
+    std::printf("\n(d) a mixed step: 100 sequences over %d-token contexts, q of them prefilling a %d-token question, "
+                "the others decoding; GPU ms (events), medians, split and tiles alternately\n", 2750, kQuestionLen);
+    for (const bool fp8 : {false, true}) mixed_steps(cfg, fp8, quick);
+  };
+  if (mixed_only) {
+    std::printf("device: %s\n", bench::device_name().c_str());
+    table_d();
+    return 0;
+  }
   BackendOptions o;
   o.block_size = kBlock;
   o.num_cache_blocks = 4096;  // 65,536 tokens, 8.6 GB
@@ -87,18 +200,8 @@ int main(int argc, char** argv) {
 
   // Write path: encode 50 facts alone (w = 0), capturing pre-RoPE K and V into the pool.
   const int32_t max_k = 50;
-  {
-    ForwardBatch enc;
-    for (int32_t f = 0; f < max_k; ++f) {
-      add_seq(enc, tokens(kFactLen, 100 + f, V), 0, 3000 + f * 2);  // 2 blocks per fact, scratch region
-      for (int32_t i = 0; i < kFactLen; ++i) {
-        enc.capture_tokens.push_back(f * kFactLen + i);
-        enc.capture_slots.push_back(static_cast<int64_t>(f) * kFactLen + i);
-      }
-    }
-    be->forward(enc, out);
-    std::printf("encoded %d facts x %d tokens into the pool: %.2f ms GPU\n", max_k, kFactLen, be->last_gpu_ms());
-  }
+  encode_facts(*be, max_k, 3000, out);  // blocks 3000.. : the scratch region
+  std::printf("encoded %d facts x %d tokens into the pool: %.2f ms GPU\n", max_k, kFactLen, be->last_gpu_ms());
 
   // (a) TTFT.
   std::printf("\n(a) TTFT: k facts x %d tokens injected + %d-token question prefilled, vs full prefill\n", kFactLen,
@@ -260,5 +363,9 @@ int main(int argc, char** argv) {
   const GraphStats gs = be->graph_stats();
   std::printf("graph path: %lld warm-ups, %lld captures, %lld replays\n", static_cast<long long>(gs.eager_warmups),
               static_cast<long long>(gs.captures), static_cast<long long>(gs.replays));
+  if (!decode_only) {
+    be.reset();  // (d) makes backends of its own, with caches of 100 x 2,800 tokens
+    table_d();
+  }
   return 0;
 }

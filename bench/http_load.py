@@ -533,21 +533,23 @@ def fmt(v, nd=1):
 def markdown(cells):
     cols = ["mode", "k", "tokens", "clients", "requests", "req/s", "out tok/s", "TTFT p50", "TTFT p95", "TTFT p99",
             "ITL p50", "ITL p99", "errors", "fallbacks", "encoded", "cached tok/req", "TTFT mean (all)",
-            "server TTFT mean"]
+            "server TTFT mean", "forwards decode / mixed / prefill", "their mean ms"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for c in sorted(cells, key=lambda c: (c["tokens"], c["mode"] != "inject", c["k"], c["clients"])):
         t, i = c["ttft_ms"], c["itl_ms"]
         row = [c["mode"], c["k"], c["tokens"], c["clients"], c["requests"] if c["steady"] else "%d*" % c["requests"],
                fmt(c["req_per_s"], 2), fmt(c["output_tok_per_s"], 0), fmt(t["p50"]), fmt(t["p95"]), fmt(t["p99"]),
                fmt(i["p50"], 2), fmt(i["p99"], 2), c["errors"], c["fallbacks"], c["facts_encoded"],
-               fmt(c["cached_tokens_mean"], 0), fmt(c.get("ttft_all_ms_mean"), 2), fmt(c.get("server_ttft_ms_mean"), 2)]
+               fmt(c["cached_tokens_mean"], 0), fmt(c.get("ttft_all_ms_mean"), 2), fmt(c.get("server_ttft_ms_mean"), 2),
+               *forwards_text(c)]
         lines.append("| " + " | ".join(str(x) for x in row) + " |")
     lines.append("")
     lines.append("Times in ms; TTFT client-side (request sent -> first content chunk); ITL = gaps between content "
                  "chunks; `encoded` = facts encoded on demand during the measured window; `*` = the cell ended "
                  "(--max-cell-seconds) before every client finished its first request; the two means are over "
                  "every request of the cell, client-side and in the server (/metrics: arrival in the engine -> "
-                 "first token).")
+                 "first token); the engine's forwards during the cell by kind (/metrics; mixed: arrivals' "
+                 "prefills beside running decodes) and their mean wall time, launch to end.")
     return "\n".join(lines) + "\n"
 
 
@@ -794,24 +796,49 @@ def read_metric(target, name):
 
 
 TTFT_METRIC = "inferscale_time_to_first_token_seconds"
+FORWARD_KINDS = ("decode", "mixed", "prefill")
 
 
-def server_ttft(target):
-    """(sum of seconds, count) of the server's TTFT histogram (arrival in the engine -> first token);
-    None when /metrics does not have it (another server)."""
-    total, count = read_metrics(target, TTFT_METRIC + "_sum", TTFT_METRIC + "_count")  # one read: consistent
-    return None if total is None or count is None else (total, count)
+def server_snapshot(target):
+    """From one /metrics read (consistent): the server's TTFT histogram's (sum of seconds, count)
+    (arrival in the engine -> first token) under "ttft", and its engine forwards by kind, (count,
+    wall seconds), under "forwards"; None where /metrics does not have them (another server)."""
+    names = [TTFT_METRIC + "_sum", TTFT_METRIC + "_count"]
+    for kind in FORWARD_KINDS:
+        names += ['inferscale_engine_forwards_total{kind="%s"}' % kind,
+                  'inferscale_engine_forward_seconds_total{kind="%s"}' % kind]
+    v = read_metrics(target, *names)
+    snap = {"ttft": None if v[0] is None or v[1] is None else (v[0], v[1]), "forwards": None}
+    if all(x is not None for x in v[2:]):
+        snap["forwards"] = {kind: (v[2 + 2 * i], v[3 + 2 * i]) for i, kind in enumerate(FORWARD_KINDS)}
+    return snap
 
 
-def add_server_ttft(cell, records, before, after):
+def add_server_side(cell, records, before, after):
     """The cell's mean TTFT on both sides, over every request of the cell that got a first token (the
     server's histogram cannot tell the measured window from the warm-up and the cut requests):
-    client minus server is what HTTP, the handler and the client add."""
+    client minus server is what HTTP, the handler and the client add. And the engine's forwards
+    during the cell by kind, with their mean wall time (mixed: arrivals' prefills beside decodes)."""
     firsts = [r["first"] - r["start"] for r in records if r["first"] is not None]
     cell["ttft_all_ms_mean"] = ms(sum(firsts) / len(firsts)) if firsts else None
-    if before is not None and after is not None and after[1] > before[1]:
-        cell["server_ttft_ms_mean"] = ms((after[0] - before[0]) / (after[1] - before[1]))
-        cell["server_ttft_count"] = int(after[1] - before[1])
+    b, a = before["ttft"], after["ttft"]
+    if b is not None and a is not None and a[1] > b[1]:
+        cell["server_ttft_ms_mean"] = ms((a[0] - b[0]) / (a[1] - b[1]))
+        cell["server_ttft_count"] = int(a[1] - b[1])
+    b, a = before["forwards"], after["forwards"]
+    if b is not None and a is not None:
+        cell["forwards"] = {k: int(a[k][0] - b[k][0]) for k in FORWARD_KINDS}
+        cell["forward_ms_mean"] = {k: ms((a[k][1] - b[k][1]) / (a[k][0] - b[k][0])) if a[k][0] > b[k][0] else None
+                                   for k in FORWARD_KINDS}
+
+
+def forwards_text(cell):
+    """ "decode / mixed / prefill" forwards of the cell, with their mean ms, for the tables."""
+    f, m = cell.get("forwards"), cell.get("forward_ms_mean")
+    if not f:
+        return "", ""
+    return ("%d / %d / %d" % tuple(f[k] for k in FORWARD_KINDS),
+            " / ".join(fmt(m[k], 2) if m[k] is not None else "-" for k in FORWARD_KINDS))
 
 
 def auto_procs(n):
@@ -873,23 +900,25 @@ def run_grid(args, target):
                 break
             spec = {"cell": cell, "n": cell["clients"], "jobs": jobs, "offset": offset, "model": model,
                     "prompt": prompt, "timeout": args.timeout, "requests": args.requests}
-            server0 = server_ttft(target)
+            server0 = server_snapshot(target)
             recs, cpu, cut, t0, t_stop, capped = pool.run_cell(spec, args.duration, args.min_requests,
                                                                args.max_cell_seconds)
-            server1 = server_ttft(target)
+            server1 = server_snapshot(target)
             offset = (offset + len(recs) + cut) % len(jobs)  # the next cell asks other questions first
             s = summarize_cell(cell, recs, cpu, cut, t0, t_stop, capped, args.requests is not None)
             s["procs"] = min(procs, cell["clients"])
-            add_server_ttft(s, recs, server0, server1)
+            add_server_side(s, recs, server0, server1)
             result["cells"].append(s)
             result["next_job"] = offset
             write_outputs(result, args.out)
             sys.stderr.write("[%d/%d] %-6s k=%-3d tokens=%-4d clients=%-4d  %6d req  %8.2f req/s  TTFT p50 %s p99 %s ms"
-                             "  (mean %s, in the server %s)  ITL p50 %s ms  errors %d  fallbacks %d  encoded %d\n" % (
+                             "  (mean %s, in the server %s)  ITL p50 %s ms  errors %d  fallbacks %d  encoded %d"
+                             "  forwards d/m/p %s (ms %s)\n" % (
                                  ci + 1, len(todo), cell["mode"], cell["k"], cell["tokens"], cell["clients"],
                                  s["requests"], s["req_per_s"], fmt(s["ttft_ms"]["p50"]), fmt(s["ttft_ms"]["p99"]),
                                  fmt(s["ttft_all_ms_mean"], 2), fmt(s.get("server_ttft_ms_mean"), 2),
-                                 fmt(s["itl_ms"]["p50"], 2), s["errors"], s["fallbacks"], s["facts_encoded"]))
+                                 fmt(s["itl_ms"]["p50"], 2), s["errors"], s["fallbacks"], s["facts_encoded"],
+                                 *forwards_text(s)))
             time.sleep(args.pause)  # cut requests leave the server before the next cell
     finally:
         pool.close()
@@ -1102,6 +1131,16 @@ def background_wait(target, limit_s=3600):
             "encoded": read_metric(target, "inferscale_memory_background_encoded_total")}
 
 
+def report(out, out_dir, name):
+    """Prints a one-shot measurement's result and writes it as out_dir/name (when out_dir is set)."""
+    print(json.dumps(out, indent=1))
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
 def cold_burst(args, target):
     """Imports the users, optionally waits for the server's background encoding to drain
     (--background-wait: /metrics' inferscale_memory_background_queued back at 0), then starts
@@ -1151,12 +1190,55 @@ def cold_burst(args, target):
            "running": {"chats": len(runs), "errors": sum(1 for r in runs if r["error"]),
                        "itl_ms_p50": ms(pct(gaps, 50)), "itl_ms_p99": ms(pct(gaps, 99)),
                        "itl_ms_max": ms(max(gaps) if gaps else None)}}
-    print(json.dumps(out, indent=1))
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "cold_burst.json"), "w") as f:
-            json.dump(out, f, indent=1)
-    return out
+    return report(out, args.out, "cold_burst.json")
+
+
+def drain_probe(args, target):
+    """Imports the users and, while the server encodes their facts in the background, sends one
+    plain streamed chat (no memory, --tokens tokens) every --probe-interval seconds until the drain
+    has ended and --probe-after seconds more: the TTFT of a request arriving during the background
+    encoding (it waits for the background step in progress) and its inter-token gaps (its decode
+    steps carry background work beside them) against once it is over, and how long the drain took."""
+    convs = need_locomo_eval().load_conversations(args.data, args.convs.split(","))
+    model = json.loads(target.get("/v1/models"))["data"][0]["id"]
+    imp = import_users(target, args.api_key, args.tenant, convs)
+    plain = {"mode": "off", "k": 0, "w": args.w, "tokens": args.tokens[0]}
+    head = request_head(target.root, target.host, target.port, target.headers)
+    body = request_body(model, convs[0]["sample_id"], "Say hello.", plain, "{}")
+
+    async def probe():
+        conn = HttpConn(target.host, target.port)
+        during, after, errors = [], [], []
+        t0 = now()
+        drained, seen = None, False
+        while drained is None or now() - drained < args.probe_after:
+            queued = read_metric(target, "inferscale_memory_background_queued") or 0
+            seen = seen or queued > 0
+            if drained is None and queued == 0 and (seen or now() - t0 > 2):  # the writes' queue, once seen
+                drained = now()
+            r = await stream_chat(conn, head, body, plain["tokens"])
+            if r["error"]:
+                errors.append(r["error"])
+            else:
+                (during if drained is None else after).append(r)
+            await asyncio.sleep(args.probe_interval)
+            if now() - t0 > args.probe_limit:
+                break
+        conn.close()
+        return during, after, errors, (drained - t0) if drained is not None else None
+
+    during, after, errors, drain_s = asyncio.get_event_loop().run_until_complete(probe())
+    def stat(recs):
+        ttft = [r["first"] - r["start"] for r in recs]
+        gaps = [g for r in recs for g in r["gaps"]]
+        return {"requests": len(recs), "ttft_ms_p50": ms(pct(ttft, 50)), "ttft_ms_p99": ms(pct(ttft, 99)),
+                "ttft_ms_max": ms(max(ttft) if ttft else None), "ttft_ms_mean": ms(sum(ttft) / len(ttft) if ttft else None),
+                "itl_ms_p50": ms(pct(gaps, 50)), "itl_ms_p99": ms(pct(gaps, 99))}
+    out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "model": model, "import": imp,
+           "drain_seconds": round(drain_s, 2) if drain_s is not None else None,
+           "background_encoded": read_metric(target, "inferscale_memory_background_encoded_total"),
+           "during_drain": stat(during), "after_drain": stat(after), "errors": len(errors), "error_examples": errors[:5]}
+    return report(out, args.out, "drain_probe.json")
 
 
 def main():
@@ -1213,6 +1295,12 @@ def main():
     ap.add_argument("--burst-running", type=int, default=4, help="--cold-burst: plain chats decoding during the burst")
     ap.add_argument("--burst-running-tokens", type=int, default=256, help="--cold-burst: their answer length")
     ap.add_argument("--burst-delay", type=float, default=1.0, help="--cold-burst: seconds between them and the burst")
+    ap.add_argument("--drain-probe", action="store_true",
+                    help="import the users, then one plain chat every --probe-interval s while the background "
+                         "encoding drains and --probe-after s more: TTFT during the drain against after it")
+    ap.add_argument("--probe-interval", type=float, default=0.25, help="--drain-probe: seconds between requests")
+    ap.add_argument("--probe-after", type=float, default=5.0, help="--drain-probe: seconds probed after the drain")
+    ap.add_argument("--probe-limit", type=float, default=900.0, help="--drain-probe: seconds probed at most")
     ap.add_argument("--self-test", action="store_true",
                     help="measure the client against a trivial server (no model); with --out, DIR/selftest.json")
     ap.add_argument("--selftest-itl-ms", type=float, default=20.0, help="self-test server: ms between tokens")
@@ -1264,6 +1352,8 @@ def main():
         if args.cold_burst > 0:
             r = cold_burst(args, target)
             return 1 if r["burst"]["errors"] else 0
+        if args.drain_probe:
+            return 1 if drain_probe(args, target)["errors"] else 0
         result = run_grid(args, target)
     finally:
         stop_server(server)

@@ -53,6 +53,10 @@ for key, c in sorted(cells.items()):
     need(c.get("server_ttft_count", 0) >= c["requests"], "%s: server TTFT count %s" % (name, c.get("server_ttft_count")))
     need(0 < (c.get("server_ttft_ms_mean") or 0) <= 1.5 * c["ttft_all_ms_mean"] + 50,
          "%s: server TTFT mean %s against the client's %s" % (name, c.get("server_ttft_ms_mean"), c["ttft_all_ms_mean"]))
+    # The engine's forwards during the cell, by kind: some decoded, and the counts agree with the means.
+    f, m = c.get("forwards") or {}, c.get("forward_ms_mean") or {}
+    need(sorted(f) == ["decode", "mixed", "prefill"] and f["decode"] > 0, "%s: forwards %s" % (name, f))
+    need(all((m.get(k) is not None and m[k] > 0) == (f.get(k, 0) > 0) for k in f), "%s: forward ms %s for %s" % (name, m, f))
     if key[0] == "inject":
         need(c["injected_tokens_mean"] > 0, "%s: nothing injected" % name)
     else:
@@ -80,4 +84,23 @@ s = json.load(open('$W/self/selftest.json'))
 cells = [r for r in s['rows'] if 'clients' in r]
 ok = len(cells) == 2 and all(r['requests'] > 0 and r['errors'] == 0 and r['client_lag_ms']['p50'] >= 0 for r in cells)
 print('self-test:', 'ok' if ok else 'FAIL', [(r['server_itl_ms'], r['requests'], r['errors']) for r in cells])
+sys.exit(0 if ok else 1)"
+
+# The drain probe against a server that encodes written facts in the background: plain chats
+# while the fixture's turns encode and after; no errors, the drain seen and ended, both phases timed
+# or the drain ended before the first probe (the demo model is fast).
+kill -TERM "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=""
+if ! start_test_server "$W/serve_bg.log" "$B" --data-dir "$W/data_bg" --window 2 --threads 1 --kv-cache-mb 64; then
+  echo "the server did not start:"; cat "$W/serve_bg.log"; exit 1
+fi
+"$PY" "$ROOT/bench/http_load.py" --drain-probe --base-url "http://127.0.0.1:$PORT/v1" \
+  --data "$ROOT/tests/fixtures/locomo_mini.json" --tenant ci-drain --tokens 4 --probe-interval 0.05 --probe-after 1 \
+  --out "$W/drain" > "$W/drain.txt" 2>&1 || { echo "drain probe failed:"; cat "$W/drain.txt"; exit 1; }
+"$PY" -c "
+import json, sys
+r = json.load(open('$W/drain/drain_probe.json'))
+after = r['after_drain']
+ok = r['errors'] == 0 and r['drain_seconds'] is not None and after['requests'] > 0 and after['ttft_ms_p50'] > 0 \
+    and r['background_encoded'] > 0 and r['import']['turns'] == 7
+print('drain probe:', 'ok' if ok else 'FAIL', r['drain_seconds'], r['background_encoded'], r['during_drain']['requests'], after['requests'])
 sys.exit(0 if ok else 1)"

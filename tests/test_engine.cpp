@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "forwarding_backend.h"
 #include "model/model.h"
 #include "util/check.h"
 
@@ -285,4 +288,118 @@ TEST(Engine, RejectsBadRequestsWithClearErrors) {
   } catch (const Error& err) {
     EXPECT_EQ(err.kind(), ErrorKind::kResource);
   }
+}
+
+// EngineStats counts each forward by kind: a prefill alone, then decodes, then a prompt arriving
+// beside a running decode (mixed), and their wall time.
+TEST(Engine, ForwardsAreCountedByKind) {
+  auto e = make_engine();
+  e->add_request(prompt(20, 3), greedy(4));
+  e->step();  // the prompt: a prefill
+  EXPECT_EQ(e->stats().prefill_steps, 1);
+  e->step();  // its first decode
+  EXPECT_EQ(e->stats().decode_steps, 1);
+  e->add_request(prompt(9, 4), greedy(2));
+  e->step();  // the new prompt beside the running decode
+  EXPECT_EQ(e->stats().mixed_steps, 1);
+  e->run_to_completion();
+  const EngineStats& s = e->stats();
+  EXPECT_EQ(s.prefill_steps, 1);
+  EXPECT_EQ(s.mixed_steps, 1);
+  EXPECT_EQ(s.decode_steps + s.mixed_steps + s.prefill_steps, s.steps);
+  EXPECT_GT(s.decode_step_seconds, 0.0);
+  EXPECT_GT(s.mixed_step_seconds, 0.0);
+  EXPECT_GT(s.prefill_step_seconds, 0.0);
+}
+
+namespace {
+
+// A backend whose forwards take base_ms + per_token_ms a token longer (a slow device).
+class SlowBackend : public test_support::ForwardingBackend {
+ public:
+  SlowBackend(std::unique_ptr<Backend> inner, double base_ms, double per_token_ms)
+      : ForwardingBackend(std::move(inner)), base_ms_(base_ms), per_token_ms_(per_token_ms) {}
+  using Backend::forward;
+  void forward(const ForwardBatch& b, ForwardOutput& out) override {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration<double, std::milli>(base_ms_ + per_token_ms_ * b.num_tokens());
+    ForwardingBackend::forward(b, out);
+    std::this_thread::sleep_until(until);
+  }
+
+ private:
+  double base_ms_, per_token_ms_;
+};
+
+// Tokens computed by each step of `e` until it has nothing left, and the engine's own time of
+// each step's forward (EngineStats: background captures are prefill forwards).
+std::vector<std::pair<int64_t, double>> steps_until_idle(Engine& e) {
+  std::vector<std::pair<int64_t, double>> steps;
+  for (int guard = 0; guard < 1000 && e.has_unfinished(); ++guard) {
+    const EngineStats before = e.stats();
+    e.step();
+    const EngineStats after = e.stats();
+    steps.push_back({after.tokens_computed - before.tokens_computed, after.prefill_step_seconds - before.prefill_step_seconds});
+  }
+  return steps;
+}
+
+}  // namespace
+
+// EngineOptions::background_step_seconds sizes background steps by their time: each step's tokens
+// are the last one's scaled to the target by the time the engine measured for it (n' = T n / t,
+// within [kMinBackgroundTokens, the scheduler's cap]), starting from 32: on a slow device (5 ms +
+// 0.5 ms a token, 40 ms target; near 70 tokens on an idle machine), on a fast one (where the cap
+// bounds them), and 0, which keeps the fixed cap from the start.
+TEST(Engine, BackgroundStepsAreSizedByTheirTime) {
+  const auto run = [](double per_token_ms, double target_s, int32_t idle_cap) {
+    BackendOptions bo;
+    bo.num_cache_blocks = 256;
+    bo.num_pool_blocks = 64;
+    EngineOptions eo;
+    eo.scheduler.background_tokens_idle = idle_cap;
+    eo.background_step_seconds = target_s;
+    auto be = std::make_unique<SlowBackend>(make_cpu_backend(demo().config, demo().weights, bo), 5.0 * (per_token_ms > 0),
+                                            per_token_ms);
+    Engine e(std::move(be), demo().tokenizer, eo);
+    for (int c = 0; c < 6; ++c) {
+      CaptureSeq cap;
+      cap.tokens = prompt(150, 90 + static_cast<uint32_t>(c));  // a window of 50 tokens, then a fact of 100 kept
+      for (int i = 0; i < 150; ++i) cap.capture_slots.push_back(i < 50 ? -1 : c * 100 + i - 50);
+      cap.done = [](bool ok) { EXPECT_TRUE(ok); };
+      e.add_background_capture(std::move(cap));
+    }
+    auto steps = steps_until_idle(e);
+    EXPECT_EQ(e.num_background(), 0u);
+    EXPECT_EQ(e.stats().captures, 6);
+    EXPECT_EQ(e.blocks().num_free(), e.blocks().num_blocks());
+    int64_t total = 0;
+    for (const auto& [n, t] : steps) total += n;
+    EXPECT_EQ(total, 6 * 150);
+    // Every step but the last (which takes what is left) follows the rule from the one before.
+    for (size_t i = 1; i + 1 < steps.size(); ++i) {
+      const double want = target_s > 0 ? std::clamp(target_s * steps[i - 1].first / steps[i - 1].second,
+                                                    double{Engine::kMinBackgroundTokens}, double{idle_cap})
+                                       : idle_cap;
+      EXPECT_NEAR(static_cast<double>(steps[i].first), std::floor(want), 1.0) << "step " << i;
+    }
+    return steps;
+  };
+  auto slow = run(0.5, 0.040, 256);
+  ASSERT_GT(slow.size(), 4u);
+  EXPECT_EQ(slow[0].first, 4 * Engine::kMinBackgroundTokens);  // nothing timed yet
+  // (Where it settles is left to the rule: a loaded machine stretches the steps, and so shrinks the
+  // next ones; the rule itself is checked step by step above.)
+  auto fast = run(0.0, 1.0, 64);  // a target that even a loaded machine meets
+  EXPECT_EQ(fast[0].first, 32);
+  for (size_t i = 1; i + 1 < fast.size(); ++i) EXPECT_EQ(fast[i].first, 64) << "step " << i;
+  auto fixed = run(0.5, 0.0, 64);
+  for (size_t i = 0; i + 1 < fixed.size(); ++i) EXPECT_EQ(fixed[i].first, 64) << "step " << i;
+}
+
+TEST(Engine, RejectsANegativeBackgroundStepTime) {
+  EngineOptions eo;
+  eo.background_step_seconds = -1;
+  BackendOptions bo;
+  EXPECT_THROW(Engine(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo), Error);
 }

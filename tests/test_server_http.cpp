@@ -398,6 +398,13 @@ TEST_F(ServerHttp, MetricsParse) {
   EXPECT_EQ(m.at("inferscale_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), m.at("inferscale_time_to_first_token_seconds_count"));
   EXPECT_EQ(m.at("inferscale_kv_blocks_used") + m.at("inferscale_kv_blocks_free"), 64);
   EXPECT_TRUE(m.count("inferscale_prefix_cache_hit_tokens_total"));
+  // Forwards by kind: the chat's prompt was a prefill, its tokens after it decodes; they add up.
+  EXPECT_GE(m.at("inferscale_engine_forwards_total{kind=\"prefill\"}"), 1);
+  EXPECT_GE(m.at("inferscale_engine_forwards_total{kind=\"decode\"}"), 1);
+  EXPECT_EQ(m.at("inferscale_engine_forwards_total{kind=\"prefill\"}") + m.at("inferscale_engine_forwards_total{kind=\"decode\"}") +
+                m.at("inferscale_engine_forwards_total{kind=\"mixed\"}"),
+            m.at("inferscale_engine_steps_total"));
+  EXPECT_GT(m.at("inferscale_engine_forward_seconds_total{kind=\"decode\"}"), 0.0);
   EXPECT_GE(m.at("inferscale_http_responses_total{code=\"200\"}"), 1);
 }
 

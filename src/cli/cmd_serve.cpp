@@ -47,6 +47,7 @@ struct ServeArgs {
   std::string served_model_name;  // "": the model's own name (GGUF file stem, HF directory name)
   bool no_background_encoding = false;  // facts' KV only on demand (the first request that retrieves them)
   bool admit_between_steps = false;     // AsyncEngineOptions::admit_beside_forward off
+  double background_step_ms = 200;      // EngineOptions::background_step_seconds, in ms (0: fixed caps)
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -54,6 +55,7 @@ double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 void run_serve(const ServeArgs& a) {
   IS_REQUIRE(a.port >= 0 && a.port <= 65535, kInvalidInput, "--port must be in 0..65535, got {}", a.port);
   IS_REQUIRE(a.shutdown_timeout_s >= 0, kInvalidInput, "--shutdown-timeout must be >= 0");
+  IS_REQUIRE(a.background_step_ms >= 0, kInvalidInput, "--background-step-ms must be >= 0, got {}", a.background_step_ms);
 
   // Before any thread starts (model loading may start OpenMP workers): see the header comment.
   sigset_t stop_signals, old_mask;
@@ -91,8 +93,9 @@ void run_serve(const ServeArgs& a) {
   // Facts written through the API get their KV encoded between requests (memory_bridge.h).
   if (bridge && !a.no_background_encoding) bridge->enable_background(ao);
   // The backend is built on the engine thread, which runs it.
-  server::AsyncEngine engine(
-      [&] { return std::make_unique<Engine>(make_backend(a.model, model), model.tokenizer, engine_options(a.model)); }, ao);
+  EngineOptions eo = engine_options(a.model);
+  eo.background_step_seconds = a.background_step_ms / 1000.0;
+  server::AsyncEngine engine([&] { return std::make_unique<Engine>(make_backend(a.model, model), model.tokenizer, eo); }, ao);
   if (bridge) bridge->set_wake([&engine] { engine.request_idle_work(); });
 
   const bool gpu = picks_cuda(a.model, cfg);
@@ -158,6 +161,11 @@ void register_serve(CLI::App& app) {
   s->add_flag("--no-background-encoding", a->no_background_encoding,
               "Encode a written fact's KV only when a request first retrieves it (default: between requests, soon "
               "after the write)");
+  s->add_option("--background-step-ms", a->background_step_ms,
+                "Background encoding: size its steps so that one takes about this long (a request arriving during "
+                "one waits at most that), from the engine's own timing; 0: fixed caps of 256 tokens a step (64 "
+                "beside requests)")
+      ->capture_default_str();
   s->add_option("--served-model-name", a->served_model_name,
                  "The name clients send as \"model\" and GET /v1/models lists (default: the model's own name), as "
                  "vLLM's flag: an application written for another name keeps it")

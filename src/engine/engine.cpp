@@ -24,6 +24,10 @@ Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer
   eos_ = tokenizer_->eos_ids();
   for (int32_t id : backend_->config().eos_token_ids)
     if (std::find(eos_.begin(), eos_.end(), id) == eos_.end()) eos_.push_back(id);
+  IS_REQUIRE(opts_.background_step_seconds >= 0, kInvalidInput, "background step time must be >= 0, got {}",
+             opts_.background_step_seconds);
+  // Until a background step has been timed, a few tokens a step (adapt_background grows them).
+  if (opts_.background_step_seconds > 0) scheduler_.set_background_cap(kMinBackgroundTokens * 4);
 }
 
 Engine::~Engine() = default;
@@ -345,6 +349,7 @@ std::vector<RequestOutput> Engine::step() {
       for (const Row& w : rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
   }
   ForwardOutput fo;
+  const auto launched = std::chrono::steady_clock::now();
   backend_->launch_forward(fb, fo);
   if (overlap) {
     // While the device computes: the tickets waiting, and the requests the intake adds meanwhile
@@ -374,6 +379,9 @@ std::vector<RequestOutput> Engine::step() {
   scheduler_.finish_step(plan);
   ++stats_.steps;
   stats_.tokens_computed += plan.num_tokens;
+  const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched).count();
+  count_step_kind(fb, forward_s);
+  adapt_background(plan, forward_s);
 
   // 3. Sample and score each row. Only ids the tokenizer knows are sampled or compete in the
   // log-softmax: a model's embedding is often padded past the tokenizer's vocabulary (Qwen: 152,064
@@ -434,6 +442,32 @@ std::vector<RequestOutput> Engine::step() {
     if (outs.back().finished) live_.erase(outs.back().id);
   }
   return outs;
+}
+
+void Engine::adapt_background(const SchedulerOutput& plan, double seconds) {
+  if (opts_.background_step_seconds <= 0 || seconds <= 0) return;
+  for (const ScheduledSeq& s : plan.seqs)
+    if (!s.req->background) return;  // timed on background steps alone
+  // n' = T n / t(n): with t(n) = a + b n the iteration converges to the n whose step takes T
+  // (n' - n* = (n - n*) a / t(n)), from below or above.
+  const double next = opts_.background_step_seconds * plan.num_tokens / seconds;
+  scheduler_.set_background_cap(static_cast<int32_t>(std::clamp(next, double{kMinBackgroundTokens},
+                                                                double{opts_.scheduler.background_tokens_idle})));
+}
+
+void Engine::count_step_kind(const ForwardBatch& fb, double seconds) {
+  int32_t single = 0;
+  for (int32_t s = 0; s < fb.num_seqs(); ++s) single += fb.q_indptr[s + 1] - fb.q_indptr[s] == 1;
+  if (single == fb.num_seqs()) {
+    ++stats_.decode_steps;
+    stats_.decode_step_seconds += seconds;
+  } else if (single > 0) {
+    ++stats_.mixed_steps;
+    stats_.mixed_step_seconds += seconds;
+  } else {
+    ++stats_.prefill_steps;
+    stats_.prefill_step_seconds += seconds;
+  }
 }
 
 std::vector<RequestOutput> Engine::run_to_completion() {

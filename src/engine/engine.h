@@ -31,6 +31,15 @@ struct EngineOptions {
   // memory tickets while the forward runs; false: all of them before scheduling, as on the CPU
   // (the side-by-side baseline of bench_memory_serving).
   bool overlap_memory = true;
+  // Background captures: tokens a step gives them sized so that a step of background work alone
+  // takes about this long (a request arriving during one waits at most that; the scheduler's caps
+  // still bound them), measured on the engine's own background steps; 0 = the fixed caps alone.
+  // The CLI's default is 200 ms (serve --background-step-ms): SmolLM2 on two CPU cores took ~0.56 s
+  // for the 256-token cap (a request arriving then waited 0.6 s at p50, and its decode steps beside
+  // 64 background tokens took 190 ms), an H200 ~8 ms (unchanged). Smaller targets cost the CPU
+  // much drain time: its forwards of 2+ tokens cost ~54 ms + 2.2 ms a token (OpenBLAS' small-M
+  // GEMM), so 50 ms shrank the steps to 8 tokens and the drain took 4x as long.
+  double background_step_seconds = 0;
 };
 
 // What one step produced for one request.
@@ -65,6 +74,12 @@ struct EngineStats {
   int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
   int64_t tickets_overlapped = 0;  // memory tickets asked while a forward ran on the device
   int64_t requests_taken_beside = 0;  // requests the intake added while a forward ran (set_intake)
+  // Forwards by what they computed: every sequence one token (decode), one-token sequences beside
+  // longer ones (mixed: arrivals' prefills beside running decodes), or none of one token
+  // (prefill); with the wall time from the forward's launch to its end (tickets resolved beside it
+  // included).
+  int64_t decode_steps = 0, mixed_steps = 0, prefill_steps = 0;
+  double decode_step_seconds = 0, mixed_step_seconds = 0, prefill_step_seconds = 0;
 };
 
 class Engine {
@@ -93,6 +108,9 @@ class Engine {
   void drop_captures();
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !scheduler_.empty(); }
+  // The least EngineOptions::background_step_seconds gives background work a step (and 4x that
+  // before its first timing).
+  static constexpr int32_t kMinBackgroundTokens = 8;
 
   // Runs every queued request to completion (CLI, tests, benchmarks).
   std::vector<RequestOutput> run_to_completion();
@@ -134,6 +152,11 @@ class Engine {
   enum class Resolve { kAll, kWhileBusy };
   // Asks the tickets of resolving_[from ..) (those before were asked in this step already).
   void resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_t from = 0);
+  // EngineStats' step kinds: a finished forward over `fb` that took `seconds`.
+  void count_step_kind(const ForwardBatch& fb, double seconds);
+  // After a forward of background captures alone (`tokens` in `seconds`): the scheduler's
+  // background cap for the next ones (EngineOptions::background_step_seconds).
+  void adapt_background(const SchedulerOutput& plan, double seconds);
   void add_capture(CaptureSeq c, const Request* before, bool background = false);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
   RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);

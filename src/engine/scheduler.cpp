@@ -115,6 +115,12 @@ void Scheduler::promote_background() {
   background_waiting_.clear();
 }
 
+int32_t Scheduler::background_tokens(bool idle) const {
+  const int32_t cap = idle ? opts_.background_tokens_idle : opts_.background_tokens_busy;
+  if (background_cap_ <= 0) return cap;
+  return std::min(cap, idle ? background_cap_ : std::max(1, background_cap_ / 4));
+}
+
 void Scheduler::schedule_background(int32_t tokens, SchedulerOutput& out) {
   for (size_t i = 0; i < background_running_.size() && tokens > 0; ++i) {
     ScheduledSeq seq;
@@ -184,7 +190,7 @@ SchedulerOutput Scheduler::schedule() {
   }
   // 3. Background captures, in the budget left, capped.
   if (out.preempted.empty() && budget > 0 && num_background() > 0)
-    schedule_background(std::min(budget, out.seqs.empty() ? opts_.background_tokens_idle : opts_.background_tokens_busy), out);
+    schedule_background(std::min(budget, background_tokens(out.seqs.empty())), out);
   for (const ScheduledSeq& s : out.seqs) out.num_tokens += static_cast<int32_t>(s.positions.size());
   return out;
 }

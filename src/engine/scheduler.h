@@ -65,6 +65,12 @@ class Scheduler {
   size_t num_background() const { return background_waiting_.size() + background_running_.size(); }
   // Every background capture becomes ordinary work (a request waits for one of them), in order.
   void promote_background();
+  // A bound on background tokens a step tighter than the options' caps (the engine's, from the time
+  // its background steps take; Engine::adapt_background): `tokens` in a step with nothing else to
+  // do, a quarter of it beside other work; 0 = the options' caps alone.
+  void set_background_cap(int32_t tokens) { background_cap_ = tokens; }
+  // The background tokens a step gives at most: `idle` = nothing else is scheduled.
+  int32_t background_tokens(bool idle) const;
   // Requests waiting / running; captures (memory encodings, internal) are not counted.
   size_t num_waiting() const { return count_requests(waiting_); }
   size_t num_running() const { return count_requests(running_); }
@@ -99,6 +105,7 @@ class Scheduler {
   std::deque<Request*> background_waiting_;
   std::vector<Request*> background_running_;
   int64_t num_preemptions_ = 0;
+  int32_t background_cap_ = 0;
 };
 
 }  // namespace inferscale

@@ -94,6 +94,18 @@ std::string ServerMetrics::render(const AsyncEngineStats& e) const {
   metric("inferscale_computed_tokens_total", "counter", "Tokens computed by forward passes.", e.engine.tokens_computed);
   metric("inferscale_engine_steps_total", "counter", "Engine steps.", e.engine.steps);
   metric("inferscale_engine_step_errors_total", "counter", "Engine steps that failed (their requests got an error).", e.step_errors);
+  // Forwards by kind (EngineStats): decode (every sequence one token), mixed (prefills beside
+  // decodes), prefill; and their wall time, launch to end.
+  const std::pair<const char*, std::pair<int64_t, double>> kinds[] = {
+      {"decode", {e.engine.decode_steps, e.engine.decode_step_seconds}},
+      {"mixed", {e.engine.mixed_steps, e.engine.mixed_step_seconds}},
+      {"prefill", {e.engine.prefill_steps, e.engine.prefill_step_seconds}}};
+  header("inferscale_engine_forwards_total", "counter", "Engine forwards by kind: decode (one token a sequence), mixed "
+                                                         "(prefills beside decodes), prefill.");
+  for (const auto& [kind, v] : kinds) out += fmt::format("inferscale_engine_forwards_total{{kind=\"{}\"}} {}\n", kind, v.first);
+  header("inferscale_engine_forward_seconds_total", "counter", "Wall time of engine forwards by kind, launch to end.");
+  for (const auto& [kind, v] : kinds)
+    out += fmt::format("inferscale_engine_forward_seconds_total{{kind=\"{}\"}} {:.6f}\n", kind, v.second);
   metric("inferscale_preemptions_total", "counter", "Requests preempted for lack of KV blocks.", e.engine.preemptions);
   metric("inferscale_requests_admitted_beside_forward_total", "counter",
          "Requests admitted while a forward ran on the device (their tickets resolved beside it).",

@@ -845,6 +845,68 @@ TEST(CudaBackend, ProgrammaticLaunchChangesNoBits) {
 // The per-op profile (op_profile.h) of eager forwards: every op of the forward is there with its
 // call count, and the intervals add up to the forward's own GPU time (they tile it from the upload
 // to the stop event). Graphed forwards add nothing.
+// A mixed batch (prefill chunks beside decodes) runs its decode sequences on the decode kernel and
+// the others on the tiles, two launches over disjoint rows: with each decode kind it equals the
+// CPU and the same batch on the tiles alone, bf16 and FP8 caches, long contexts split and merged.
+TEST(CudaBackend, MixedBatchDecodesRunTheDecodeKernel) {
+  REQUIRE_GPU();
+  for (const Variant& v : kVariants) {
+    for (const bool fp8 : {false, true}) {
+      Pair p = make_pair(v, 512, 0, fp8);
+      const int32_t V = static_cast<int32_t>(p.cfg.vocab_size);
+      const std::string tag = std::string("mixed/") + v.name + (fp8 ? "/fp8" : "");
+      int32_t next_block = 0;
+      std::vector<Seq> seqs(5);
+      const size_t lens[] = {700, 1, 17, 40, 300};
+      Builder pre(v.block_size, &next_block);
+      for (size_t s = 0; s < 5; ++s) pre.add(seqs[s], random_tokens(lens[s], 70 + s, V));
+      std::vector<float> lc, lg, lt;
+      p.cpu->forward(pre.fb, lc);
+      p.gpu->forward(pre.fb, lg);
+      // Decodes of sequences 0-3, a 20-token chunk continuing sequence 4, a new 33-token prompt.
+      Seq fresh;
+      Builder m(v.block_size, &next_block);
+      for (size_t s = 0; s < 4; ++s) m.add(seqs[s], {argmax(&lc[s * V], V)});
+      m.add(seqs[4], random_tokens(20, 80, V));
+      m.add(fresh, random_tokens(33, 81, V));
+      p.cpu->forward(m.fb, lc);
+      const double tol = fp8 ? 1e-1 : 2e-2;  // the CPU's cache is f32
+      p.gpu->set_cuda_graphs(false);
+      p.gpu->set_op_profile(true);
+      p.gpu->set_split_mixed_attention(false);
+      p.gpu->set_decode_attention(DecodeAttention::kAuto);
+      p.gpu->forward(m.fb, lt);
+      test::record(tag + "/tiles_vs_cpu", test::compare(lt, lc), tol);
+      const auto split_launches = [&] {
+        int64_t n = 0;
+        for (const OpTime& t : p.gpu->op_profile()) n += t.op == "attention, mixed step's decodes" ? t.calls : 0;
+        return n;
+      };
+      EXPECT_EQ(split_launches(), 0) << tag;
+      p.gpu->set_split_mixed_attention(true);
+      for (const DecodeAttention kind : {DecodeAttention::kAuto, DecodeAttention::kMma, DecodeAttention::kSimt}) {
+        if (fp8 && kind == DecodeAttention::kSimt) continue;  // the CUDA-core kernel reads bf16 (FP8 takes kMma)
+        p.gpu->set_op_profile(true);
+        p.gpu->set_decode_attention(kind);
+        p.gpu->forward(m.fb, lg);
+        EXPECT_EQ(split_launches(), p.cfg.num_layers) << tag << " " << decode_attention_name(kind);
+        const std::string k = tag + "/" + decode_attention_name(kind);
+        test::record(k + "/vs_cpu", test::compare(lg, lc), tol);
+        test::record(k + "/vs_tiles", test::compare(lg, lt), fp8 ? 5e-2 : 2e-2);
+      }
+      p.gpu->set_op_profile(false);
+      // The tiles for every sequence of a decode-only batch (kTensorCore) never split.
+      p.gpu->set_decode_attention(DecodeAttention::kTensorCore);
+      p.gpu->set_op_profile(true);
+      p.gpu->forward(m.fb, lg);
+      EXPECT_EQ(split_launches(), 0) << tag;
+      test::record(tag + "/tensor_core_kind_vs_tiles", test::compare(lg, lt), 1e-6);
+      p.gpu->set_op_profile(false);
+      p.gpu->set_decode_attention(kDefaultDecodeAttention);
+    }
+  }
+}
+
 TEST(CudaBackend, OpProfileTilesTheForward) {
   REQUIRE_GPU();
   const Variant& v = kVariants[0];

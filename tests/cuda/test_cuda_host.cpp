@@ -30,21 +30,24 @@ struct Batch {
     kv_start.push_back(start);
   }
   int32_t seqs() const { return static_cast<int32_t>(q_indptr.size()) - 1; }
-  AttnPlan plan(int32_t group, const AttnPlanOptions& o) const {
-    return plan_attention(q_indptr.data(), seqs(), positions.data(), kv_start.data(), group, o);
+  AttnPlan plan(int32_t group, const AttnPlanOptions& o, const std::vector<int32_t>* only = nullptr) const {
+    return plan_attention(q_indptr.data(), seqs(), positions.data(), kv_start.data(), group, o, only);
   }
 };
 
 // Every (sequence, packed row, kv entry <= its position) is covered exactly once across the
 // items of each tile, items of a split tile are referenced by exactly one merge, and no item
-// reaches past its tile's last position.
-void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const AttnPlan& p) {
+// reaches past its tile's last position. `only`: the sequences planned (null: all).
+void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const AttnPlan& p,
+                const std::vector<int32_t>* only = nullptr) {
+  const auto planned = [&](int32_t s) { return only == nullptr || std::count(only->begin(), only->end(), s) == 1; };
   ASSERT_EQ(p.rows_per_tile, o.rows_per_tile);
   std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int32_t, int32_t>>> tiles;  // (seq,row_begin) -> kv ranges
   std::vector<int32_t> partial_used(static_cast<size_t>(p.num_partials), 0);
   for (const AttnWorkItem& it : p.items) {
     ASSERT_GE(it.kv_seq, 0);
     ASSERT_LT(it.kv_seq, b.seqs());
+    EXPECT_TRUE(planned(it.kv_seq)) << "an item of sequence " << it.kv_seq << ", which was not asked for";
     EXPECT_EQ(it.q_start, b.q_indptr[it.kv_seq]);
     EXPECT_LT(it.row_begin, it.row_end);
     EXPECT_LE(it.row_end - it.row_begin, o.rows_per_tile);
@@ -68,6 +71,7 @@ void check_plan(const Batch& b, int32_t group, const AttnPlanOptions& o, const A
   EXPECT_EQ(merged, p.num_partials);
   // Rows: every packed row of every sequence in exactly one tile; kv ranges tile [kv_start, kv_len).
   for (int32_t s = 0; s < b.seqs(); ++s) {
+    if (!planned(s)) continue;
     const int32_t rows = (b.q_indptr[s + 1] - b.q_indptr[s]) * group;
     for (int32_t r = 0; r < rows; r += o.rows_per_tile) {
       auto it = tiles.find({s, r});
@@ -159,6 +163,41 @@ TEST(HostAttentionPlan, KvStartSkipsLeadingEntries) {
     check_plan(b, 4, o, p);
     for (const AttnWorkItem& it : p.items) EXPECT_GE(it.kv_begin, b.kv_start[static_cast<size_t>(it.kv_seq)]);
   }
+}
+
+// A mixed batch as the CUDA forward plans it: its one-token sequences on decode-style tiles, the
+// others on prefill tiles; each plan covers its own sequences and nothing else, with the batch's
+// sequence and token indices.
+TEST(HostAttentionPlan, SubsetsPlanOnlyTheirSequences) {
+  std::mt19937 g(11);
+  for (int32_t group : {1, 4, 7}) {
+    Batch b;
+    std::vector<int32_t> decodes, others;
+    for (int32_t s = 0; s < 23; ++s) {
+      const bool decode = g() % 3 != 0;
+      b.add(static_cast<int32_t>(g() % 5000), decode ? 1 : 1 + static_cast<int32_t>(g() % 70));
+      (decode ? decodes : others).push_back(s);
+    }
+    for (int32_t sms : {1, 132}) {
+      AttnPlanOptions tiles;
+      tiles.num_kv_heads = 2;
+      tiles.num_sms = sms;
+      check_plan(b, group, tiles, b.plan(group, tiles, &others), &others);
+      AttnPlanOptions dec = tiles;
+      dec.rows_per_tile = group;
+      dec.kv_granule = 32;
+      dec.min_split_len = 128;
+      dec.ctas_per_sm = 4;
+      const AttnPlan p = b.plan(group, dec, &decodes);
+      check_plan(b, group, dec, p, &decodes);
+      for (const AttnWorkItem& it : p.items) EXPECT_EQ(it.row_end - it.row_begin, group);
+    }
+  }
+  Batch b;
+  b.add(10, 1);
+  AttnPlanOptions o;
+  const std::vector<int32_t> bad{1};
+  EXPECT_THROW(b.plan(4, o, &bad), Error);
 }
 
 // The capacity a CUDA graph sizes its attention launches with holds every plan of that many tiles.

@@ -62,8 +62,11 @@ struct AttnPlan {
 };
 
 // q_indptr: [S + 1]; positions: [T] (increasing inside each sequence); kv_start: [S] or null.
+// `only`: the sequences (indices into q_indptr, increasing) to plan, null = all of them; items
+// keep the batch's sequence and token indices, so plans of disjoint sets write disjoint output
+// rows (a mixed batch's decode sequences on a decode kernel, the others on the tiles).
 AttnPlan plan_attention(const int32_t* q_indptr, int32_t num_seqs, const int32_t* positions, const int32_t* kv_start,
-                        int32_t group, const AttnPlanOptions& opts);
+                        int32_t group, const AttnPlanOptions& opts, const std::vector<int32_t>* only = nullptr);
 
 // Upper bounds of a plan over `num_tiles` tiles, whatever the kv lengths (CUDA graphs size their
 // launches and buffers with them): a split piece is at least total_kv * num_kv_heads / target

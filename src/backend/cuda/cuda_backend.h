@@ -64,6 +64,9 @@ struct GraphStats {
 class CudaBackend : public Backend {
  public:
   virtual void set_decode_attention(DecodeAttention kind) = 0;
+  // Mixed batches (prefill chunks beside decodes): their decode sequences on the decode kernel
+  // (on unless BackendOptions::split_mixed_attention is false), or all on the tiles.
+  virtual void set_split_mixed_attention(bool on) = 0;
   // CUDA graphs for decode steps and short prefills (graph_batch.h; on unless
   // BackendOptions::cuda_graphs is false).
   virtual void set_cuda_graphs(bool on) = 0;

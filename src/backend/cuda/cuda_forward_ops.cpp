@@ -98,6 +98,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   batch_ = &b;
   ws_ = graph_ != nullptr ? &graph_ws_ : &eager_;
   phase_ = Phase::kEager;
+  split_attention_ = false;
   const int64_t T = b.num_tokens();
   if (T == 0) return;
   const int32_t S = b.num_seqs();
@@ -107,26 +108,34 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
   rope_.ensure(max_pos);
 
-  // Attention plan: the selected decode kernel if every sequence has one query token and the group
-  // fits it, else the tensor-core tiles. The CUDA-core decode kernel reads bf16 only: an FP8
-  // cache decodes on the tensor-core decode kernel. kAuto: by the batch's sequences.
-  bool single_token = true;
-  for (int32_t s = 0; s < S && single_token; ++s) single_token = b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  attn_kernel_ = cuda::AttnKernel::kTiles;
-  if (single_token && group <= cuda::kDecodeMaxGroup) {
-    switch (decode_attention_) {
-      case DecodeAttention::kTensorCore: break;
-      case DecodeAttention::kMma: attn_kernel_ = cuda::AttnKernel::kDecodeMma; break;
-      case DecodeAttention::kAuto:
-        attn_kernel_ = S >= kDecodeMmaMinSeqs ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kTiles;
-        break;
-      case DecodeAttention::kSimt: attn_kernel_ = kv_.cache.fp8 ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kDecodeSimt; break;
-    }
-  }
+  // Attention plans. A decode step (every sequence one new token, the group within the decode
+  // kernels') runs the selected decode kernel over every sequence; a mixed batch (prefill chunks
+  // beside decodes) runs its decode sequences on that kernel too and the others on the tiles: two
+  // plans, two launches over disjoint output rows (a mixed step on the tiles alone read the
+  // decodes' KV at the tiles' speed; BENCHMARKS run 22). Graph batches are never mixed
+  // (graph_batch.h: decode steps and one-sequence prefills).
+  std::vector<int32_t> decode_seqs, tile_seqs;
+  for (int32_t s = 0; s < S; ++s) (b.q_indptr[s + 1] - b.q_indptr[s] == 1 ? decode_seqs : tile_seqs).push_back(s);
+  const bool single_token = tile_seqs.empty();
+  const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup
+                                             ? decode_kernel_for(static_cast<int32_t>(decode_seqs.size()))
+                                             : cuda::AttnKernel::kTiles;
+  split_attention_ = !single_token && split_mixed_attention_ && graph_ == nullptr && !decode_seqs.empty() &&
+                     decode_kernel != cuda::AttnKernel::kTiles;
+  attn_kernel_ = single_token ? decode_kernel : cuda::AttnKernel::kTiles;
+  // A split's tiles keep the prefill split rule: the decode rule's finer pieces cost a mixed step
+  // 0.3 ms at 1-4 questions beside 96-99 decodes and gained ~0.2-0.4 only at 16 (run 22, call 2).
   const AttnPlanOptions po =
       cuda::attention_plan_options(attn_kernel_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
-  const AttnPlan plan = plan_attention(b.q_indptr.data(), S, b.positions.data(),
-                                       b.kv_start.empty() ? nullptr : b.kv_start.data(), group, po);
+  const int32_t* kv_start = b.kv_start.empty() ? nullptr : b.kv_start.data();
+  const AttnPlan plan =
+      plan_attention(b.q_indptr.data(), S, b.positions.data(), kv_start, group, po, split_attention_ ? &tile_seqs : nullptr);
+  AttnPlan decode_plan;  // the split's decode sequences
+  if (split_attention_) {
+    decode_kernel_ = decode_kernel;
+    const AttnPlanOptions dpo = cuda::attention_plan_options(decode_kernel, true, group, static_cast<int32_t>(NKV), num_sms_);
+    decode_plan = plan_attention(b.q_indptr.data(), S, b.positions.data(), kv_start, group, dpo, &decode_seqs);
+  }
   // A graph's launches are sized for any plan of its bucket (T tokens in S sequences make at most
   // T * group / rows_per_tile + S tiles; a one-token tile merges `group` rows); this plan's counts
   // go to the device.
@@ -156,7 +165,8 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   meta.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
              MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(kv_room) +
              MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(cap.items) +
-             MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
+             MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<AttnWorkItem>(decode_plan.items.size()) +
+             MetaUpload::bytes<AttnMergeItem>(decode_plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
              MetaUpload::bytes<int32_t>(2) + 4096);
   o_ids_ = meta.add(b.token_ids);
   o_pos_ = meta.add(b.positions);
@@ -168,9 +178,15 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   const size_t o_counts = meta.add(counts);
   const size_t o_items = meta.add(plan.items, static_cast<size_t>(cap.items));
   const size_t o_merge = meta.add(plan.merges, static_cast<size_t>(cap.merges));
+  const size_t o_dec_items = meta.add(decode_plan.items);
+  const size_t o_dec_merge = meta.add(decode_plan.merges);
   const size_t o_kvi = meta.add(b.kv_indices);
-  ws_->part_o.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * D * 4);
-  ws_->part_lse.reserve(static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile * 4);
+  // Partials: [cap.partials, NKV, rows_per_tile] rows of the main plan, then the decode plan's
+  // [num_partials, NKV, group] rows.
+  const size_t main_rows = static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile;
+  const size_t decode_rows = static_cast<size_t>(decode_plan.num_partials) * NKV * group;
+  ws_->part_o.reserve((main_rows + decode_rows) * D * 4);
+  ws_->part_lse.reserve((main_rows + decode_rows) * 4);
 
   CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
   if (profiling()) profiler_.start("upload", stream_);
@@ -194,6 +210,17 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   aa_.head_dim = static_cast<int32_t>(D);
   aa_.block_size = block_size_;
   aa_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  if (split_attention_) {
+    decode_aa_ = aa_;
+    decode_aa_.items = meta.dev<AttnWorkItem>(o_dec_items);
+    decode_aa_.merges = meta.dev<AttnMergeItem>(o_dec_merge);
+    decode_aa_.partial_o = ws_->part_o.as<float>() + main_rows * D;
+    decode_aa_.partial_lse = ws_->part_lse.as<float>() + main_rows;
+    decode_aa_.num_items = static_cast<int32_t>(decode_plan.items.size());
+    decode_aa_.num_merges = static_cast<int32_t>(decode_plan.merges.size());
+    decode_aa_.rows_per_tile = decode_plan.rows_per_tile;
+    decode_aa_.merge_rows = decode_plan.max_merge_rows;
+  }
 
   // The graph: replay it when nothing it points into has moved; capture it after one eager run
   // with these buffers (that run sized them all, so the capture allocates nothing); else warm up.
@@ -298,6 +325,23 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   aa_.out = p<bf16>(out);
   aa_.cache = kv_.cache.layer(layer, kv_.cache_layer_stride, cfg_.head_dim);
   cuda::attention(aa_, attn_kernel_, stream_);
+  if (split_attention_) {  // the mixed batch's decode sequences (begin())
+    mark("attention, mixed step's decodes");
+    decode_aa_.q = aa_.q;
+    decode_aa_.out = aa_.out;
+    decode_aa_.cache = aa_.cache;
+    cuda::attention(decode_aa_, decode_kernel_, stream_);
+  }
+}
+
+cuda::AttnKernel CudaForwardOps::decode_kernel_for(int32_t num_seqs) const {
+  switch (decode_attention_) {
+    case DecodeAttention::kTensorCore: return cuda::AttnKernel::kTiles;
+    case DecodeAttention::kMma: return cuda::AttnKernel::kDecodeMma;
+    case DecodeAttention::kAuto: return num_seqs >= kDecodeMmaMinSeqs ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kTiles;
+    case DecodeAttention::kSimt: return kv_.cache.fp8 ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kDecodeSimt;
+  }
+  return cuda::AttnKernel::kTiles;
 }
 
 void CudaForwardOps::silu_mul(Act gu, Act out) {

@@ -9,8 +9,9 @@
 //                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
 //   attention    tensor-core tiles, or for decode steps the tensor-core decode kernel (or the
-//                CUDA-core one, bf16 caches only: DecodeAttention), planned in begin();
-//                causal only; the cache bf16 or FP8 (CudaKv::cache)
+//                CUDA-core one, bf16 caches only: DecodeAttention), planned in begin(); a
+//                mixed batch runs its decode sequences on the decode kernel and the rest on the
+//                tiles; causal only; the cache bf16 or FP8 (CudaKv::cache)
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
 // attention (BERT encoders run on the CPU backend; cuda_unsupported_reason says so first).
 #pragma once
@@ -89,6 +90,9 @@ class CudaForwardOps final : public ForwardOps {
 
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
+  // Mixed batches: their decode sequences on the decode kernel (true, the default) or every
+  // sequence on the tiles (false, as before run 22).
+  void set_split_mixed_attention(bool on) { split_mixed_attention_ = on; }
   // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
   // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
   void use_graph(ForwardGraph* g, int64_t output_rows);
@@ -130,6 +134,10 @@ class CudaForwardOps final : public ForwardOps {
   CudaTiming timing_;
   int num_sms_ = 132;
   DecodeAttention decode_attention_;
+  bool split_mixed_attention_ = true;
+  // The decode kernel decode_attention_ picks for a batch of `num_seqs` one-token sequences
+  // (kTiles: none).
+  cuda::AttnKernel decode_kernel_for(int32_t num_seqs) const;
   DeviceWeightStore weights_;
   Gemm gemm_;
   // Per-forward device memory. Eager forwards and graphs have their own, so that an eager prefill
@@ -172,6 +180,10 @@ class CudaForwardOps final : public ForwardOps {
   // Per forward (begin()).
   const ForwardBatch* batch_ = nullptr;
   cuda::AttnKernel attn_kernel_ = cuda::AttnKernel::kTiles;
+  // A mixed batch's decode sequences: their own plan and kernel, launched after aa_'s.
+  bool split_attention_ = false;
+  cuda::AttnKernel decode_kernel_ = cuda::AttnKernel::kDecodeMma;
+  cuda::AttentionArgs decode_aa_{};
   size_t o_ids_ = 0, o_pos_ = 0, o_slot_ = 0, o_cap_ = 0, o_out_ = 0, o_samp_ = 0;
   bool capture_ = false;
   cuda::AttentionArgs aa_{};
