@@ -6,7 +6,7 @@
 //   (c) a decode step's GPU time by op (eager, events between ops);
 //   (d) a mixed step (questions prefilled after 2,750 injected tokens beside 100 - q sequences
 //       decoding over 2,800-token contexts: the HTTP load at k = 50), its decodes on the decode
-//       kernel or on the tiles, side by side, bf16 and FP8 caches.
+//       kernel beside or after the questions' tiles, or on the tiles, side by side, bf16 and FP8.
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
 // events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]
@@ -75,8 +75,8 @@ void encode_facts(CudaBackend& be, int32_t k, int32_t scratch_block, ForwardOutp
 
 // (d): `decodes` sequences of `ctx` injected tokens decode one token each beside `questions`
 // 32-token questions after `ctx` injected tokens of their own (every context filled from the
-// pool's facts); the mixed step's GPU time with its decodes on the decode kernel and on the
-// tiles, alternately, then the decode-only step of the same sequences (graphed, as served).
+// pool's facts); the mixed step's GPU time in each MixedAttention mode, alternately, then the
+// decode-only step of the same sequences (graphed, as served).
 void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
   constexpr int32_t kSeqs = 100, kCtx = 2750, kFacts = 50;
   const int32_t iters = quick ? 4 : 12;
@@ -99,34 +99,34 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
     }
   be->inject(inj);
   const auto question = tokens(kQuestionLen, 7, cfg.vocab_size);
-  std::printf("\n| KV cache | decodes + questions | mixed step, decodes on the decode kernel | on the tiles | tiles / split "
-              "| attention ms, split / tiles (eager, profiled) | decode-only step (graphed) |\n|---|---|---|---|---|---|---|\n");
+  std::printf("\n| KV cache | decodes + questions | mixed step, split concurrent | split serial | tiles | tiles / concurrent "
+              "| attention ms, concurrent / serial / tiles (eager, profiled) | decode-only step (graphed) |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   for (const int32_t q : {1, 4, 16}) {
     ForwardBatch mixed;  // sequences [0, 100 - q) decode at position kCtx, the last q prefill questions
     for (int32_t s = 0; s < kSeqs - q; ++s) add_seq(mixed, {question[static_cast<size_t>(s % kQuestionLen)]}, kCtx, s * blocks_per_seq);
     for (int32_t s = kSeqs - q; s < kSeqs; ++s) add_seq(mixed, question, kCtx, s * blocks_per_seq);
     mixed.output = ForwardBatch::Output::kArgmax;
-    std::vector<double> g_split, g_tiles;
+    // The three ways, alternately, then the attention's share of each (eager with events between
+    // ops, op_profile.h: the concurrent launches' overlap shows in their sum).
+    const MixedAttention modes[] = {MixedAttention::kConcurrent, MixedAttention::kSerial, MixedAttention::kTiles};
+    std::vector<double> g[3];
     for (int32_t it = 0; it < iters + 1; ++it)
-      for (const bool split : {true, false}) {
-        be->set_split_mixed_attention(split);
+      for (int m = 0; m < 3; ++m) {
+        be->set_mixed_attention(modes[m]);
         be->forward(mixed, out);
-        if (it > 0) (split ? g_split : g_tiles).push_back(be->last_gpu_ms());
+        if (it > 0) g[m].push_back(be->last_gpu_ms());
       }
-    be->set_split_mixed_attention(true);
-    // The attention's share, eager with events between ops (op_profile.h).
-    const auto attention_ms = [&](bool split) {
-      be->set_split_mixed_attention(split);
+    double attn[3] = {0, 0, 0};
+    for (int m = 0; m < 3; ++m) {
+      be->set_mixed_attention(modes[m]);
       be->set_op_profile(true);
       be->forward(mixed, out);
-      double ms = 0;
       for (const OpTime& t : be->op_profile())
-        if (t.op.rfind("attention", 0) == 0) ms += t.ms;
+        if (t.op.rfind("attention", 0) == 0) attn[m] += t.ms;
       be->set_op_profile(false);
-      be->set_split_mixed_attention(true);
-      return ms;
-    };
-    const double a_split = attention_ms(true), a_tiles = attention_ms(false);
+    }
+    be->set_mixed_attention(kDefaultMixedAttention);
     ForwardBatch decode;  // the same decodes alone
     for (int32_t s = 0; s < kSeqs - q; ++s) add_seq(decode, {question[static_cast<size_t>(s % kQuestionLen)]}, kCtx, s * blocks_per_seq);
     decode.output = ForwardBatch::Output::kArgmax;
@@ -135,9 +135,9 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
       be->forward(decode, out);
       if (it >= 3) g_dec.push_back(be->last_gpu_ms());
     }
-    const double ms = bench::median(g_split), mt = bench::median(g_tiles);
-    std::printf("| %s | %d + %d | %.2f | %.2f | %.2fx | %.2f / %.2f | %.2f |\n", fp8 ? "FP8" : "bf16", kSeqs - q, q, ms,
-                mt, mt / ms, a_split, a_tiles, bench::median(g_dec));
+    const double mc = bench::median(g[0]), ms = bench::median(g[1]), mt = bench::median(g[2]);
+    std::printf("| %s | %d + %d | %.2f | %.2f | %.2f | %.2fx | %.2f / %.2f / %.2f | %.2f |\n", fp8 ? "FP8" : "bf16",
+                kSeqs - q, q, mc, ms, mt, mt / mc, attn[0], attn[1], attn[2], bench::median(g_dec));
   }
   // A burst's first forward (bench_memory_serving's 100 users at once): every sequence prefills its
   // question after its injected facts; where its time goes, by op (eager, events between ops).

@@ -873,7 +873,7 @@ TEST(CudaBackend, MixedBatchDecodesRunTheDecodeKernel) {
       const double tol = fp8 ? 1e-1 : 2e-2;  // the CPU's cache is f32
       p.gpu->set_cuda_graphs(false);
       p.gpu->set_op_profile(true);
-      p.gpu->set_split_mixed_attention(false);
+      p.gpu->set_mixed_attention(MixedAttention::kTiles);
       p.gpu->set_decode_attention(DecodeAttention::kAuto);
       p.gpu->forward(m.fb, lt);
       test::record(tag + "/tiles_vs_cpu", test::compare(lt, lc), tol);
@@ -883,16 +883,25 @@ TEST(CudaBackend, MixedBatchDecodesRunTheDecodeKernel) {
         return n;
       };
       EXPECT_EQ(split_launches(), 0) << tag;
-      p.gpu->set_split_mixed_attention(true);
-      for (const DecodeAttention kind : {DecodeAttention::kAuto, DecodeAttention::kMma, DecodeAttention::kSimt}) {
-        if (fp8 && kind == DecodeAttention::kSimt) continue;  // the CUDA-core kernel reads bf16 (FP8 takes kMma)
-        p.gpu->set_op_profile(true);
-        p.gpu->set_decode_attention(kind);
-        p.gpu->forward(m.fb, lg);
-        EXPECT_EQ(split_launches(), p.cfg.num_layers) << tag << " " << decode_attention_name(kind);
-        const std::string k = tag + "/" + decode_attention_name(kind);
-        test::record(k + "/vs_cpu", test::compare(lg, lc), tol);
-        test::record(k + "/vs_tiles", test::compare(lg, lt), fp8 ? 5e-2 : 2e-2);
+      std::vector<float> serial;
+      for (const MixedAttention mode : {MixedAttention::kSerial, MixedAttention::kConcurrent}) {
+        p.gpu->set_mixed_attention(mode);
+        for (const DecodeAttention kind : {DecodeAttention::kAuto, DecodeAttention::kMma, DecodeAttention::kSimt}) {
+          if (fp8 && kind == DecodeAttention::kSimt) continue;  // the CUDA-core kernel reads bf16 (FP8 takes kMma)
+          p.gpu->set_op_profile(true);
+          p.gpu->set_decode_attention(kind);
+          p.gpu->forward(m.fb, lg);
+          EXPECT_EQ(split_launches(), p.cfg.num_layers) << tag << " " << decode_attention_name(kind);
+          const std::string k = tag + "/" + mixed_attention_name(mode) + "/" + decode_attention_name(kind);
+          test::record(k + "/vs_cpu", test::compare(lg, lc), tol);
+          test::record(k + "/vs_tiles", test::compare(lg, lt), fp8 ? 5e-2 : 2e-2);
+          // The same launches on one stream or two: the same bits.
+          if (kind == DecodeAttention::kAuto && mode == MixedAttention::kSerial) serial = lg;
+          if (kind == DecodeAttention::kAuto && mode == MixedAttention::kConcurrent) {
+            ASSERT_EQ(lg.size(), serial.size());
+            EXPECT_EQ(0, std::memcmp(lg.data(), serial.data(), lg.size() * sizeof(float))) << tag << ": concurrent != serial";
+          }
+        }
       }
       p.gpu->set_op_profile(false);
       // The tiles for every sequence of a decode-only batch (kTensorCore) never split.
@@ -903,6 +912,7 @@ TEST(CudaBackend, MixedBatchDecodesRunTheDecodeKernel) {
       test::record(tag + "/tensor_core_kind_vs_tiles", test::compare(lg, lt), 1e-6);
       p.gpu->set_op_profile(false);
       p.gpu->set_decode_attention(kDefaultDecodeAttention);
+      p.gpu->set_mixed_attention(kDefaultMixedAttention);
     }
   }
 }

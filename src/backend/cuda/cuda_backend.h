@@ -45,6 +45,21 @@ inline constexpr int32_t kDecodeMmaMinSeqs = 2;
 static_assert(kDecodeMmaMinSeqs == 2, "decode_attention_name spells it out");
 // What a backend starts with.
 inline constexpr DecodeAttention kDefaultDecodeAttention = DecodeAttention::kAuto;
+// Attention of a mixed batch (prefill chunks beside one-token sequences).
+enum class MixedAttention {
+  kTiles,       // every sequence on the prefill tiles
+  kSerial,      // the decodes on the decode kernel, after the prefills' tiles, on one stream
+  kConcurrent,  // the same two launches at once, the tiles on a second stream
+};
+inline constexpr MixedAttention kDefaultMixedAttention = MixedAttention::kConcurrent;
+inline const char* mixed_attention_name(MixedAttention m) {
+  switch (m) {
+    case MixedAttention::kTiles: return "tiles";
+    case MixedAttention::kSerial: return "split, serial";
+    case MixedAttention::kConcurrent: return "split, concurrent";
+  }
+  return "?";
+}
 inline const char* decode_attention_name(DecodeAttention k) {
   switch (k) {
     case DecodeAttention::kSimt: return "CUDA-core kernel";
@@ -65,8 +80,8 @@ class CudaBackend : public Backend {
  public:
   virtual void set_decode_attention(DecodeAttention kind) = 0;
   // Mixed batches (prefill chunks beside decodes): their decode sequences on the decode kernel
-  // (on unless BackendOptions::split_mixed_attention is false), or all on the tiles.
-  virtual void set_split_mixed_attention(bool on) = 0;
+  // (kConcurrent unless BackendOptions::split_mixed_attention is false: kTiles).
+  virtual void set_mixed_attention(MixedAttention mode) = 0;
   // CUDA graphs for decode steps and short prefills (graph_batch.h; on unless
   // BackendOptions::cuda_graphs is false).
   virtual void set_cuda_graphs(bool on) = 0;

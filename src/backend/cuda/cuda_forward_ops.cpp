@@ -30,6 +30,9 @@ CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTab
     : cfg_(cfg), kv_(kv), rope_(rope), block_size_(block_size), stream_(stream), timing_(timing),
       decode_attention_(kDefaultDecodeAttention) {
   CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
@@ -87,6 +90,9 @@ std::vector<const void*> CudaForwardOps::graph_pointers() const {
 
 CudaForwardOps::~CudaForwardOps() {
   if (copied_ != nullptr) cudaEventDestroy(copied_);
+  if (fork_ != nullptr) cudaEventDestroy(fork_);
+  if (join_ != nullptr) cudaEventDestroy(join_);
+  if (side_ != nullptr) cudaStreamDestroy(side_);
 }
 
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
@@ -120,7 +126,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup
                                              ? decode_kernel_for(static_cast<int32_t>(decode_seqs.size()))
                                              : cuda::AttnKernel::kTiles;
-  split_attention_ = !single_token && split_mixed_attention_ && graph_ == nullptr && !decode_seqs.empty() &&
+  split_attention_ = !single_token && mixed_attention_ != MixedAttention::kTiles && graph_ == nullptr && !decode_seqs.empty() &&
                      decode_kernel != cuda::AttnKernel::kTiles;
   attn_kernel_ = single_token ? decode_kernel : cuda::AttnKernel::kTiles;
   // A split's tiles keep the prefill split rule: the decode rule's finer pieces cost a mixed step
@@ -324,13 +330,27 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
   aa_.cache = kv_.cache.layer(layer, kv_.cache_layer_stride, cfg_.head_dim);
-  cuda::attention(aa_, attn_kernel_, stream_);
-  if (split_attention_) {  // the mixed batch's decode sequences (begin())
-    mark("attention, mixed step's decodes");
-    decode_aa_.q = aa_.q;
-    decode_aa_.out = aa_.out;
-    decode_aa_.cache = aa_.cache;
-    cuda::attention(decode_aa_, decode_kernel_, stream_);
+  if (!split_attention_) {
+    cuda::attention(aa_, attn_kernel_, stream_);
+    return;
+  }
+  // A mixed batch (begin()): the prefills' tiles, then (kSerial) or beside them (kConcurrent: on
+  // side_, from the QKV step's end to before o_proj) the decodes on the decode kernel. The two
+  // read q and the cache and write disjoint rows of `out` and their own partials.
+  decode_aa_.q = aa_.q;
+  decode_aa_.out = aa_.out;
+  decode_aa_.cache = aa_.cache;
+  const bool concurrent = mixed_attention_ == MixedAttention::kConcurrent;
+  if (concurrent) {
+    CUDA_CHECK(cudaEventRecord(fork_, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(side_, fork_));
+  }
+  cuda::attention(aa_, attn_kernel_, concurrent ? side_ : stream_);
+  mark("attention, mixed step's decodes");
+  cuda::attention(decode_aa_, decode_kernel_, stream_);
+  if (concurrent) {
+    CUDA_CHECK(cudaEventRecord(join_, side_));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_));
   }
 }
 

@@ -90,9 +90,9 @@ class CudaForwardOps final : public ForwardOps {
 
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
-  // Mixed batches: their decode sequences on the decode kernel (true, the default) or every
-  // sequence on the tiles (false, as before run 22).
-  void set_split_mixed_attention(bool on) { split_mixed_attention_ = on; }
+  // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'
+  // tiles, or every sequence on the tiles (as before run 22).
+  void set_mixed_attention(MixedAttention mode) { mixed_attention_ = mode; }
   // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
   // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
   void use_graph(ForwardGraph* g, int64_t output_rows);
@@ -134,7 +134,10 @@ class CudaForwardOps final : public ForwardOps {
   CudaTiming timing_;
   int num_sms_ = 132;
   DecodeAttention decode_attention_;
-  bool split_mixed_attention_ = true;
+  MixedAttention mixed_attention_ = kDefaultMixedAttention;
+  // kConcurrent: the prefills' tiles on side_, forked after the QKV step and joined before o_proj.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   // The decode kernel decode_attention_ picks for a batch of `num_seqs` one-token sequences
   // (kTiles: none).
   cuda::AttnKernel decode_kernel_for(int32_t num_seqs) const;
