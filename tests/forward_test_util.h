@@ -4,11 +4,23 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
 
 namespace inferscale::testing {
+
+// ||got - ref||_2 / ||ref||_2 in double (the sizes must match).
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
 
 // Feeds `tokens` as one sequence: [0, first) in one forward, then chunks of `chunk`; returns the
 // logits rows ([vocab] each) at the token indices `want` (ascending).

@@ -339,7 +339,12 @@ std::vector<std::pair<int64_t, double>> steps_until_idle(Engine& e) {
     const EngineStats before = e.stats();
     e.step();
     const EngineStats after = e.stats();
-    steps.push_back({after.tokens_computed - before.tokens_computed, after.prefill_step_seconds - before.prefill_step_seconds});
+    // Every kind's time: a background step whose sequences have one token each (the ends of
+    // chunked captures, when a loaded machine has shrunk the steps) counts as a decode step.
+    const auto seconds = [](const EngineStats& s) {
+      return s.decode_step_seconds + s.mixed_step_seconds + s.prefill_step_seconds;
+    };
+    steps.push_back({after.tokens_computed - before.tokens_computed, seconds(after) - seconds(before)});
   }
   return steps;
 }

@@ -46,6 +46,9 @@ struct BackendOptions {
   int64_t cache_memory_bytes = 512ll << 20;
   int64_t num_pool_blocks = 0;      // memory pool (fact KV); 0 = none
   int32_t num_threads = 0;          // CPU: 0 = all cores
+  // CPU: linears of 2-8 rows (decode steps of a few sequences) stream each weight row once on
+  // the backend's threads (backend/cpu/cpu_linear_rows.h, AVX2 + FMA); false: OpenBLAS for all.
+  bool cpu_linear_rows = true;
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
   bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
   // CUDA: a mixed batch's decode sequences run the decode attention kernel beside its prefill

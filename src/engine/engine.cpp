@@ -452,7 +452,7 @@ void Engine::adapt_background(const SchedulerOutput& plan, double seconds) {
   // (n' - n* = (n - n*) a / t(n)), from below or above.
   const double next = opts_.background_step_seconds * plan.num_tokens / seconds;
   scheduler_.set_background_cap(static_cast<int32_t>(std::clamp(next, double{kMinBackgroundTokens},
-                                                                double{opts_.scheduler.background_tokens_idle})));
+                                                                static_cast<double>(opts_.scheduler.background_tokens_idle))));
 }
 
 void Engine::count_step_kind(const ForwardBatch& fb, double seconds) {

@@ -2,10 +2,12 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "backend/cpu/cpu_linear_rows.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/cpu_twins.h"
 #include "util/check.h"
@@ -18,8 +20,14 @@ const float* vec(const Weight& w) { return w.empty() ? nullptr : static_cast<con
 
 }  // namespace
 
-CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads)
-    : cfg_(cfg), kv_(kv), rope_(cfg), block_size_(block_size), threads_(num_threads) {
+CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads,
+                             bool linear_rows)
+    : cfg_(cfg),
+      kv_(kv),
+      rope_(cfg),
+      block_size_(block_size),
+      threads_(num_threads),
+      linear_rows_(linear_rows && cpu::linear_rows_available()) {
   if (num_threads > 0) openblas_set_num_threads(num_threads);
 }
 
@@ -142,15 +150,39 @@ void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bo
     dst = scratch_.data();
   }
   const float* b = vec(bias);
-  int64_t col = 0;
-  for (const HostTensor& p : m.parts) {
-    cpu::linear(f(x), p.as<const float>(), b ? b + col : nullptr, dst + col, x.rows, x.cols, p.num_rows(), y.cols);
-    col += p.num_rows();
+  if (linear_rows_ && x.rows >= 2 && x.rows <= cpu::kLinearRowsMax) {  // one row: sgemv
+    linear_few_rows(f(x), x.rows, m, dst, y.cols);
+    if (b != nullptr)
+      for (int64_t t = 0; t < y.rows; ++t)
+        for (int64_t o = 0; o < y.cols; ++o) dst[t * y.cols + o] += b[o];
+  } else {
+    int64_t col = 0;
+    for (const HostTensor& p : m.parts) {
+      cpu::linear(f(x), p.as<const float>(), b ? b + col : nullptr, dst + col, x.rows, x.cols, p.num_rows(), y.cols);
+      col += p.num_rows();
+    }
   }
   if (accumulate) {
     float* yy = f(y);
     for (size_t i = 0; i < scratch_.size(); ++i) yy[i] += scratch_[i];
   }
+}
+
+// All parts' rows in one parallel_for (one wake of the pool a linear), each chunk through the parts
+// it overlaps; a chunk streams at least ~256 KB of weights, so small matrices run on one thread.
+void CpuForwardOps::linear_few_rows(const float* x, int64_t T, const Matrix& m, float* y, int64_t ldy) {
+  int64_t rows = 0;
+  const int64_t K = m.parts.front().row_size();
+  for (const HostTensor& p : m.parts) rows += p.num_rows();
+  const int64_t grain = std::max<int64_t>(16, (int64_t{64} << 10) / std::max<int64_t>(1, K));
+  threads_.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (const HostTensor& p : m.parts) {
+      const int64_t n = p.num_rows(), lo = std::max(r0, base), hi = std::min(r1, base + n);
+      if (lo < hi) cpu::linear_rows(x, T, K, p.as<const float>(), lo - base, hi - base, y + base, ldy);
+      base += n;
+    }
+  });
 }
 
 void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {

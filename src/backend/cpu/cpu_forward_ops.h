@@ -26,7 +26,9 @@ struct CpuKv {
 
 class CpuForwardOps final : public ForwardOps {
  public:
-  CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads);
+  // linear_rows: linears of 2 to cpu::kLinearRowsMax rows stream each weight row once on the
+  // pool (cpu_linear_rows.h) where the CPU can; false: OpenBLAS for every linear.
+  CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true);
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
   Weight vector(std::initializer_list<const HostTensor*> parts) override;
@@ -57,12 +59,14 @@ class CpuForwardOps final : public ForwardOps {
     std::vector<HostTensor> parts;
   };
   Weight keep_vector(HostTensor t);
+  void linear_few_rows(const float* x, int64_t T, const Matrix& m, float* y, int64_t ldy);
 
   ModelConfig cfg_;
   CpuKv& kv_;
   Rope rope_;
   int32_t block_size_;
-  ThreadPool threads_;  // attention, norms, activations; GEMMs use OpenBLAS's own threads
+  ThreadPool threads_;  // attention, norms, activations, linears of a few rows; other GEMMs use OpenBLAS's threads
+  bool linear_rows_;
   std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
   std::deque<HostTensor> vectors_;  // ... of vectors here
   std::vector<std::vector<float>> acts_;  // per slot
