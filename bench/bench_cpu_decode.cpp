@@ -1,10 +1,11 @@
-// CPU decode steps of B sequences, the few-rows linears (backend/cpu/cpu_linear_rows.h) against
-// OpenBLAS for every linear, side by side in one process: two backends on one model, their steps
-// alternated. Each sequence has a prompt of --context tokens already in the cache; a step is one
+// CPU decode steps of B sequences, side by side in one process, three backends on one model, their
+// steps rotated: the few-rows linears over the GGUF's own blocks (Q4_1 / Q8_0 weights; the default),
+// the few-rows linears over the f32 copy (backend/cpu/cpu_linear_rows.h), and OpenBLAS for every
+// linear. Each sequence has a prompt of --context tokens already in the cache; a step is one
 // token a sequence, greedy ids out (as the engine's decode steps). Prints ms a step and tokens/s.
 //
 //   bench_cpu_decode [--model demo|PATH.gguf] [--batches 1,2,4,8,16] [--context 256] [--steps 16]
-//                    [--threads 0] [--only rows|blas]   (--only: one backend, e.g. under a profiler)
+//                    [--threads 0] [--only quant|rows|blas]   (--only: one backend, e.g. under a profiler)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +88,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--context and --steps must be at least 1\n");
     return 2;
   }
-  if (!only.empty() && only != "rows" && only != "blas") {
-    std::fprintf(stderr, "--only takes rows or blas, not %s\n", only.c_str());
+  if (!only.empty() && only != "quant" && only != "rows" && only != "blas") {
+    std::fprintf(stderr, "--only takes quant, rows or blas, not %s\n", only.c_str());
     return 2;
   }
   try {
@@ -96,35 +97,37 @@ int main(int argc, char** argv) {
     const int32_t bs = 16, per_seq = (context + steps) / bs + 1;
     int32_t max_b = 1;
     for (int32_t b : batches) max_b = std::max(max_b, b);
-    BackendOptions on, off;
-    on.num_cache_blocks = off.num_cache_blocks = static_cast<int64_t>(max_b) * per_seq;
-    on.num_threads = off.num_threads = threads;
+    BackendOptions on, f32, off;
+    on.num_cache_blocks = f32.num_cache_blocks = off.num_cache_blocks = static_cast<int64_t>(max_b) * per_seq;
+    on.num_threads = f32.num_threads = off.num_threads = threads;
+    f32.cpu_quant_linears = off.cpu_quant_linears = false;
     off.cpu_linear_rows = false;
-    auto rows = make_cpu_backend(m.config, m.weights, on), blas = make_cpu_backend(m.config, m.weights, off);
+    auto quant = make_cpu_backend(m.config, m.weights, on), rows = make_cpu_backend(m.config, m.weights, f32),
+         blas = make_cpu_backend(m.config, m.weights, off);
+    const std::vector<std::pair<std::string, Backend*>> all{{"quant", quant.get()}, {"rows", rows.get()}, {"blas", blas.get()}};
     const int32_t vocab = static_cast<int32_t>(m.config.vocab_size);
     std::printf("model %s, context %d, %d steps a batch, few-rows kernel %s\n", model.c_str(), context, steps,
                 cpu::linear_rows_available() ? "available" : "NOT available (both columns are OpenBLAS)");
-    std::printf("| batch | few-rows linears (ms a step) | OpenBLAS (ms a step) | OpenBLAS / few-rows | tokens/s few-rows | tokens/s OpenBLAS |\n");
-    std::printf("|---|---|---|---|---|---|\n");
+    std::printf("(a model without Q4_1 / Q8_0 weights runs the f32 copy in the first column too)\n");
+    std::printf("| batch | GGUF blocks, few rows (ms a step) | f32, few rows | OpenBLAS | OpenBLAS / blocks | tokens/s blocks | tokens/s OpenBLAS |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
     for (int32_t B : batches) {
-      double t_rows = 0, t_blas = 0;
+      double t[3] = {0, 0, 0};
       ForwardOutput out;
-      for (Backend* be : {rows.get(), blas.get()}) be->forward(batch_of(B, per_seq, bs, 0, context, vocab, true), out);
-      for (int32_t s = 0; s < steps; ++s) {
-        const ForwardBatch fb = batch_of(B, per_seq, bs, context + s, context + s + 1, vocab, true);
-        // Alternate which runs first, so neither always meets the other's cache state.
-        Backend* first = s % 2 ? blas.get() : rows.get();
-        Backend* second = s % 2 ? rows.get() : blas.get();
-        for (Backend* be : {first, second}) {
-          if ((only == "rows" && be != rows.get()) || (only == "blas" && be != blas.get())) continue;
+      for (const auto& [name, be] : all) be->forward(batch_of(B, per_seq, bs, 0, context, vocab, true), out);
+      for (int32_t st = 0; st < steps; ++st) {
+        const ForwardBatch fb = batch_of(B, per_seq, bs, context + st, context + st + 1, vocab, true);
+        for (int i = 0; i < 3; ++i) {  // rotated: none always meets the others' cache state
+          const int j = (i + st) % 3;
+          if (!only.empty() && only != all[static_cast<size_t>(j)].first) continue;
           const auto t0 = std::chrono::steady_clock::now();
-          be->forward(fb, out);
-          (be == rows.get() ? t_rows : t_blas) += seconds_since(t0);
+          all[static_cast<size_t>(j)].second->forward(fb, out);
+          t[j] += seconds_since(t0);
         }
       }
-      const double ms_rows = 1e3 * t_rows / steps, ms_blas = 1e3 * t_blas / steps;
-      std::printf("| %d | %.2f | %.2f | %.2fx | %.1f | %.1f |\n", B, ms_rows, ms_blas, ms_blas / ms_rows,
-                  1e3 * B / ms_rows, 1e3 * B / ms_blas);
+      const double ms[3] = {1e3 * t[0] / steps, 1e3 * t[1] / steps, 1e3 * t[2] / steps};
+      std::printf("| %d | %.2f | %.2f | %.2f | %.2fx | %.1f | %.1f |\n", B, ms[0], ms[1], ms[2], ms[2] / ms[0],
+                  1e3 * B / ms[0], 1e3 * B / ms[2]);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_decode: %s\n", e.what());

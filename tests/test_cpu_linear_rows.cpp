@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "forward_test_util.h"
 #include "model/model.h"
+#include "tensor/quant.h"
 
 using namespace inferscale;
 
@@ -116,4 +118,46 @@ TEST(CpuLinearRows, AForwardMatchesTheOpenBlasForward) {
     EXPECT_LT(inferscale::testing::rel_l2(la, lb), 1e-5) << rows << " rows";
     if (rows == past) EXPECT_EQ(la, lb) << rows << " rows run sgemm on both";
   }
+}
+
+// Q4_1 and Q8_0 blocks (random quants, scales and minimums) against the double product with the
+// values quant::dequantize_blocks gives, at T = 1..kLinearRowsMax, rows alone == in company.
+TEST(CpuLinearRows, QuantizedBlocksMatchTheirDequantizedValues) {
+  if (!cpu::linear_rows_available()) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  for (DType t : {DType::kQ4_1, DType::kQ8_0}) {
+    ASSERT_TRUE(cpu::linear_rows_quant_supported(t));
+    const int64_t K = 96, N = 13, nb = K / 32, bb = dtype_block(t).bytes;
+    std::vector<unsigned char> w(static_cast<size_t>(N * nb * bb));
+    for (auto& c : w) c = static_cast<unsigned char>(byte(rng));
+    for (int64_t b = 0; b < N * nb; ++b) {  // finite f16 scales (and minimums) in place of random bytes
+      uint16_t h[2] = {f32_to_f16(scale(rng)), f32_to_f16(-scale(rng) * 8)};
+      std::memcpy(w.data() + b * bb, h, t == DType::kQ4_1 ? 4 : 2);
+    }
+    std::vector<float> deq(static_cast<size_t>(N * K));
+    quant::dequantize_blocks(t, w.data(), deq.data(), N * nb);
+    const auto x = randn(static_cast<size_t>(cpu::kLinearRowsMax * K), rng);
+    std::vector<float> alone(static_cast<size_t>(cpu::kLinearRowsMax * N));
+    for (int64_t r = 0; r < cpu::kLinearRowsMax; ++r)
+      cpu::linear_rows_quant(x.data() + r * K, 1, K, w.data(), t, 0, N, alone.data() + r * N, N);
+    for (int64_t T = 1; T <= cpu::kLinearRowsMax; ++T) {
+      std::vector<float> y(static_cast<size_t>(T * N));
+      cpu::linear_rows_quant(x.data(), T, K, w.data(), t, 0, 5, y.data(), N);
+      cpu::linear_rows_quant(x.data(), T, K, w.data(), t, 5, N, y.data(), N);
+      for (int64_t r = 0; r < T; ++r)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            ref += static_cast<double>(x[r * K + k]) * deq[n * K + k];
+            mag += std::fabs(static_cast<double>(x[r * K + k]) * deq[n * K + k]);
+          }
+          const float got = y[static_cast<size_t>(r * N + n)];
+          EXPECT_NEAR(got, ref, 2e-6 * mag) << dtype_name(t) << " T " << T << " at " << r << "," << n;
+          EXPECT_EQ(got, alone[static_cast<size_t>(r * N + n)]) << "alone";
+        }
+    }
+  }
+  EXPECT_FALSE(cpu::linear_rows_quant_supported(DType::kQ4_K));
 }

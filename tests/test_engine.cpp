@@ -384,7 +384,7 @@ TEST(Engine, BackgroundStepsAreSizedByTheirTime) {
     // Every step but the last (which takes what is left) follows the rule from the one before.
     for (size_t i = 1; i + 1 < steps.size(); ++i) {
       const double want = target_s > 0 ? std::clamp(target_s * steps[i - 1].first / steps[i - 1].second,
-                                                    double{Engine::kMinBackgroundTokens}, double{idle_cap})
+                                                    double{Engine::kMinBackgroundTokens}, static_cast<double>(idle_cap))
                                        : idle_cap;
       EXPECT_NEAR(static_cast<double>(steps[i].first), std::floor(want), 1.0) << "step " << i;
     }

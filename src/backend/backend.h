@@ -49,6 +49,9 @@ struct BackendOptions {
   // CPU: linears of 2-8 rows (decode steps of a few sequences) stream each weight row once on
   // the backend's threads (backend/cpu/cpu_linear_rows.h, AVX2 + FMA); false: OpenBLAS for all.
   bool cpu_linear_rows = true;
+  // CPU: linears of 1-4 rows over weights a GGUF stores as Q4_1 or Q8_0 read those blocks (5-6x
+  // fewer bytes than the f32 copy; backend/cpu/cpu_linear_rows.h); false: the f32 copy always.
+  bool cpu_quant_linears = true;
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
   bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
   // CUDA: a mixed batch's decode sequences run the decode attention kernel beside its prefill

@@ -21,13 +21,14 @@ const float* vec(const Weight& w) { return w.empty() ? nullptr : static_cast<con
 }  // namespace
 
 CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads,
-                             bool linear_rows)
+                             bool linear_rows, bool quant_linears)
     : cfg_(cfg),
       kv_(kv),
       rope_(cfg),
       block_size_(block_size),
       threads_(num_threads),
-      linear_rows_(linear_rows && cpu::linear_rows_available()) {
+      linear_rows_(linear_rows && cpu::linear_rows_available()),
+      quant_linears_(quant_linears && cpu::linear_rows_available()) {
   if (num_threads > 0) openblas_set_num_threads(num_threads);
 }
 
@@ -40,7 +41,10 @@ Weight CpuForwardOps::matrix(std::initializer_list<const HostTensor*> parts) {
     cols = p->row_size();
     rows += p->num_rows();
     m.parts.push_back(p->to_f32());  // a view when stored as f32
+    m.blocks.push_back(p);
   }
+  for (const HostTensor* p : m.blocks)
+    if (!cpu::linear_rows_quant_supported(p->dtype) || p->row_size() % 32 != 0) m.blocks.clear();
   matrices_.push_back(std::move(m));
   return Weight{&matrices_.back(), rows, cols};
 }
@@ -139,6 +143,23 @@ void CpuForwardOps::layer_norm(Act x, const Weight& w, const Weight& b, Act y, f
   cpu::layer_norm(f(x), vec(w), vec(b), f(y), x.rows, x.cols, eps, &threads_);
 }
 
+// All parts' rows in one parallel_for (one wake of the pool a linear), each chunk through the parts
+// it overlaps; a chunk covers at least ~64 K weights, so small matrices run on one thread.
+template <typename RowsFn>
+void CpuForwardOps::linear_parts(const Matrix& m, int64_t K, float* y, const RowsFn& rows) {
+  int64_t total = 0;
+  for (const HostTensor& p : m.parts) total += p.num_rows();
+  const int64_t grain = std::max<int64_t>(16, (int64_t{64} << 10) / std::max<int64_t>(1, K));
+  threads_.parallel_for(total, grain, [&](int64_t r0, int64_t r1) {
+    int64_t base = 0;
+    for (size_t j = 0; j < m.parts.size(); ++j) {
+      const int64_t n = m.parts[j].num_rows(), lo = std::max(r0, base), hi = std::min(r1, base + n);
+      if (lo < hi) rows(j, lo - base, hi - base, y + base);
+      base += n;
+    }
+  });
+}
+
 void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) {
   const auto& m = *static_cast<const Matrix*>(w.impl);
   IS_CHECK(x.cols == w.cols && y.cols == w.rows && x.rows == y.rows, "linear [{}, {}] x [{}, {}]^T into [{}, {}]",
@@ -150,39 +171,31 @@ void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bo
     dst = scratch_.data();
   }
   const float* b = vec(bias);
-  if (linear_rows_ && x.rows >= 2 && x.rows <= cpu::kLinearRowsMax) {  // one row: sgemv
-    linear_few_rows(f(x), x.rows, m, dst, y.cols);
-    if (b != nullptr)
-      for (int64_t t = 0; t < y.rows; ++t)
-        for (int64_t o = 0; o < y.cols; ++o) dst[t * y.cols + o] += b[o];
+  const int64_t T = x.rows, K = x.cols;
+  const float* xs = f(x);
+  if (quant_linears_ && !m.blocks.empty() && T <= cpu::kQuantRowsMax) {
+    linear_parts(m, K, dst, [&](size_t part, int64_t n0, int64_t n1, float* yp) {
+      const HostTensor& q = *m.blocks[part];
+      cpu::linear_rows_quant(xs, T, K, q.data, q.dtype, n0, n1, yp, y.cols);
+    });
+  } else if (linear_rows_ && T >= 2 && T <= cpu::kLinearRowsMax) {  // one row: sgemv
+    linear_parts(m, K, dst, [&](size_t part, int64_t n0, int64_t n1, float* yp) {
+      cpu::linear_rows(xs, T, K, m.parts[part].as<const float>(), n0, n1, yp, y.cols);
+    });
   } else {
     int64_t col = 0;
     for (const HostTensor& p : m.parts) {
-      cpu::linear(f(x), p.as<const float>(), b ? b + col : nullptr, dst + col, x.rows, x.cols, p.num_rows(), y.cols);
+      cpu::linear(xs, p.as<const float>(), nullptr, dst + col, T, K, p.num_rows(), y.cols);
       col += p.num_rows();
     }
   }
+  if (b != nullptr)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t o = 0; o < y.cols; ++o) dst[t * y.cols + o] += b[o];
   if (accumulate) {
     float* yy = f(y);
     for (size_t i = 0; i < scratch_.size(); ++i) yy[i] += scratch_[i];
   }
-}
-
-// All parts' rows in one parallel_for (one wake of the pool a linear), each chunk through the parts
-// it overlaps; a chunk streams at least ~256 KB of weights, so small matrices run on one thread.
-void CpuForwardOps::linear_few_rows(const float* x, int64_t T, const Matrix& m, float* y, int64_t ldy) {
-  int64_t rows = 0;
-  const int64_t K = m.parts.front().row_size();
-  for (const HostTensor& p : m.parts) rows += p.num_rows();
-  const int64_t grain = std::max<int64_t>(16, (int64_t{64} << 10) / std::max<int64_t>(1, K));
-  threads_.parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    int64_t base = 0;
-    for (const HostTensor& p : m.parts) {
-      const int64_t n = p.num_rows(), lo = std::max(r0, base), hi = std::min(r1, base + n);
-      if (lo < hi) cpu::linear_rows(x, T, K, p.as<const float>(), lo - base, hi - base, y + base, ldy);
-      base += n;
-    }
-  });
 }
 
 void CpuForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {

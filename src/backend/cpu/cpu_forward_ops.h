@@ -28,7 +28,10 @@ class CpuForwardOps final : public ForwardOps {
  public:
   // linear_rows: linears of 2 to cpu::kLinearRowsMax rows stream each weight row once on the
   // pool (cpu_linear_rows.h) where the CPU can; false: OpenBLAS for every linear.
-  CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true);
+  // quant_linears: linears of at most cpu::kQuantRowsMax rows over a matrix whose every part is
+  // stored in a block type with a kernel (Q4_1, Q8_0) read those blocks instead of the f32 copy.
+  CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true,
+                bool quant_linears = true);
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
   Weight vector(std::initializer_list<const HostTensor*> parts) override;
@@ -57,16 +60,22 @@ class CpuForwardOps final : public ForwardOps {
   // A matrix: its parts' f32 rows, stacked (each part [rows[i], cols]).
   struct Matrix {
     std::vector<HostTensor> parts;
+    // The parts as the model stores them (ModelWeights outlives the ops), when every one is in a
+    // block type cpu::linear_rows_quant reads; else empty.
+    std::vector<const HostTensor*> blocks;
   };
   Weight keep_vector(HostTensor t);
-  void linear_few_rows(const float* x, int64_t T, const Matrix& m, float* y, int64_t ldy);
+  // Each part j's rows [n0, n1) through rows(j, n0, n1, y + the part's first column), all parts
+  // in one parallel_for.
+  template <typename RowsFn>
+  void linear_parts(const Matrix& m, int64_t K, float* y, const RowsFn& rows);
 
   ModelConfig cfg_;
   CpuKv& kv_;
   Rope rope_;
   int32_t block_size_;
   ThreadPool threads_;  // attention, norms, activations, linears of a few rows; other GEMMs use OpenBLAS's threads
-  bool linear_rows_;
+  bool linear_rows_, quant_linears_;
   std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
   std::deque<HostTensor> vectors_;  // ... of vectors here
   std::vector<std::vector<float>> acts_;  // per slot
