@@ -139,13 +139,15 @@ TEST(CpuLinearRows, QuantizedBlocksMatchTheirDequantizedValues) {
     std::vector<float> deq(static_cast<size_t>(N * K));
     quant::dequantize_blocks(t, w.data(), deq.data(), N * nb);
     const auto x = randn(static_cast<size_t>(cpu::kLinearRowsMax * K), rng);
+    std::vector<float> sums(static_cast<size_t>(cpu::kLinearRowsMax * nb));
+    cpu::block_sums(x.data(), cpu::kLinearRowsMax, K, sums.data());
     std::vector<float> alone(static_cast<size_t>(cpu::kLinearRowsMax * N));
     for (int64_t r = 0; r < cpu::kLinearRowsMax; ++r)
-      cpu::linear_rows_quant(x.data() + r * K, 1, K, w.data(), t, 0, N, alone.data() + r * N, N);
+      cpu::linear_rows_quant(x.data() + r * K, sums.data() + r * nb, 1, K, w.data(), t, 0, N, alone.data() + r * N, N);
     for (int64_t T = 1; T <= cpu::kLinearRowsMax; ++T) {
       std::vector<float> y(static_cast<size_t>(T * N));
-      cpu::linear_rows_quant(x.data(), T, K, w.data(), t, 0, 5, y.data(), N);
-      cpu::linear_rows_quant(x.data(), T, K, w.data(), t, 5, N, y.data(), N);
+      cpu::linear_rows_quant(x.data(), sums.data(), T, K, w.data(), t, 0, 5, y.data(), N);
+      cpu::linear_rows_quant(x.data(), sums.data(), T, K, w.data(), t, 5, N, y.data(), N);
       for (int64_t r = 0; r < T; ++r)
         for (int64_t n = 0; n < N; ++n) {
           double ref = 0, mag = 0;

@@ -46,7 +46,7 @@ struct BackendOptions {
   int64_t cache_memory_bytes = 512ll << 20;
   int64_t num_pool_blocks = 0;      // memory pool (fact KV); 0 = none
   int32_t num_threads = 0;          // CPU: 0 = all cores
-  // CPU: linears of 2-8 rows (decode steps of a few sequences) stream each weight row once on
+  // CPU: linears of 2-14 rows (decode steps of a few sequences) stream each weight row once on
   // the backend's threads (backend/cpu/cpu_linear_rows.h, AVX2 + FMA); false: OpenBLAS for all.
   bool cpu_linear_rows = true;
   // CPU: linears of 1-4 rows over weights a GGUF stores as Q4_1 or Q8_0 read those blocks (5-6x

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_linear_rows.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/cpu_twins.h"
+#include "tensor/quant.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -41,10 +42,10 @@ Weight CpuForwardOps::matrix(std::initializer_list<const HostTensor*> parts) {
     cols = p->row_size();
     rows += p->num_rows();
     m.parts.push_back(p->to_f32());  // a view when stored as f32
-    m.blocks.push_back(p);
+    m.blocks.push_back(*p);  // a view: the tensor's owner keeps its bytes
   }
-  for (const HostTensor* p : m.blocks)
-    if (!cpu::linear_rows_quant_supported(p->dtype) || p->row_size() % 32 != 0) m.blocks.clear();
+  for (const HostTensor& p : m.blocks)
+    if (!cpu::linear_rows_quant_supported(p.dtype)) m.blocks.clear();
   matrices_.push_back(std::move(m));
   return Weight{&matrices_.back(), rows, cols};
 }
@@ -174,9 +175,11 @@ void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bo
   const int64_t T = x.rows, K = x.cols;
   const float* xs = f(x);
   if (quant_linears_ && !m.blocks.empty() && T <= cpu::kQuantRowsMax) {
+    block_sums_.resize(static_cast<size_t>(T * (K / quant::kQK)));
+    cpu::block_sums(xs, T, K, block_sums_.data());
     linear_parts(m, K, dst, [&](size_t part, int64_t n0, int64_t n1, float* yp) {
-      const HostTensor& q = *m.blocks[part];
-      cpu::linear_rows_quant(xs, T, K, q.data, q.dtype, n0, n1, yp, y.cols);
+      const HostTensor& q = m.blocks[part];
+      cpu::linear_rows_quant(xs, block_sums_.data(), T, K, q.data, q.dtype, n0, n1, yp, y.cols);
     });
   } else if (linear_rows_ && T >= 2 && T <= cpu::kLinearRowsMax) {  // one row: sgemv
     linear_parts(m, K, dst, [&](size_t part, int64_t n0, int64_t n1, float* yp) {

@@ -60,9 +60,9 @@ class CpuForwardOps final : public ForwardOps {
   // A matrix: its parts' f32 rows, stacked (each part [rows[i], cols]).
   struct Matrix {
     std::vector<HostTensor> parts;
-    // The parts as the model stores them (ModelWeights outlives the ops), when every one is in a
-    // block type cpu::linear_rows_quant reads; else empty.
-    std::vector<const HostTensor*> blocks;
+    // The parts as the model stores them (views), when every one is in a block type
+    // cpu::linear_rows_quant reads; else empty.
+    std::vector<HostTensor> blocks;
   };
   Weight keep_vector(HostTensor t);
   // Each part j's rows [n0, n1) through rows(j, n0, n1, y + the part's first column), all parts
@@ -80,6 +80,7 @@ class CpuForwardOps final : public ForwardOps {
   std::deque<HostTensor> vectors_;  // ... of vectors here
   std::vector<std::vector<float>> acts_;  // per slot
   std::vector<float> scratch_;      // a linear's product before it is added (accumulate)
+  std::vector<float> block_sums_;   // [T, K / 32] a few-rows linear's x by block (cpu::block_sums)
   const ForwardBatch* batch_ = nullptr;
   AttnMask mask_ = AttnMask::kCausal;
   std::vector<float> cos_, sin_;    // [T, D / 2] RoPE angles of the batch's positions

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
-#include <vector>
 
 #include "tensor/quant.h"
 #include "util/check.h"
@@ -13,18 +12,15 @@
 namespace inferscale::cpu {
 namespace {
 
-// One (t, n) sum: 8 lanes over k = 0, 8, 16, ... (one FMA chain), the lanes added pairwise in a
-// fixed order, then the K % 8 tail one product at a time. Independent chains come from the T rows
-// of x, never from splitting one sum, so the order is the same for every T.
-__attribute__((target("avx2,fma,f16c"))) inline float finish(__m256 acc, const float* x, const float* w, int64_t k,
-                                                        int64_t K) {
+// The 8 lanes of one (t, n) sum (one FMA chain over k = 0, 8, 16, ...), added pairwise in a fixed
+// order. Independent chains come from the T rows of x, never from splitting one sum, so the order
+// is the same for every T.
+__attribute__((target("avx2,fma,f16c"))) inline float hsum(__m256 acc) {
   const __m128 lo = _mm256_castps256_ps128(acc), hi = _mm256_extractf128_ps(acc, 1);
   __m128 s = _mm_add_ps(lo, hi);                 // lanes i + i + 4
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));        // (0 + 2), (1 + 3)
   s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x1));  // 0 + 1
-  float r = _mm_cvtss_f32(s);
-  for (; k < K; ++k) r = std::fma(x[k], w[k], r);
-  return r;
+  return _mm_cvtss_f32(s);
 }
 
 // One weight row against T rows of x (T <= 8: T accumulators and the weight vector in registers).
@@ -40,7 +36,11 @@ __attribute__((target("avx2,fma,f16c"))) void row_against(const float* x, int64_
     for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * K + k), acc[t]);
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) y[t * ldy] = finish(acc[t], x + t * K, wr, K8, K);
+  for (int t = 0; t < T; ++t) {
+    float r = hsum(acc[t]);
+    for (int64_t k = K8; k < K; ++k) r = std::fma(x[t * K + k], wr[k], r);  // the K % 8 tail, in order
+    y[t * ldy] = r;
+  }
 }
 
 using RowFn = void (*)(const float*, int64_t, const float*, float*, int64_t);
@@ -97,7 +97,7 @@ __attribute__((target("avx2,fma,f16c"))) void qrow_against(const float* x, int64
     }
   }
 #pragma GCC unroll 8
-  for (int t = 0; t < T; ++t) y[t * ldy] = finish(acc[t], nullptr, nullptr, 0, 0) + macc[t];
+  for (int t = 0; t < T; ++t) y[t * ldy] = hsum(acc[t]) + macc[t];
 }
 
 template <bool Q4>
@@ -136,27 +136,28 @@ bool linear_rows_quant_supported(DType t) {
   return linear_rows_available() && (t == DType::kQ4_1 || t == DType::kQ8_0);
 }
 
-void linear_rows_quant(const float* x, int64_t T, int64_t K, const void* w, DType t, int64_t n0, int64_t n1, float* y,
-                       int64_t ldy) {
+void block_sums(const float* x, int64_t T, int64_t K, float* sums) {
+  IS_CHECK(K % quant::kQK == 0, "block_sums: {} values a row is not whole blocks", K);
+  for (int64_t i = 0; i < T * (K / quant::kQK); ++i) {
+    float s = 0.f;
+    for (int j = 0; j < quant::kQK; ++j) s += x[i * quant::kQK + j];
+    sums[i] = s;
+  }
+}
+
+void linear_rows_quant(const float* x, const float* xsum, int64_t T, int64_t K, const void* w, DType t, int64_t n0,
+                       int64_t n1, float* y, int64_t ldy) {
   IS_CHECK(linear_rows_quant_supported(t), "linear_rows_quant: no kernel for {} on this CPU", dtype_name(t));
   IS_CHECK(T >= 1 && T <= kLinearRowsMax, "linear_rows_quant takes 1 to {} rows, not {}", kLinearRowsMax, T);
   IS_CHECK(K % quant::kQK == 0, "linear_rows_quant: {} values a row is not whole blocks", K);
   const bool q4 = t == DType::kQ4_1;
+  IS_CHECK(!q4 || xsum != nullptr, "linear_rows_quant: Q4_1 needs the block sums of x");
   const int64_t nb = K / quant::kQK, row_bytes = nb * dtype_block(t).bytes;
-  std::vector<float> xsum;  // Q4_1: [T, nb] each block's sum of x, in lane order as the products
-  if (q4) {
-    xsum.resize(static_cast<size_t>(T * nb));
-    for (int64_t i = 0; i < T * nb; ++i) {
-      float s = 0.f;
-      for (int j = 0; j < quant::kQK; ++j) s += x[i * quant::kQK + j];
-      xsum[static_cast<size_t>(i)] = s;
-    }
-  }
   const auto* rows = static_cast<const unsigned char*>(w);
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t t0 = 0; t0 < T; t0 += 8) {
       const int c = static_cast<int>(std::min<int64_t>(8, T - t0));
-      if (q4) kQRowFns<true>[c](x + t0 * K, K, rows + n * row_bytes, xsum.data() + t0 * nb, y + t0 * ldy + n, ldy);
+      if (q4) kQRowFns<true>[c](x + t0 * K, K, rows + n * row_bytes, xsum + t0 * nb, y + t0 * ldy + n, ldy);
       else kQRowFns<false>[c](x + t0 * K, K, rows + n * row_bytes, nullptr, y + t0 * ldy + n, ldy);
     }
 }

@@ -4,7 +4,8 @@
 // docs/BENCHMARKS.md "Linear layers of a few rows on the CPU", bench/bench_cpu_decode.cpp). One
 // row stays on OpenBLAS' sgemv, which streams as fast (CpuForwardOps::linear).
 //   y[t * ldy + n] = sum_k x[t, k] w[n, k]     x: [T, K], w: [N, K] (rows [n0, n1) computed)
-// AVX2 + FMA (+ F16C for the blocks' scales), chosen at run time; without them available() is false and callers keep sgemm/sgemv.
+// AVX2 + FMA (+ F16C for the blocks' scales), chosen at run time; without them available() is
+// false and callers keep sgemm / sgemv.
 // The twin is cpu::linear (sgemm) itself: tests/test_cpu_linear_rows.cpp compares the two.
 #pragma once
 #include <cstdint>
@@ -33,7 +34,11 @@ bool linear_rows_quant_supported(DType t);
 // compute-bound, and the f32 rows are as fast (bench_cpu_decode: 1.1-1.3x the f32 step at 1-2
 // rows, even at 4, 0.94-0.95x at 8-12).
 inline constexpr int64_t kQuantRowsMax = 4;
-void linear_rows_quant(const float* x, int64_t T, int64_t K, const void* w, DType t, int64_t n0, int64_t n1, float* y,
-                       int64_t ldy);
+// sums[t * K / 32 + b] = the sum of x[t]'s block b (T rows of K values): what a Q4_1 block's
+// minimum multiplies, computed once a linear for every weight row.
+void block_sums(const float* x, int64_t T, int64_t K, float* sums);
+// xsum: block_sums(x) for Q4_1 (unused for Q8_0).
+void linear_rows_quant(const float* x, const float* xsum, int64_t T, int64_t K, const void* w, DType t, int64_t n0,
+                       int64_t n1, float* y, int64_t ldy);
 
 }  // namespace inferscale::cpu
