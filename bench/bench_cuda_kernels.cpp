@@ -7,13 +7,16 @@
 //       decode kernel's KV bandwidth
 //   (e) retrieval: one query's wall-clock latency through the CPU VectorIndex (OpenBLAS sgemv +
 //       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
-// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]]
+//   (f) --shared-facts alone: attention when concurrent requests' shared facts are one physical copy
+// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--shared-facts]
 //   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -25,6 +28,7 @@
 #include "memory/cuda/cuda_vector_index.h"
 #include "backend/cuda/rope_table.h"
 #include "cuda_bench_common.h"
+#include "util/check.h"
 #include "memory/cpu_vector_index.h"
 
 namespace inferscale {
@@ -53,8 +57,19 @@ struct AttnBench {
 // needs q_len 1). min_split > 0
 // overrides the planner's shortest split piece (a sweep of that setting).
 // fp8: the cache in E4M3 codes with a scale per (slot, kv head) (its bytes counted as such).
+// Block tables of S sequences that share physical blocks (the facts concurrent requests of one user
+// both retrieved; run 23's experiment): `table` holds each sequence's ceil((ctx + q_len) / 16)
+// block ids, back to back, over `num_blocks` physical blocks. The scores are not those of a real
+// shared layout (that needs keys independent of their serving position); what is measured is the
+// memory traffic of a kernel that walks requests when their tables alias.
+struct SharedTables {
+  std::vector<int32_t> table;
+  int32_t num_blocks = 0;
+};
+
 AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, cuda::AttnKernel kernel,
-                          int num_sms, int iters, int32_t min_split = 0, bool fp8 = false) {
+                          int num_sms, int iters, int32_t min_split = 0, bool fp8 = false,
+                          const SharedTables* shared = nullptr) {
   const int32_t bs = 16, group = NH / NKV;
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
   int32_t next = 0;
@@ -70,7 +85,14 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
     q_indptr.push_back(static_cast<int32_t>(positions.size()));
     kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
   }
-  std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
+  if (shared != nullptr) {
+    IS_CHECK(shared->table.size() == kv_indices.size(), "shared tables: {} entries for {}", shared->table.size(),
+             kv_indices.size());
+    kv_indices = shared->table;
+    next = shared->num_blocks;
+  } else {
+    std::shuffle(kv_indices.begin(), kv_indices.end(), std::mt19937(1));  // scattered blocks
+  }
   const int64_t T = static_cast<int64_t>(positions.size()), slots = static_cast<int64_t>(next) * bs;
   AttnPlanOptions po = cuda::attention_plan_options(kernel, q_len == 1, group, NKV, num_sms);
   if (min_split > 0) po.min_split_len = min_split;
@@ -119,21 +141,101 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   return {ms, flops / ms / 1e9, kv_bytes / ms / 1e6};
 }
 
+// S sequences of `nb` blocks: the first fact_blocks * facts of each are `facts` facts of
+// `fact_blocks` blocks drawn (without replacement, in random order) from their user's `pool` facts,
+// the rest blocks of their own. Sequence s belongs to user s / (S / users) (grouped: a user's
+// requests adjacent in the batch) or s % users (interleaved). Physical blocks are scattered.
+SharedTables shared_tables(int32_t S, int32_t nb, int32_t users, int32_t pool, int32_t facts, int32_t fact_blocks,
+                           bool grouped, double* distinct) {
+  std::mt19937 g(7);
+  std::map<std::pair<int32_t, int32_t>, int32_t> fact_first;  // (user, fact) -> its first logical block
+  std::vector<int32_t> logical(static_cast<size_t>(S) * nb);
+  int32_t next = 0;
+  for (int32_t s = 0; s < S; ++s) {
+    const int32_t u = grouped ? s / std::max(1, S / users) : s % users;
+    std::vector<int32_t> ids(static_cast<size_t>(pool));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), g);
+    int32_t b = 0;
+    for (int32_t f = 0; f < facts && b + fact_blocks <= nb; ++f) {
+      auto [it, fresh] = fact_first.try_emplace({u, ids[static_cast<size_t>(f)]}, next);
+      if (fresh) next += fact_blocks;
+      for (int32_t j = 0; j < fact_blocks; ++j) logical[static_cast<size_t>(s) * nb + b++] = it->second + j;
+    }
+    for (; b < nb; ++b) logical[static_cast<size_t>(s) * nb + b] = next++;
+  }
+  std::vector<int32_t> perm(static_cast<size_t>(next));  // logical -> physical, scattered
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
+  SharedTables t;
+  t.num_blocks = next;
+  t.table.reserve(logical.size());
+  for (int32_t l : logical) t.table.push_back(perm[static_cast<size_t>(l)]);
+  *distinct = static_cast<double>(next) / static_cast<double>(logical.size());
+  return t;
+}
+
+// The smallest fact pool of a user that gives at least `target` distinct facts in a group of
+// `per_user` requests, each retrieving `facts` of them uniformly (the expected union of the draws).
+int32_t pool_for(double target, int32_t per_user, int32_t facts) {
+  for (int32_t p = facts;; ++p) {
+    const double miss = std::pow(1.0 - static_cast<double>(facts) / p, per_user);
+    if (p * (1.0 - miss) / (static_cast<double>(facts) * per_user) >= target) return p;
+  }
+}
+
+// Run 23: what a kernel that walks requests reads when the facts concurrent requests share are one
+// physical copy (through L2), against today's copy per request; the decode step of 100 sequences
+// over ~2,800 entries (43 facts of 4 blocks + 3 blocks of their own), and a burst's first forward
+// (100 32-token questions). `bench_fact_sharing` measured the shares on LoCoMo with BM25 at k = 50:
+// 0.54 distinct for groups of 10 questions of one user (the HTTP load's 100 clients over 10 users),
+// 0.12 for one group of 100 (the in-process burst).
+void shared_facts_section(int num_sms, int iters) {
+  std::printf("\n(f) attention over facts shared by concurrent requests (one physical copy each; run 23)\n");
+  std::printf("| kernel | cache | sequences x entries | users | order | distinct blocks | GPU ms | of distinct-per-request |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const int32_t S = 100, ctx = 2800, facts = 43, fb = 4;
+  struct Case {
+    int32_t q_len, users;
+    double target;
+    bool grouped;
+  };
+  const Case cases[] = {{1, 10, 0.54, true}, {1, 10, 0.54, false}, {1, 1, 0.12, true}, {1, 1, 0.01, true},
+                        {32, 10, 0.54, true}, {32, 1, 0.12, true}};
+  for (const bool fp8 : {false, true})
+    for (const Case& c : cases) {
+      const cuda::AttnKernel kernel = c.q_len == 1 ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kTiles;
+      const int32_t q_ctx = c.q_len == 1 ? ctx : ctx - 50;
+      const int32_t nb = (q_ctx + c.q_len + 15) / 16;
+      const AttnBench base = bench_attention(S, q_ctx, c.q_len, 128, 32, 8, kernel, num_sms, iters, 0, fp8);
+      double distinct = 1;
+      const SharedTables t = shared_tables(S, nb, c.users, pool_for(c.target, S / c.users, facts), facts, fb, c.grouped,
+                                           &distinct);
+      const AttnBench r = bench_attention(S, q_ctx, c.q_len, 128, 32, 8, kernel, num_sms, iters, 0, fp8, &t);
+      std::printf("| %s | %s | %d x %d | %d | %s | %.3f | %.3f | %.3f / %.3f = %.2f |\n",
+                  c.q_len == 1 ? "decode (tensor-core decode kernel)" : "32-token questions (tiles)", fp8 ? "FP8" : "bf16",
+                  S, q_ctx + c.q_len, c.users, c.grouped ? "grouped" : "interleaved", distinct, r.ms, r.ms, base.ms,
+                  r.ms / base.ms);
+    }
+}
+
 }  // namespace
 }  // namespace inferscale
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, attention_only = false;
+  bool quick = false, attention_only = false, shared_only = false;
   int only_shape = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
+    } else if (std::strcmp(argv[i], "--shared-facts") == 0) {
+      shared_only = true;
     } else if (std::strcmp(argv[i], "--attention") == 0) {
       attention_only = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') only_shape = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]])\n", argv[i]);
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--shared-facts])\n", argv[i]);
       return 2;
     }
   }
@@ -142,6 +244,10 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   std::printf("device: %s\n", bench::device_name().c_str());
+  if (shared_only) {
+    shared_facts_section(sms, iters);
+    return 0;
+  }
 
   if (!attention_only) {  // sections (a)-(c)
     // Ceilings.

@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
                                                  : "inject, tickets before scheduling";
     const auto t0 = Clock::now();
     const int64_t overlapped0 = engine.stats().tickets_overlapped, hits0 = engine.stats().prefix_hit_tokens;
+    const EngineStats host0 = engine.stats();
     for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, nullptr);
     double ttft_sum = 0, gpu_ms = 0;
     int64_t out_tokens = 0, steps = 0;
@@ -300,12 +301,17 @@ int main(int argc, char** argv) {
     // the host's (scheduling, memory tickets, batch building, planning, uploads, outputs) while
     // the GPU waits (tickets resolved beside a running forward are hidden in its GPU time).
     if (gpu_ms > 0) {
-      char line[256];
+      const EngineStats& e = engine.stats();
+      const double per = 1e3 / static_cast<double>(steps);
+      char line[384];
       std::snprintf(line, sizeof line,
-                    "%s: %lld forwards, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%%; "
+                    "%s: %lld forwards, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%% "
+                    "(engine thread, ms a step: %.3f before the launch, %.3f in it, %.3f after the forward); "
                     "%lld ticket asks beside a running forward (%d requests), %lld prefix-cache hit tokens\n",
                     label, static_cast<long long>(steps), wall * 1e3 / steps, gpu_ms / steps,
-                    100.0 * (1.0 - gpu_ms / (wall * 1e3)),
+                    100.0 * (1.0 - gpu_ms / (wall * 1e3)), (e.host_before_seconds - host0.host_before_seconds) * per,
+                    (e.host_launch_seconds - host0.host_launch_seconds) * per,
+                    (e.host_after_seconds - host0.host_after_seconds) * per,
                     static_cast<long long>(engine.stats().tickets_overlapped - overlapped0), a.users,
                     static_cast<long long>(engine.stats().prefix_hit_tokens - hits0));
       step_lines += line;

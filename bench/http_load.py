@@ -533,7 +533,8 @@ def fmt(v, nd=1):
 def markdown(cells):
     cols = ["mode", "k", "tokens", "clients", "requests", "req/s", "out tok/s", "TTFT p50", "TTFT p95", "TTFT p99",
             "ITL p50", "ITL p99", "errors", "fallbacks", "encoded", "cached tok/req", "TTFT mean (all)",
-            "server TTFT mean", "forwards decode / mixed / prefill", "their mean ms"]
+            "server TTFT mean", "forwards decode / mixed / prefill", "their mean ms",
+            "host ms a forward: before / launch / after"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for c in sorted(cells, key=lambda c: (c["tokens"], c["mode"] != "inject", c["k"], c["clients"])):
         t, i = c["ttft_ms"], c["itl_ms"]
@@ -549,7 +550,9 @@ def markdown(cells):
                  "(--max-cell-seconds) before every client finished its first request; the two means are over "
                  "every request of the cell, client-side and in the server (/metrics: arrival in the engine -> "
                  "first token); the engine's forwards during the cell by kind (/metrics; mixed: arrivals' "
-                 "prefills beside running decodes) and their mean wall time, launch to end.")
+                 "prefills beside running decodes) and their mean wall time, launch to end; the engine "
+                 "thread's host time a forward (/metrics) before its launch (scheduling, the batch), in it "
+                 "(planning, uploads, launches) and after it (sampling, outputs).")
     return "\n".join(lines) + "\n"
 
 
@@ -797,6 +800,7 @@ def read_metric(target, name):
 
 TTFT_METRIC = "inferscale_time_to_first_token_seconds"
 FORWARD_KINDS = ("decode", "mixed", "prefill")
+HOST_PHASES = ("before", "launch", "after")
 
 
 def server_snapshot(target):
@@ -807,10 +811,14 @@ def server_snapshot(target):
     for kind in FORWARD_KINDS:
         names += ['inferscale_engine_forwards_total{kind="%s"}' % kind,
                   'inferscale_engine_forward_seconds_total{kind="%s"}' % kind]
+    nf = len(names)
+    names += ['inferscale_engine_host_seconds_total{phase="%s"}' % p for p in HOST_PHASES]
     v = read_metrics(target, *names)
-    snap = {"ttft": None if v[0] is None or v[1] is None else (v[0], v[1]), "forwards": None}
-    if all(x is not None for x in v[2:]):
+    snap = {"ttft": None if v[0] is None or v[1] is None else (v[0], v[1]), "forwards": None, "host": None}
+    if all(x is not None for x in v[2:nf]):
         snap["forwards"] = {kind: (v[2 + 2 * i], v[3 + 2 * i]) for i, kind in enumerate(FORWARD_KINDS)}
+    if all(x is not None for x in v[nf:]):
+        snap["host"] = dict(zip(HOST_PHASES, v[nf:]))
     return snap
 
 
@@ -830,15 +838,21 @@ def add_server_side(cell, records, before, after):
         cell["forwards"] = {k: int(a[k][0] - b[k][0]) for k in FORWARD_KINDS}
         cell["forward_ms_mean"] = {k: ms((a[k][1] - b[k][1]) / (a[k][0] - b[k][0])) if a[k][0] > b[k][0] else None
                                    for k in FORWARD_KINDS}
+        n = sum(cell["forwards"].values())
+        hb, ha = before.get("host"), after.get("host")
+        if n > 0 and hb is not None and ha is not None:  # the engine thread's host time a forward, by phase
+            cell["host_ms_per_forward"] = {p: ms((ha[p] - hb[p]) / n) for p in HOST_PHASES}
 
 
 def forwards_text(cell):
-    """ "decode / mixed / prefill" forwards of the cell, with their mean ms, for the tables."""
-    f, m = cell.get("forwards"), cell.get("forward_ms_mean")
+    """ "decode / mixed / prefill" forwards of the cell, with their mean ms, and the engine's host
+    ms a forward before / in / after its launch, for the tables."""
+    f, m, h = cell.get("forwards"), cell.get("forward_ms_mean"), cell.get("host_ms_per_forward")
     if not f:
-        return "", ""
+        return "", "", ""
     return ("%d / %d / %d" % tuple(f[k] for k in FORWARD_KINDS),
-            " / ".join(fmt(m[k], 2) if m[k] is not None else "-" for k in FORWARD_KINDS))
+            " / ".join(fmt(m[k], 2) if m[k] is not None else "-" for k in FORWARD_KINDS),
+            " / ".join(fmt(h[p], 3) for p in HOST_PHASES) if h else "")
 
 
 def auto_procs(n):
@@ -913,7 +927,7 @@ def run_grid(args, target):
             write_outputs(result, args.out)
             sys.stderr.write("[%d/%d] %-6s k=%-3d tokens=%-4d clients=%-4d  %6d req  %8.2f req/s  TTFT p50 %s p99 %s ms"
                              "  (mean %s, in the server %s)  ITL p50 %s ms  errors %d  fallbacks %d  encoded %d"
-                             "  forwards d/m/p %s (ms %s)\n" % (
+                             "  forwards d/m/p %s (ms %s, host ms %s)\n" % (
                                  ci + 1, len(todo), cell["mode"], cell["k"], cell["tokens"], cell["clients"],
                                  s["requests"], s["req_per_s"], fmt(s["ttft_ms"]["p50"]), fmt(s["ttft_ms"]["p99"]),
                                  fmt(s["ttft_all_ms_mean"], 2), fmt(s.get("server_ttft_ms_mean"), 2),

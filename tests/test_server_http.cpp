@@ -405,6 +405,10 @@ TEST_F(ServerHttp, MetricsParse) {
                 m.at("inferscale_engine_forwards_total{kind=\"mixed\"}"),
             m.at("inferscale_engine_steps_total"));
   EXPECT_GT(m.at("inferscale_engine_forward_seconds_total{kind=\"decode\"}"), 0.0);
+  // The engine thread's host time around those forwards, by phase: every step that ran a forward
+  // scheduled, launched and handled its outputs.
+  for (const char* phase : {"before", "launch", "after"})
+    EXPECT_GT(m.at(std::string("inferscale_engine_host_seconds_total{phase=\"") + phase + "\"}"), 0.0) << phase;
   EXPECT_GE(m.at("inferscale_http_responses_total{code=\"200\"}"), 1);
 }
 

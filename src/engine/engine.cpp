@@ -262,6 +262,8 @@ RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::option
 }
 
 std::vector<RequestOutput> Engine::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   std::vector<RequestOutput> outs;
   // Memory tickets: a backend that overlaps its forward with the host gets them resolved while the
   // device computes (below), except when nothing else is ready to run: an idle engine resolves
@@ -349,8 +351,9 @@ std::vector<RequestOutput> Engine::step() {
       for (const Row& w : rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
   }
   ForwardOutput fo;
-  const auto launched = std::chrono::steady_clock::now();
+  const auto launched = Clock::now();
   backend_->launch_forward(fb, fo);
+  const auto returned = Clock::now();
   if (overlap) {
     // While the device computes: the tickets waiting, and the requests the intake adds meanwhile
     // with theirs; all are scheduled from the next step on. Between schedule() and finish_step()
@@ -379,7 +382,10 @@ std::vector<RequestOutput> Engine::step() {
   scheduler_.finish_step(plan);
   ++stats_.steps;
   stats_.tokens_computed += plan.num_tokens;
-  const double forward_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - launched).count();
+  const auto ended = Clock::now();
+  const double forward_s = std::chrono::duration<double>(ended - launched).count();
+  stats_.host_before_seconds += std::chrono::duration<double>(launched - started).count();
+  stats_.host_launch_seconds += std::chrono::duration<double>(returned - launched).count();
   count_step_kind(fb, forward_s);
   adapt_background(plan, forward_s);
 
@@ -441,6 +447,7 @@ std::vector<RequestOutput> Engine::step() {
     }
     if (outs.back().finished) live_.erase(outs.back().id);
   }
+  stats_.host_after_seconds += std::chrono::duration<double>(Clock::now() - ended).count();
   return outs;
 }
 

@@ -80,6 +80,12 @@ struct EngineStats {
   // included).
   int64_t decode_steps = 0, mixed_steps = 0, prefill_steps = 0;
   double decode_step_seconds = 0, mixed_step_seconds = 0, prefill_step_seconds = 0;
+  // The host's share of the steps that ran a forward, in three phases on the engine thread: before
+  // the launch (tickets resolved first, scheduling, the injection's launch, the batch), inside the
+  // launch (the backend's planning, uploads and kernel or graph launches), and after the forward
+  // ended (sampling on the host, outputs, stop checks). The device can only be busy with this
+  // step's work during the launch phase and the forward's time above.
+  double host_before_seconds = 0, host_launch_seconds = 0, host_after_seconds = 0;
 };
 
 class Engine {
