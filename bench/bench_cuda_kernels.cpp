@@ -217,6 +217,16 @@ void shared_facts_section(int num_sms, int iters) {
                   S, q_ctx + c.q_len, c.users, c.grouped ? "grouped" : "interleaved", distinct, r.ms, r.ms, base.ms,
                   r.ms / base.ms);
     }
+  // What a kernel that reads a shared fact once for two requests would pay for their second query
+  // group: the decode kernel's 8 MMA columns hold one token's 4 q heads at GQA 4 (the other 4 are
+  // zero); at GQA 8 all 8 are real, over the same KV bytes.
+  std::printf("\n| decode kernel, 100 x 2,800, one layer | cache | GQA 4 (32 q / 8 kv heads) ms | GQA 8 (64 q / 8 kv) ms | ratio |\n");
+  std::printf("|---|---|---|---|---|\n");
+  for (const bool fp8 : {false, true}) {
+    const AttnBench g4 = bench_attention(S, ctx, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, num_sms, iters, 0, fp8);
+    const AttnBench g8 = bench_attention(S, ctx, 1, 128, 64, 8, cuda::AttnKernel::kDecodeMma, num_sms, iters, 0, fp8);
+    std::printf("| tensor-core decode kernel | %s | %.3f | %.3f | %.2f |\n", fp8 ? "FP8" : "bf16", g4.ms, g8.ms, g8.ms / g4.ms);
+  }
 }
 
 }  // namespace
