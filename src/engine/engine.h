@@ -84,7 +84,8 @@ struct EngineStats {
   // the launch (tickets resolved first, scheduling, the injection's launch, the batch), inside the
   // launch (the backend's planning, uploads and kernel or graph launches), and after the forward
   // ended (sampling on the host, outputs, stop checks). The device can only be busy with this
-  // step's work during the launch phase and the forward's time above.
+  // step's work during the launch phase and the forward's time above. On a backend that computes
+  // on the host (the CPU's), the launch is the whole forward.
   double host_before_seconds = 0, host_launch_seconds = 0, host_after_seconds = 0;
 };
 
