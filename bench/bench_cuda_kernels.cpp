@@ -53,10 +53,6 @@ struct AttnBench {
   double ms, tflops, gbs;
 };
 
-// S sequences of `q_len` new tokens each after `ctx` cached entries, on `kernel` (a decode kernel
-// needs q_len 1). min_split > 0
-// overrides the planner's shortest split piece (a sweep of that setting).
-// fp8: the cache in E4M3 codes with a scale per (slot, kv head) (its bytes counted as such).
 // Block tables of S sequences that share physical blocks (the facts concurrent requests of one user
 // both retrieved; run 23's experiment): `table` holds each sequence's ceil((ctx + q_len) / 16)
 // block ids, back to back, over `num_blocks` physical blocks. The scores are not those of a real
@@ -67,6 +63,11 @@ struct SharedTables {
   int32_t num_blocks = 0;
 };
 
+// S sequences of `q_len` new tokens each after `ctx` cached entries, on `kernel` (a decode kernel
+// needs q_len 1). min_split > 0
+// overrides the planner's shortest split piece (a sweep of that setting).
+// fp8: the cache in E4M3 codes with a scale per (slot, kv head) (its bytes counted as such).
+// shared: the sequences' block tables (shared_tables below), instead of a private scattered block each.
 AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, cuda::AttnKernel kernel,
                           int num_sms, int iters, int32_t min_split = 0, bool fp8 = false,
                           const SharedTables* shared = nullptr) {

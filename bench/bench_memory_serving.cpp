@@ -274,8 +274,7 @@ int main(int argc, char** argv) {
                         : overlap                ? "inject, tickets beside the forward"
                                                  : "inject, tickets before scheduling";
     const auto t0 = Clock::now();
-    const int64_t overlapped0 = engine.stats().tickets_overlapped, hits0 = engine.stats().prefix_hit_tokens;
-    const EngineStats host0 = engine.stats();
+    const EngineStats start = engine.stats();  // the run's counts are differences from these
     for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, nullptr);
     double ttft_sum = 0, gpu_ms = 0;
     int64_t out_tokens = 0, steps = 0;
@@ -309,11 +308,11 @@ int main(int argc, char** argv) {
                     "(engine thread, ms a step: %.3f before the launch, %.3f in it, %.3f after the forward); "
                     "%lld ticket asks beside a running forward (%d requests), %lld prefix-cache hit tokens\n",
                     label, static_cast<long long>(steps), wall * 1e3 / steps, gpu_ms / steps,
-                    100.0 * (1.0 - gpu_ms / (wall * 1e3)), (e.host_before_seconds - host0.host_before_seconds) * per,
-                    (e.host_launch_seconds - host0.host_launch_seconds) * per,
-                    (e.host_after_seconds - host0.host_after_seconds) * per,
-                    static_cast<long long>(engine.stats().tickets_overlapped - overlapped0), a.users,
-                    static_cast<long long>(engine.stats().prefix_hit_tokens - hits0));
+                    100.0 * (1.0 - gpu_ms / (wall * 1e3)), (e.host_before_seconds - start.host_before_seconds) * per,
+                    (e.host_launch_seconds - start.host_launch_seconds) * per,
+                    (e.host_after_seconds - start.host_after_seconds) * per,
+                    static_cast<long long>(e.tickets_overlapped - start.tickets_overlapped), a.users,
+                    static_cast<long long>(e.prefix_hit_tokens - start.prefix_hit_tokens));
       step_lines += line;
     }
     if (mode == MemoryMode::kText || first_inject) rps[mi++] = a.users / wall;

@@ -106,14 +106,13 @@ std::string ServerMetrics::render(const AsyncEngineStats& e) const {
   header("inferscale_engine_forward_seconds_total", "counter", "Wall time of engine forwards by kind, launch to end.");
   for (const auto& [kind, v] : kinds)
     out += fmt::format("inferscale_engine_forward_seconds_total{{kind=\"{}\"}} {:.6f}\n", kind, v.second);
-  header("inferscale_engine_host_seconds_total", "counter",
-         "Host time of the engine steps that ran a forward, by phase: before the launch (scheduling, "
-         "batch), launch (planning, uploads, launches), after the forward (sampling, outputs).");
   const std::pair<const char*, double> phases[] = {{"before", e.engine.host_before_seconds},
                                                    {"launch", e.engine.host_launch_seconds},
                                                    {"after", e.engine.host_after_seconds}};
-  for (const auto& [phase, s] : phases)
-    out += fmt::format("inferscale_engine_host_seconds_total{{phase=\"{}\"}} {:.6f}\n", phase, s);
+  by_label("inferscale_engine_host_seconds_total",
+           "Host time of the engine steps that ran a forward, by phase: before the launch (scheduling, "
+           "batch), launch (planning, uploads, launches), after the forward (sampling, outputs).",
+           "phase", phases);
   metric("inferscale_preemptions_total", "counter", "Requests preempted for lack of KV blocks.", e.engine.preemptions);
   metric("inferscale_requests_admitted_beside_forward_total", "counter",
          "Requests admitted while a forward ran on the device (their tickets resolved beside it).",
