@@ -454,6 +454,76 @@ TEST(CudaKernels, GemvMatchesReference) {
   }
 }
 
+// Gemm's three outputs (f32, f32 accumulated into y0, bf16) of x[M, K] w[N, K]^T against the same
+// product in double from the same bf16 operands; each case notes the algorithm that ran.
+void check_gemm(Gemm& g, const std::string& tag, int64_t M, int64_t N, int64_t K) {
+  const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * K), 600 + M));
+  const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(N * K), 700 + N, 0.05f));
+  const std::vector<float> y0 = randn(static_cast<size_t>(M * N), 800);
+  std::vector<float> ref(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(xh[static_cast<size_t>(m * K + k)]) * wh[static_cast<size_t>(n * K + k)];
+      ref[static_cast<size_t>(m * N + n)] = static_cast<float>(acc);
+    }
+  DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
+  for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
+    const bool acc = variant == 1, f32 = variant < 2;
+    DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * N) * 4);
+    if (f32) {
+      g.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, N, K, acc, nullptr);
+    } else {
+      g.run(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), M, N, K, nullptr);
+    }
+    std::vector<float> want = ref;
+    if (acc)
+      for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+    const std::vector<float> got = f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
+    const std::string what = tag + "/M" + std::to_string(M) + "_N" + std::to_string(N) + "_K" + std::to_string(K) +
+                             (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16");
+    record(what, compare(got, want), f32 ? 1e-5 : 4e-3);
+    test::note(what, g.describe(x.data(), w.data(), M, N, K, f32, acc, nullptr));
+  }
+}
+
+// cuBLASLt through Gemm with K split (forced 2, 3 and 4 ways, and autotuned over split-K
+// candidates): odd M and N.
+TEST(CudaKernels, GemmSplitKMatchesReference) {
+  REQUIRE_GPU();
+  struct Shape {
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{5, 129, 1032}, {33, 1000, 4096}, {100, 517, 2048}};
+  for (const Shape& sh : shapes) {
+    for (int splits : {2, 3, 4, -1}) {  // -1: autotuned with split-K candidates
+      Gemm g;
+      g.set_gemv_max_rows(0);
+      if (splits > 0) g.set_split_k(splits);
+      g.set_autotune(splits < 0, true);
+      check_gemm(g, splits > 0 ? "gemm_split" + std::to_string(splits) : std::string("gemm_split_tuned"), sh.M, sh.N,
+                 sh.K);
+    }
+  }
+}
+
+// The default Gemm times its algorithm per row bucket from 257 rows: the first M of a bucket is
+// timed (its output written by the timing, then by the GEMM), the next ones of the bucket reuse
+// that algorithm at their own M, and a new bucket is timed again; each equals the reference.
+TEST(CudaKernels, GemmTunedBucketsMatchReference) {
+  REQUIRE_GPU();
+  EXPECT_EQ(Gemm::row_bucket(257), 288);
+  EXPECT_EQ(Gemm::row_bucket(288), 288);
+  EXPECT_EQ(Gemm::row_bucket(1000), 1024);
+  EXPECT_EQ(Gemm::row_bucket(1025), 1088);
+  EXPECT_EQ(Gemm::row_bucket(2049), 2176);
+  EXPECT_EQ(Gemm::row_bucket(4097), 4352);
+  Gemm g;
+  for (int64_t M : {270, 257, 288, 289}) check_gemm(g, "gemm_bucket", M, 1000, 1032);
+  check_gemm(g, "gemm_bucket", 255, 1000, 1032);  // below the buckets: the heuristic
+}
+
 // The fused gate_up GEMV + SiLU * up against the double reference of the unfused pair, at odd
 // shapes (an I that fills no block, a K with a tail past the batched loop) and every M.
 TEST(CudaKernels, GemvSiluMulMatchesReference) {

@@ -33,6 +33,19 @@ class DeviceBuffer {
     if (bytes > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes));
     bytes_ = bytes;
   }
+  // resize() that reports a failed allocation (out of device memory) as false, leaving the buffer
+  // empty and no CUDA error pending, instead of throwing.
+  bool try_resize(size_t bytes) {
+    release();
+    if (bytes == 0) return true;
+    if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ptr_ = nullptr;
+      return false;
+    }
+    bytes_ = bytes;
+    return true;
+  }
   // Grows (contents lost) when smaller than `bytes`; keeps the allocation otherwise.
   void reserve(size_t bytes) {
     if (bytes > bytes_) resize(bytes + bytes / 4);

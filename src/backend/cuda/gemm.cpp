@@ -1,5 +1,9 @@
 #include "backend/cuda/gemm.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "util/check.h"
@@ -8,8 +12,31 @@ namespace inferscale {
 
 namespace {
 constexpr size_t kWorkspaceBytes = 64ull << 20;
-constexpr int kTimedRuns = 3;
+constexpr int kTimedRuns = 5;
+constexpr size_t kFlushBytes = 128ull << 20;  // over any L2 (the H200's is 50 MB)
+constexpr int kSplits[] = {2, 3, 4, 6, 8, 12, 16};
+
+template <class T>
+T config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof v, &written));
+  return v;
 }
+template <class T>
+T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+  T v{};
+  size_t written = 0;
+  CUBLAS_CHECK(cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &v, sizeof v, &written));
+  return v;
+}
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+}  // namespace
 
 Gemm::Gemm() {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
@@ -26,7 +53,13 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-const Gemm::Plan& Gemm::plan(const void* x, const void* w, int64_t M, int64_t N, int64_t K, bool f32_out,
+int64_t Gemm::row_bucket(int64_t M) {
+  int64_t g = 32;
+  while (g * 32 <= M) g *= 2;  // 32 below 1024 rows, 64 to 2047, 128 to 4095, ...
+  return (M + g - 1) / g * g;
+}
+
+const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                              bool accumulate, cudaStream_t stream) {
   const Key key{M, N, K, f32_out, accumulate};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
@@ -41,56 +74,126 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, int64_t M, int64_t N,
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, static_cast<uint64_t>(N), static_cast<uint64_t>(M), N));
 
+  const bool bucketed = !autotune_ && tuned_min_rows_ > 0 && M >= tuned_min_rows_;
+  const Key bucket_key{row_bucket(M), N, K, f32_out, accumulate};
+  const auto tuned = bucketed ? tuned_.find(bucket_key) : tuned_.end();
+  const bool time_now = autotune_ || (bucketed && tuned == tuned_.end() && !capturing(stream));
+
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t results[kMaxAlgos] = {};
+  cublasLtMatmulHeuristicResult_t results[kMaxAlgosSplitK] = {};
+  const int requested = !time_now ? 1 : split_k_ ? kMaxAlgosSplitK : kMaxAlgos;
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, autotune_ ? kMaxAlgos : 1, results, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, requested, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
   IS_CHECK(found > 0, "cuBLASLt has no algorithm for M={} N={} K={} f32_out={} accumulate={}", M, N, K, f32_out,
            accumulate);
   p.algo = results[0].algo;
-  if (autotune_ && found > 1) p.algo = fastest(p, results, found, x, w, M, N, f32_out, accumulate, stream);
+  if (!bucketed && !autotune_ && forced_splits_ > 1) {
+    if (auto a = with_split_k(p, results[0].algo, forced_splits_)) p.algo = *a;
+  }
+  if (time_now) {
+    std::vector<cublasLtMatmulAlgo_t> cands;
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      cands.push_back(results[i].algo);
+      if (!split_k_ || config_attr<int32_t>(results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1) continue;
+      for (int s : kSplits) {
+        if (s >= K / 128) break;  // at least 128 of K a split
+        if (auto a = with_split_k(p, results[i].algo, s)) cands.push_back(*a);
+      }
+    }
+    if (cands.size() > 1) p.algo = fastest(p, cands, x, w, y, M, N, f32_out, accumulate, stream);
+    if (bucketed) tuned_.emplace(bucket_key, p.algo);
+  } else if (tuned != tuned_.end() && runs(p, tuned->second)) {
+    p.algo = tuned->second;  // the bucket's timing, where it runs at this M (else the heuristic)
+  }
   return plans_.emplace(key, p).first->second;
 }
 
-// Times each candidate on the real operands, writing a scratch output (the real one may be
-// accumulated into), and returns the fastest. Runs once per shape.
-cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const cublasLtMatmulHeuristicResult_t* cands, int n, const void* x,
-                                   const void* w, int64_t M, int64_t N, bool f32_out, bool accumulate,
+bool Gemm::runs(const Plan& p, const cublasLtMatmulAlgo_t& algo) const {
+  cublasLtMatmulHeuristicResult_t r{};
+  return cublasLtMatmulAlgoCheck(handle_, p.op, p.a, p.b, p.c, p.c, &algo, &r) == CUBLAS_STATUS_SUCCESS &&
+         r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= kWorkspaceBytes;
+}
+
+std::optional<cublasLtMatmulAlgo_t> Gemm::with_split_k(const Plan& p, const cublasLtMatmulAlgo_t& algo, int splits) {
+  if (cap_attr<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT) == 0) return std::nullopt;
+  const uint32_t mask = cap_attr<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+  // A reduction through the workspace (deterministic), in f32 where the algorithm offers it.
+  const uint32_t compute = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, output = CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  const uint32_t scheme = (mask & compute) != 0 ? compute : (mask & output) != 0 ? output : 0u;
+  if (scheme == 0) return std::nullopt;
+  cublasLtMatmulAlgo_t a = algo;
+  const int32_t s = splits;
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &s, sizeof s));
+  CUBLAS_CHECK(cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme));
+  if (!runs(p, a)) return std::nullopt;
+  return a;
+}
+
+std::string Gemm::describe(const void* x, const void* w, int64_t M, int64_t N, int64_t K, bool f32_out,
+                           bool accumulate, cudaStream_t stream) {
+  if (gemv_path(x, w, M, K)) return "gemv";
+  const cublasLtMatmulAlgo_t& a = plan(x, w, nullptr, M, N, K, f32_out, accumulate, stream).algo;
+  return fmt::format("algo {} tile {} stages {} splitK {} reduction {} swizzle {} cluster {}",
+                     config_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_ID), config_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                     config_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                     config_attr<int32_t>(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     config_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+                     config_attr<uint32_t>(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                     config_attr<uint16_t>(a, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
+// Times each candidate on the real operands and returns the fastest (the median of kTimedRuns).
+// The output: y itself when it is only written (the real GEMM overwrites it after), a scratch
+// one when y is accumulated into or unknown (describe). Before each timed run a write of
+// kFlushBytes evicts the weights from L2; only the GEMM itself is between the events.
+cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const std::vector<cublasLtMatmulAlgo_t>& cands, const void* x,
+                                   const void* w, void* y, int64_t M, int64_t N, bool f32_out, bool accumulate,
                                    cudaStream_t stream) {
-  scratch_.reserve(static_cast<size_t>(M * N) * (f32_out ? 4 : 2));
-  CUDA_CHECK(cudaMemsetAsync(scratch_.data(), 0, static_cast<size_t>(M * N) * (f32_out ? 4 : 2), stream));
-  cudaEvent_t a = nullptr, b = nullptr;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
+  const size_t out_bytes = static_cast<size_t>(M * N) * (f32_out ? 4 : 2);
+  DeviceBuffer scratch, flush;
+  void* out = y;
+  if (accumulate || out == nullptr) {
+    if (!scratch.try_resize(out_bytes)) return cands[0];
+    CUDA_CHECK(cudaMemsetAsync(scratch.data(), 0, out_bytes, stream));
+    out = scratch.data();
+  }
+  if (!flush.try_resize(kFlushBytes)) return cands[0];
+  cudaEvent_t ev[2 * kTimedRuns] = {};
+  for (cudaEvent_t& e : ev) CUDA_CHECK(cudaEventCreate(&e));
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   float best_ms = 1e30f;
-  int best = 0;
-  for (int i = 0; i < n; ++i) {
+  size_t best = 0;
+  for (size_t i = 0; i < cands.size(); ++i) {
     auto once = [&] {
-      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, scratch_.data(), p.c, scratch_.data(), p.c,
-                            &cands[i].algo, workspace_.data(), kWorkspaceBytes, stream);
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &cands[i],
+                            workspace_.data(), kWorkspaceBytes, stream);
     };
-    if (cands[i].state != CUBLAS_STATUS_SUCCESS || once() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
-    CUDA_CHECK(cudaEventRecord(a, stream));
-    for (int r = 0; r < kTimedRuns; ++r) CUBLAS_CHECK(once());
-    CUDA_CHECK(cudaEventRecord(b, stream));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (ms < best_ms) {
-      best_ms = ms;
+    if (once() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+    for (int r = 0; r < kTimedRuns; ++r) {
+      CUDA_CHECK(cudaMemsetAsync(flush.data(), r, kFlushBytes, stream));
+      CUDA_CHECK(cudaEventRecord(ev[2 * r], stream));
+      CUBLAS_CHECK(once());
+      CUDA_CHECK(cudaEventRecord(ev[2 * r + 1], stream));
+    }
+    CUDA_CHECK(cudaEventSynchronize(ev[2 * kTimedRuns - 1]));
+    float ms[kTimedRuns] = {};
+    for (int r = 0; r < kTimedRuns; ++r) CUDA_CHECK(cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
+    std::nth_element(ms, ms + kTimedRuns / 2, ms + kTimedRuns);
+    if (ms[kTimedRuns / 2] < best_ms) {
+      best_ms = ms[kTimedRuns / 2];
       best = i;
     }
   }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return cands[best].algo;
+  for (cudaEvent_t e : ev) CUDA_CHECK(cudaEventDestroy(e));
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the buffers are freed next
+  return cands[best];
 }
 
 bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
@@ -105,7 +208,7 @@ void Gemm::launch(const void* x, const void* w, void* y, int64_t M, int64_t N, i
                K, stream);
     return;
   }
-  const Plan& p = plan(x, w, M, N, K, f32_out, accumulate, stream);
+  const Plan& p = plan(x, w, y, M, N, K, f32_out, accumulate, stream);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                               workspace_.data(), kWorkspaceBytes, stream));
