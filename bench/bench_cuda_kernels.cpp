@@ -10,7 +10,7 @@
 //       partial sort, all cores) and the GPU one (upload query, score + top-k kernels, download)
 //   (f) --shared-facts alone: attention when concurrent requests' shared facts are one physical copy
 //   (g) --gemm-sweep alone: the layer GEMMs at every 8th M from 136 to 1024 (a mixed step's rows):
-//       cuBLASLt's first heuristic, timed at each M, timed per Gemm's row bucket
+//       cuBLASLt's first heuristic against the fastest of its top 8 timed at each M
 // Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep]
 //   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
 #include <chrono>
@@ -233,17 +233,16 @@ void shared_facts_section(int num_sms, int iters) {
   }
 }
 
-// Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic, Gemm's default
-// (the heuristic below 257 rows, the fastest of the top 8 timed per row bucket from there), the
-// fastest of its top 8 timed at each M, the fastest of its top 16 and their split-K variants, and
-// cuda::gemv for M <= 4. A ring of 8 weight copies per shape keeps them out of L2, as in a real forward where
+// Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic (Gemm's default
+// above one row), the fastest of its top 8 timed at each M, the fastest of its top 16 and their
+// split-K variants, and cuda::gemv for M <= 4. A ring of 8 weight copies per shape keeps them out of L2, as in a real forward where
 // 16 GB pass between two uses of one layer. M: one token (decode at batch 1), 4, a 32- and a
 // 52-token question alone (TTFT), 100 sequences' decode step, 128, a mixed step's ~450 rows, 1532.
 void gemm_section(int iters) {
   std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
-  std::printf("| GEMM | M | N | K | heuristic #0 us | default us | autotuned us | + split-K us | gemv us (M <= 4) | best "
-              "GB/s (weights) | best TFLOP/s | heuristic #0 | default | autotuned + split-K |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | + split-K us | gemv us (M <= 4) | best GB/s "
+              "(weights) | best TFLOP/s | heuristic #0 | autotuned + split-K |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct G {
     const char* name;
     int64_t N, K;
@@ -255,10 +254,8 @@ void gemm_section(int iters) {
                      {"down (+residual)", 4096, 14336, true, true},
                      {"lm_head", 128256, 4096, true, false}};
   constexpr int kRing = 8;
-  Gemm g0, g1, g2, g3, g4;  // cuBLASLt's first heuristic, autotuned, cuda::gemv, autotuned with split-K, default
+  Gemm g0, g1, g2, g3;  // cuBLASLt's first heuristic, autotuned, cuda::gemv, autotuned with split-K
   g0.set_gemv_max_rows(0);
-  g0.set_tuned_min_rows(0);
-  g4.set_gemv_max_rows(0);
   g1.set_gemv_max_rows(0);
   g1.set_autotune(true);
   g2.set_gemv_max_rows(cuda::kGemvMaxRows);
@@ -267,8 +264,6 @@ void gemm_section(int iters) {
   for (const G& gm : gemms) {
     std::vector<DeviceBuffer> ws;
     for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
-    // The default's row buckets: 300 in 384's, 448 and 500 in 512's (500 reuses the timing made
-    // at 448), 1532 in 1536's, 2048 in 2048's.
     for (int64_t M : {1l, 4l, 32l, 52l, 100l, 128l, 300l, 448l, 500l, 1532l, 2048l}) {
       if (gm.N > 100000 && M > 128) continue;  // lm_head: only sampled rows
       DeviceBuffer x = random_bf16(M * gm.K, 99);
@@ -286,18 +281,16 @@ void gemm_section(int iters) {
       const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
       const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
       const double t3 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g3); }) / kRing;
-      const double t4 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g4); }) / kRing;
       const bool skinny = M <= cuda::kGemvMaxRows;
       const double t2 = skinny ? bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g2); }) / kRing : 0.0;
-      const double best = skinny ? std::min({t0, t1, t2, t3, t4}) : std::min({t0, t1, t3, t4});
+      const double best = skinny ? std::min({t0, t1, t2, t3}) : std::min({t0, t1, t3});
       char gemv_us[32] = "-";
       if (skinny) std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
       const void* w0 = ws[0].data();
-      std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %s | %s | %s |\n", gm.name,
-                  static_cast<long>(M), static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t4 * 1e3, t1 * 1e3,
-                  t3 * 1e3, gemv_us, gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9,
+      std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %s | %s |\n", gm.name,
+                  static_cast<long>(M), static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, t3 * 1e3,
+                  gemv_us, gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9,
                   g0.describe(x.data(), w0, M, gm.N, gm.K, gm.f32_out, gm.acc, nullptr).c_str(),
-                  g4.describe(x.data(), w0, M, gm.N, gm.K, gm.f32_out, gm.acc, nullptr).c_str(),
                   g3.describe(x.data(), w0, M, gm.N, gm.K, gm.f32_out, gm.acc, nullptr).c_str());
       std::fflush(stdout);
     }
@@ -305,12 +298,11 @@ void gemm_section(int iters) {
 }
 
 // A sweep of the rows a mixed step's GEMMs take (136 to 1024 in steps of 8), per layer GEMM:
-// cuBLASLt's first heuristic, the fastest of its top 8 timed at each M, and Gemm's row buckets
-// timed from 129 rows (in this ascending sweep a bucket is timed at its first M and reused by the
-// next ones). Each M's times, then per GEMM the sums over the sweep.
+// cuBLASLt's first heuristic against the fastest of its top 8 timed at that M. Each M's times,
+// then per GEMM the sums over the sweep.
 void gemm_sweep_section(int iters) {
   std::printf("\nGEMM sweep over the rows of mixed steps (ring of 8 weight copies, us)\n");
-  std::printf("| GEMM | M | heuristic #0 | timed at M | row bucket | bucket |\n|---|---|---|---|---|---|\n");
+  std::printf("| GEMM | M | heuristic #0 | timed at M |\n|---|---|---|---|\n");
   struct G {
     const char* name;
     int64_t N, K;
@@ -322,15 +314,13 @@ void gemm_sweep_section(int iters) {
                      {"down (+residual)", 4096, 14336, true, true}};
   constexpr int kRing = 8;
   struct Sum {
-    double h = 0, t = 0, b = 0;
-    int worse10 = 0;  // Ms where the heuristic is > 10% slower than the bucket
+    double h = 0, t = 0;
+    int worse10 = 0;  // Ms where the heuristic is > 10% slower than the timed choice
   };
   std::vector<Sum> sums;
   for (const G& gm : gemms) {
-    Gemm gh, gt, gb;  // heuristic, timed at each M, row buckets from 129
-    gh.set_tuned_min_rows(0);
+    Gemm gh, gt;  // heuristic, timed at each M
     gt.set_autotune(true);
-    gb.set_tuned_min_rows(129);
     std::vector<DeviceBuffer> ws;
     for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
     DeviceBuffer x = random_bf16(1024 * gm.K, 99);
@@ -349,22 +339,19 @@ void gemm_sweep_section(int iters) {
       };
       const double th = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(gh); }) / kRing * 1e3;
       const double tt = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(gt); }) / kRing * 1e3;
-      const double tb = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(gb); }) / kRing * 1e3;
-      std::printf("| %s | %ld | %.1f | %.1f | %ld | %.1f |\n", gm.name, static_cast<long>(M), th, tt,
-                  static_cast<long>(Gemm::row_bucket(M)), tb);
+      std::printf("| %s | %ld | %.1f | %.1f |\n", gm.name, static_cast<long>(M), th, tt);
       sum.h += th;
       sum.t += tt;
-      sum.b += tb;
-      sum.worse10 += th > 1.1 * tb;
+      sum.worse10 += th > 1.1 * tt;
     }
     sums.push_back(sum);
     std::fflush(stdout);
   }
-  std::printf("\n| GEMM | sum heuristic #0 | sum timed at M | sum row bucket | bucket / heuristic | Ms heuristic > 1.1x bucket |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("\n| GEMM | sum heuristic #0 | sum timed at M | timed / heuristic | Ms heuristic > 1.1x timed |\n");
+  std::printf("|---|---|---|---|---|\n");
   for (size_t i = 0; i < sums.size(); ++i) {
-    std::printf("| %s | %.0f | %.0f | %.0f | %.3f | %d |\n", gemms[i].name, sums[i].h, sums[i].t, sums[i].b,
-                sums[i].b / sums[i].h, sums[i].worse10);
+    std::printf("| %s | %.0f | %.0f | %.3f | %d |\n", gemms[i].name, sums[i].h, sums[i].t, sums[i].t / sums[i].h,
+                sums[i].worse10);
   }
 }
 

@@ -57,7 +57,6 @@ struct Args {
   int64_t kv_cache_mb = 16384;
   int64_t pool_mb = 4096;
   bool no_pdl = false;
-  bool gemm_heuristic = false;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
 #ifdef INFERSCALE_HAS_CUDA
@@ -83,7 +82,6 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache");
   app.add_option("--pool-mb", a.pool_mb, "memory pool");
   app.add_flag("--no-programmatic-launch", a.no_pdl, "CUDA: plain stream order between kernels (no PDL)");
-  app.add_flag("--gemm-heuristic", a.gemm_heuristic, "CUDA: every GEMM on cuBLASLt's first heuristic (no timing per row bucket)");
   app.add_option("--memory-kv-dtype", a.memory_kv_dtype, "the memory pool's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
@@ -113,7 +111,6 @@ int main(int argc, char** argv) {
   BackendOptions bo;
   bo.block_size = 16;
   bo.programmatic_launch = !a.no_pdl;
-  bo.gemm_tuning = !a.gemm_heuristic;
   bo.cache_fp8 = a.kv_cache_dtype == "fp8";
   bo.num_cache_blocks = (a.kv_cache_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";

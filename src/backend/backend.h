@@ -57,10 +57,6 @@ struct BackendOptions {
   // CUDA: a mixed batch's decode sequences run the decode attention kernel beside its prefill
   // chunks' tiles (kDefaultMixedAttention; false: every sequence of a mixed batch on the tiles).
   bool split_mixed_attention = true;
-  // CUDA: GEMMs of 257 rows and more (mixed steps, long prefills) run the fastest of cuBLASLt's
-  // top 8 algorithms, timed once per row bucket (backend/cuda/gemm.h); false: its first heuristic
-  // at every size.
-  bool gemm_tuning = true;
   // The memory pool in FP8 E4M3 with a scale per (slot, kv head) (--memory-kv-dtype fp8): ~4x
   // the facts of an f32 pool in the same bytes on the CPU (backend/cpu/cpu_kv_store.h), ~2x a bf16
   // pool's on the GPU. Keys are stored before RoPE, as in any pool.

@@ -50,9 +50,6 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
   cmd.add_flag("--mixed-attention-tiles", a.mixed_attention_tiles,
                "CUDA: run every sequence of a mixed step (prefills beside decodes) on the prefill attention tiles, "
                "instead of the decodes on the decode kernel (for comparison)");
-  cmd.add_flag("--gemm-heuristic", a.gemm_heuristic,
-               "CUDA: every GEMM on cuBLASLt's first heuristic, instead of timing its top 8 once per row bucket "
-               "for GEMMs of 257 rows and more (for comparison)");
 }
 
 Model load_model_from_args(const ModelArgs& a) {
@@ -137,7 +134,6 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;
   bo.split_mixed_attention = !a.mixed_attention_tiles;
-  bo.gemm_tuning = !a.gemm_heuristic;
   return bo;
 }
 

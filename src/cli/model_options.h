@@ -25,7 +25,6 @@ struct ModelArgs {
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
   bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
   bool mixed_attention_tiles = false;   // --mixed-attention-tiles: a mixed batch's decodes on the tiles too
-  bool gemm_heuristic = false;          // --gemm-heuristic: cuBLASLt's first heuristic at every size
   std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8
   std::string kv_cache_dtype = "native";   // --kv-cache-dtype: native | fp8
   bool memory_kv_fp8() const { return memory_kv_dtype == "fp8"; }

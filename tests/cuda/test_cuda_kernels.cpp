@@ -508,22 +508,6 @@ TEST(CudaKernels, GemmSplitKMatchesReference) {
   }
 }
 
-// The default Gemm times its algorithm per row bucket from 257 rows: the first M of a bucket is
-// timed (its output written by the timing, then by the GEMM), the next ones of the bucket reuse
-// that algorithm at their own M, and a new bucket is timed again; each equals the reference.
-TEST(CudaKernels, GemmTunedBucketsMatchReference) {
-  REQUIRE_GPU();
-  EXPECT_EQ(Gemm::row_bucket(257), 288);
-  EXPECT_EQ(Gemm::row_bucket(288), 288);
-  EXPECT_EQ(Gemm::row_bucket(1000), 1024);
-  EXPECT_EQ(Gemm::row_bucket(1025), 1088);
-  EXPECT_EQ(Gemm::row_bucket(2049), 2176);
-  EXPECT_EQ(Gemm::row_bucket(4097), 4352);
-  Gemm g;
-  for (int64_t M : {270, 257, 288, 289}) check_gemm(g, "gemm_bucket", M, 1000, 1032);
-  check_gemm(g, "gemm_bucket", 255, 1000, 1032);  // below the buckets: the heuristic
-}
-
 // The fused gate_up GEMV + SiLU * up against the double reference of the unfused pair, at odd
 // shapes (an I that fills no block, a K with a tail past the batched loop) and every M.
 TEST(CudaKernels, GemvSiluMulMatchesReference) {

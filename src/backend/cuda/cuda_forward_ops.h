@@ -93,8 +93,6 @@ class CudaForwardOps final : public ForwardOps {
   // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'
   // tiles, or every sequence on the tiles (as before run 22).
   void set_mixed_attention(MixedAttention mode) { mixed_attention_ = mode; }
-  // Gemm::set_tuned_min_rows: the row from which linears time their algorithm (0: never).
-  void set_gemm_tuned_min_rows(int64_t rows) { gemm_.set_tuned_min_rows(rows); }
   // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
   // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
   void use_graph(ForwardGraph* g, int64_t output_rows);

@@ -31,11 +31,6 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
   return v;
 }
 
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream, &st));
-  return st != cudaStreamCaptureStatusNone;
-}
 }  // namespace
 
 Gemm::Gemm() {
@@ -53,12 +48,6 @@ Gemm::~Gemm() {
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-int64_t Gemm::row_bucket(int64_t M) {
-  int64_t g = 32;
-  while (g * 32 <= M) g *= 2;  // 32 below 1024 rows, 64 to 2047, 128 to 4095, ...
-  return (M + g - 1) / g * g;
-}
-
 const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                              bool accumulate, cudaStream_t stream) {
   const Key key{M, N, K, f32_out, accumulate};
@@ -74,17 +63,12 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, static_cast<uint64_t>(N), static_cast<uint64_t>(M), N));
 
-  const bool bucketed = !autotune_ && tuned_min_rows_ > 0 && M >= tuned_min_rows_;
-  const Key bucket_key{row_bucket(M), N, K, f32_out, accumulate};
-  const auto tuned = bucketed ? tuned_.find(bucket_key) : tuned_.end();
-  const bool time_now = autotune_ || (bucketed && tuned == tuned_.end() && !capturing(stream));
-
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kWorkspaceBytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   cublasLtMatmulHeuristicResult_t results[kMaxAlgosSplitK] = {};
-  const int requested = !time_now ? 1 : split_k_ ? kMaxAlgosSplitK : kMaxAlgos;
+  const int requested = !autotune_ ? 1 : split_k_ ? kMaxAlgosSplitK : kMaxAlgos;
   int found = 0;
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, requested, results, &found);
@@ -93,10 +77,10 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
   IS_CHECK(found > 0, "cuBLASLt has no algorithm for M={} N={} K={} f32_out={} accumulate={}", M, N, K, f32_out,
            accumulate);
   p.algo = results[0].algo;
-  if (!bucketed && !autotune_ && forced_splits_ > 1) {
+  if (!autotune_ && forced_splits_ > 1) {
     if (auto a = with_split_k(p, results[0].algo, forced_splits_)) p.algo = *a;
   }
-  if (time_now) {
+  if (autotune_) {
     std::vector<cublasLtMatmulAlgo_t> cands;
     for (int i = 0; i < found; ++i) {
       if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
@@ -108,9 +92,6 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
       }
     }
     if (cands.size() > 1) p.algo = fastest(p, cands, x, w, y, M, N, f32_out, accumulate, stream);
-    if (bucketed) tuned_.emplace(bucket_key, p.algo);
-  } else if (tuned != tuned_.end() && runs(p, tuned->second)) {
-    p.algo = tuned->second;  // the bucket's timing, where it runs at this M (else the heuristic)
   }
   return plans_.emplace(key, p).first->second;
 }

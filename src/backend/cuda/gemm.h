@@ -7,24 +7,16 @@
 // i.e. a "TN" GEMM with m = N, n = M, k = K. `accumulate` adds into y (beta = 1, f32 output only):
 // the residual add of o_proj and down_proj happens inside the GEMM.
 //
-// Which cuBLASLt algorithm a shape runs:
-//   M < tuned_min_rows   cuBLASLt's first heuristic. At these sizes its top 8, and split-K
-//                        variants of its top 16, gain nothing measurable (docs/BENCHMARKS.md run 24).
-//   M >= tuned_min_rows  the fastest of its top 8, timed once per (row bucket, N, K, output):
-//                        at the first M of a bucket that runs, the others of the bucket reuse it.
-//                        The first heuristic is far from the best there (gate_up at M = 448:
-//                        277 us against 158, run 24), and a mixed step's rows take any value, so
-//                        a bucket (256, 384, 512, 768, 1024, ... rows: a factor 1.33-1.5) shares
-//                        one timing. The default 257 is above every CUDA-graph bucket
-//                        (graph_batch.h), so a timing, which synchronises the stream, never
-//                        meets a capture (one that does takes the heuristic).
-// A timing runs each candidate on the real operands (into y itself, or a scratch output when y
-// is accumulated into), the weights evicted from L2 before each run (as in a forward, where 16 GB
-// pass between two uses of one layer), and keeps the lowest median of 5. Its buffers are
-// allocated for it and freed after it; where the device has no memory for them the bucket keeps
-// the heuristic.
-// set_autotune(true) times every shape at its own M instead (benchmarks), with split-K variants
-// too when asked (a deterministic reduction through the workspace, never in place).
+// Every shape runs cuBLASLt's first heuristic. Measured on the H200 at Llama-3.1-8B shapes
+// (docs/BENCHMARKS.md run 24): split-K variants of its top 16 gain nothing (it already splits K
+// where that pays); the fastest of its top 8 timed at each M gains 0-7% at a mixed step's 136-1024
+// rows (gate_up 7%, qkv 4%, o_proj and down ~1%) but costs a timing, and a stall, per new M; one
+// timing reused over a bucket of 32 rows loses 1-12%, as cuBLASLt's kernels' speed jumps with M.
+// Autotuning (off by default, benchmarks: set_autotune) times candidates on the real operands (into
+// y itself, or a scratch output when y is accumulated into), the weights evicted from L2 before
+// each run (as in a forward, where 16 GB pass between two uses of one layer), and keeps the lowest
+// median of 5; the first call of a shape then synchronises the stream, so it must not meet a graph
+// capture. With split-K candidates the reduction goes through the workspace (deterministic).
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -43,8 +35,6 @@ namespace inferscale {
 
 class Gemm {
  public:
-  static constexpr int64_t kDefaultTunedMinRows = 257;
-
   Gemm();
   ~Gemm();
   Gemm(const Gemm&) = delete;
@@ -55,16 +45,13 @@ class Gemm {
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t M, int64_t N, int64_t K,
            cudaStream_t stream);
   // The settings below take effect for shapes not planned yet.
-  // Every shape timed at its own M (and with split-K candidates if `split_k`).
+  // Every shape timed at its own M (with split-K candidates too if `split_k`).
   void set_autotune(bool on, bool split_k = false) {
     autotune_ = on;
     split_k_ = on && split_k;
   }
-  // Rows from which a shape's algorithm is timed per row bucket (above); 0: never.
-  void set_tuned_min_rows(int64_t rows) { tuned_min_rows_ = rows; }
-  // Plans below tuned_min_rows take cuBLASLt's first heuristic with K split `splits` ways (the
-  // deterministic reduction) where it supports that, and as it is where not; 0 or 1: as the
-  // heuristic says.
+  // Plans take cuBLASLt's first heuristic with K split `splits` ways (the deterministic reduction)
+  // where it supports that, and as it is where not; 0 or 1: as the heuristic says (tests).
   void set_split_k(int splits) { forced_splits_ = splits; }
   // GEMMs of M <= rows (at most cuda::kGemvMaxRows) run cuda::gemv instead of cuBLASLt; 0: never.
   // Default 1: on the H200 at Llama-3.1-8B shapes gemv saves 1-1.4 us on qkv, o_proj and down at
@@ -76,9 +63,6 @@ class Gemm {
   // tile T stages S splitK K reduction R swizzle W cluster C" (cuBLASLt's config ids), or "gemv".
   std::string describe(const void* x, const void* w, int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate,
                        cudaStream_t stream);
-  // M's row bucket, the rows one timing serves: M rounded up to a multiple of 32 below 1024 rows,
-  // of 64 below 2048, 128 below 4096, ... (at most ~6% of M).
-  static int64_t row_bucket(int64_t M);
 
  private:
   struct Plan {
@@ -86,12 +70,13 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // M (or its bucket), N, K, f32 out, accumulate
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // M, N, K, f32 out, accumulate
   static constexpr int kMaxAlgos = 8;
   static constexpr int kMaxAlgosSplitK = 16;
   const Plan& plan(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                    bool accumulate, cudaStream_t stream);
-  // The fastest of `cands` on these operands (the first where the timing's buffers do not fit).
+  // The fastest of `cands` on these operands (the first where the timing's buffers do not fit in
+  // the device's memory).
   cublasLtMatmulAlgo_t fastest(const Plan& p, const std::vector<cublasLtMatmulAlgo_t>& cands, const void* x,
                                const void* w, void* y, int64_t M, int64_t N, bool f32_out, bool accumulate,
                                cudaStream_t stream);
@@ -107,10 +92,8 @@ class Gemm {
   bool autotune_ = false;
   bool split_k_ = false;
   int forced_splits_ = 0;
-  int64_t tuned_min_rows_ = kDefaultTunedMinRows;
   int64_t gemv_max_rows_ = 1;
-  std::map<Key, Plan> plans_;                   // by exact M
-  std::map<Key, cublasLtMatmulAlgo_t> tuned_;  // by row bucket (M >= tuned_min_rows_)
+  std::map<Key, Plan> plans_;
 };
 
 }  // namespace inferscale
