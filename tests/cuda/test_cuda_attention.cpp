@@ -136,7 +136,7 @@ TEST(CudaAttention, PrefillOddShapes) {
   for (int32_t D : {64, 128}) {
     for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}}) {
       for (int32_t S : {1, 7, 17}) {
-        for (int32_t bs : {16, 7}) {
+        for (int32_t bs : {16, 7, 32}) {
           run_case({S, D, nh, nkv, bs, false, S == 1 ? 132 : 1, S == 7}, seed += 10);
         }
       }
@@ -154,17 +154,21 @@ TEST(CudaAttention, PrefillSplitKv) {
 
 TEST(CudaAttention, KvStart) {
   REQUIRE_GPU();
-  // Sequences that attend from entry ctx / 2 on (a fact encoded at its serving position).
+  // Sequences that attend from entry ctx / 2 on (a fact encoded at its serving position). Decode
+  // at block sizes 7 (each entry's slot looked up) and 16 / 32 (the decode kernel's block steps,
+  // whose first step starts before kv_begin at a multiple of 16).
   uint64_t seed = 3000;
   for (int32_t sms : {1, 1000}) {
     run_case({7, 128, 32, 8, 16, false, sms, false, cuda::AttnKernel::kTiles, true}, seed += 10);
-    for (const auto k : kDecodeKernels) run_case({7, 64, 8, 2, 7, true, sms, false, k, true}, seed += 10);
+    for (int32_t bs : {7, 16, 32})
+      for (const auto k : kDecodeKernels) run_case({7, 64, 8, 2, bs, true, sms, false, k, true}, seed += 10);
   }
 }
 
 // The tensor-core kernels over an FP8 cache (codes and a scale per slot and kv head, widened to
 // f16) against the reference over the same codes x scales: prefill, split-KV, decode (tiles and
-// the decode kernel) and kv_start, both head dims, GQA 1 / 4 / 7, block sizes 16 and 7.
+// the decode kernel, with and without kv_start), both head dims, GQA 1 / 4 / 7, block sizes 16, 7 and
+// 32.
 TEST(CudaAttention, Fp8Cache) {
   REQUIRE_GPU();
   uint64_t seed = 4000;
@@ -178,9 +182,11 @@ TEST(CudaAttention, Fp8Cache) {
         split.fp8 = true;
         run_case(split, seed += 10);
         for (const auto k : {cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma}) {
-          AttnCase decode{17, D, nh, nkv, bs, true, 132, false, k, bs == 7};
-          decode.fp8 = true;
-          run_case(decode, seed += 10);
+          for (bool kv_start : {false, true}) {
+            AttnCase decode{17, D, nh, nkv, bs, true, 132, false, k, kv_start};
+            decode.fp8 = true;
+            run_case(decode, seed += 10);
+          }
         }
       }
     }

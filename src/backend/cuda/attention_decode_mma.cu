@@ -12,9 +12,13 @@
 // and transposed by movmatrix.
 //
 // CTA = one work item x one kv head (grid.y), 4 warps. Warp w walks its own steps, entries
-// kv_begin + 16 (w + 4 i) .. + 15, through its own cp.async pipeline of kStages steps in its own
+// first + 16 (w + 4 i) .. + 15, through its own cp.async pipeline of kStages steps in its own
 // shared memory: no barrier between warps until the epilogue merges their (m, l, O^T) through
-// shared memory. Per warp stage: K [16][D] and V [16][D] (bf16, or E4M3 codes; rows swizzled by
+// shared memory. Block steps (block_size a power of two >= 16, the engine's 16): first is
+// kv_begin rounded down to a multiple of 16, so a step's 16 entries lie in one block and one
+// block-table read (the same in every lane) addresses them all; the entries before kv_begin are
+// zero-filled and masked. Otherwise first = kv_begin and each lane looks up its own entry's slot
+// (a division by block_size) and shares it by shuffles. Per warp stage: K [16][D] and V [16][D] (bf16, or E4M3 codes; rows swizzled by
 // 16-byte chunk, attention_smem.cuh), FP8: then K scales [16], V scales [16].
 //
 // FP8 (KvCache::fp8): the MMAs run in f16; codes widen exactly, in registers, to their values
@@ -61,7 +65,7 @@ struct DecodeSmem {
   static_assert(scratch <= warp, "merge scratch in the stages");
 };
 
-template <int D, bool FP8>
+template <int D, bool FP8, bool kBlockSteps>
 __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(AttentionArgs a) {
   static_assert(D == 64 || D == 128, "head_dim");
   using L = DecodeSmem<D, FP8>;
@@ -83,15 +87,25 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   const int64_t kv_base = a.kv_indptr[it.kv_seq];
   unsigned char* ws = smem_raw + warp * L::warp;
 
-  const int steps = (it.kv_end - it.kv_begin + kStep - 1) / kStep;  // of the CTA
+  const int first = kBlockSteps ? it.kv_begin & ~(kStep - 1) : it.kv_begin;  // the CTA's steps start here
+  const int steps = (it.kv_end - first + kStep - 1) / kStep;  // of the CTA
   const int n = steps > warp ? (steps - warp + kWarps - 1) / kWarps : 0;  // of this warp
-  auto entry0 = [&](int i) { return it.kv_begin + (warp + kWarps * i) * kStep; };
-  // Lanes l and l + 16: the cache slot of entry l % 16 of step i (0 past kv_end: never read).
+  auto entry0 = [&](int i) { return first + (warp + kWarps * i) * kStep; };
+  // Where step i reads. Block steps: the cache slot of its entry 0, in every lane (its entry r is
+  // slot + r). Else, lanes l and l + 16: the slot of its entry l % 16. 0 past kv_end (never read).
+  const int block_shift = __ffs(a.block_size) - 1;  // block steps: block_size is a power of two
   auto slot_of = [&](int i) -> uint32_t {
-    const int j = entry0(i) + (lane & 15);
-    return j < it.kv_end ? static_cast<uint32_t>(a.kv_indices[kv_base + j / a.block_size] * a.block_size +
-                                                 j % a.block_size)
-                         : 0u;
+    if constexpr (kBlockSteps) {
+      const int j = entry0(i);
+      return j < it.kv_end ? static_cast<uint32_t>(a.kv_indices[kv_base + (j >> block_shift)] * a.block_size +
+                                                   (j & (a.block_size - 1)))
+                           : 0u;
+    } else {
+      const int j = entry0(i) + (lane & 15);
+      return j < it.kv_end ? static_cast<uint32_t>(a.kv_indices[kv_base + j / a.block_size] * a.block_size +
+                                                   j % a.block_size)
+                           : 0u;
+    }
   };
   uint32_t first_slots[kStages - 1];
 #pragma unroll
@@ -100,8 +114,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   pdl_begin();
 
   // Step i into stage i % kStages: lane l copies chunk l % kChunks of entries l / kChunks +
-  // p * kRowsPerPass, K and V (zero-filled past kv_end), FP8: lane l < 16 the K scale of entry l,
-  // lane 16 + l its V scale.
+  // p * kRowsPerPass, K and V (zero-filled past kv_end, and before kv_begin), FP8: lane l < 16 the
+  // K scale of entry l, lane 16 + l its V scale.
   const unsigned char* k_base = static_cast<const unsigned char*>(a.cache.k) + static_cast<size_t>(kvh) * D * kElem;
   const unsigned char* v_base = static_cast<const unsigned char*>(a.cache.v) + static_cast<size_t>(kvh) * D * kElem;
   const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D * kElem;  // bytes
@@ -109,18 +123,22 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   auto load = [&](int i, uint32_t slot) {
     unsigned char* st = ws + (i % kStages) * L::stage;
     const int rows = it.kv_end - entry0(i);
+    const int skip = kBlockSteps ? it.kv_begin - entry0(i) : 0;  // > 0 only in a first step before kv_begin
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
       const int r = r0 + p * kRowsPerPass;
-      const size_t off = static_cast<size_t>(__shfl_sync(0xffffffffu, slot, r)) * slot_stride + ch * 16;
+      const uint32_t row_slot = kBlockSteps ? slot + r : __shfl_sync(0xffffffffu, slot, r);
+      const size_t off = static_cast<size_t>(row_slot) * slot_stride + ch * 16;
       const int so = FP8 ? swz8<D>(r, ch) : swz<D>(r, ch) * 2;
-      cp_async_16(st + so, k_base + off, r < rows);
-      cp_async_16(st + L::tile + so, v_base + off, r < rows);
+      const bool in = r < rows && r >= skip;
+      cp_async_16(st + so, k_base + off, in);
+      cp_async_16(st + L::tile + so, v_base + off, in);
     }
     if constexpr (FP8) {
+      const uint32_t own = kBlockSteps ? slot + (lane & 15) : slot;
       const float* src = (lane < 16 ? a.cache.k_scale : a.cache.v_scale) +
-                         static_cast<int64_t>(slot) * a.num_kv_heads + kvh;
-      cp_async_4(st + 2 * L::tile + lane * 4, src, (lane & 15) < rows);
+                         static_cast<int64_t>(own) * a.num_kv_heads + kvh;
+      cp_async_4(st + 2 * L::tile + lane * 4, src, (lane & 15) < rows && (lane & 15) >= skip);
     }
   };
 #pragma unroll
@@ -201,10 +219,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
       sl1 *= sc[g + 8];
     }
     float s[4];
-    s[0] = j0 < it.kv_end ? (s0[0] + s1[0]) * sl0 : -INFINITY;
-    s[1] = j0 < it.kv_end ? (s0[1] + s1[1]) * sl0 : -INFINITY;
-    s[2] = j0 + 8 < it.kv_end ? (s0[2] + s1[2]) * sl1 : -INFINITY;
-    s[3] = j0 + 8 < it.kv_end ? (s0[3] + s1[3]) * sl1 : -INFINITY;
+    const bool in0 = j0 < it.kv_end && (!kBlockSteps || j0 >= it.kv_begin);
+    const bool in1 = j0 + 8 < it.kv_end && (!kBlockSteps || j0 + 8 >= it.kv_begin);
+    s[0] = in0 ? (s0[0] + s1[0]) * sl0 : -INFINITY;
+    s[1] = in0 ? (s0[1] + s1[1]) * sl0 : -INFINITY;
+    s[2] = in1 ? (s0[2] + s1[2]) * sl1 : -INFINITY;
+    s[3] = in1 ? (s0[3] + s1[3]) * sl1 : -INFINITY;
     float alpha[2], base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -327,18 +347,24 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   }
 }
 
-template <int D, bool FP8>
+template <int D, bool FP8, bool kBlockSteps>
 void launch_decode_mma(const AttentionArgs& a, cudaStream_t stream) {
   constexpr int smem = DecodeSmem<D, FP8>::bytes;
+  auto* kernel = attention_decode_mma_kernel<D, FP8, kBlockSteps>;
   static bool configured = false;  // the attributes are per function; set them once
   if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<D, FP8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    CUDA_CHECK(cudaFuncSetAttribute(attention_decode_mma_kernel<D, FP8>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     configured = true;
   }
   const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
-  launch(attention_decode_mma_kernel<D, FP8>, grid, dim3(kThreads), static_cast<size_t>(smem), stream, a);
+  launch(kernel, grid, dim3(kThreads), static_cast<size_t>(smem), stream, a);
+}
+
+template <int D, bool FP8>
+void launch_decode_mma(const AttentionArgs& a, cudaStream_t stream) {
+  const bool block_steps = a.block_size >= kStep && (a.block_size & (a.block_size - 1)) == 0;
+  block_steps ? launch_decode_mma<D, FP8, true>(a, stream) : launch_decode_mma<D, FP8, false>(a, stream);
 }
 
 }  // namespace
