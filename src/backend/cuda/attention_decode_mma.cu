@@ -113,37 +113,72 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   uint32_t next_slot = slot_of(kStages - 1);  // the slot of the step the loop issues next
   pdl_begin();
 
-  // Step i into stage i % kStages: lane l copies chunk l % kChunks of entries l / kChunks +
+  // Step i into `stage` (i % kStages): lane l copies chunk l % kChunks of entries l / kChunks +
   // p * kRowsPerPass, K and V (zero-filled past kv_end, and before kv_begin), FP8: lane l < 16 the
   // K scale of entry l, lane 16 + l its V scale.
   const unsigned char* k_base = static_cast<const unsigned char*>(a.cache.k) + static_cast<size_t>(kvh) * D * kElem;
   const unsigned char* v_base = static_cast<const unsigned char*>(a.cache.v) + static_cast<size_t>(kvh) * D * kElem;
   const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D * kElem;  // bytes
   const int r0 = lane / kChunks, ch = lane % kChunks;
-  auto load = [&](int i, uint32_t slot) {
-    unsigned char* st = ws + (i % kStages) * L::stage;
-    const int rows = it.kv_end - entry0(i);
-    const int skip = kBlockSteps ? it.kv_begin - entry0(i) : 0;  // > 0 only in a first step before kv_begin
+  const uint32_t ws_s = pinned(smem_addr(ws));  // the warp's stages in the shared window
+  // Block steps: a lane's copies sit at the same offsets from its step's first slot every step: per
+  // pass its row's bytes in the cache and its swizzled place in a stage; FP8: its scale's address
+  // but for the slot. Computed once and pinned in registers (ptxas would otherwise recompute them
+  // from threadIdx in every step: ~70 of a step's ~430 instructions, BENCHMARKS run 24).
+  uint32_t g_off[kPasses] = {}, s_off[kPasses] = {};
+  int r_first = r0, l15 = lane & 15;
+  const float* scale_lane = nullptr;
+  uint32_t scale_so = 0;
+  if constexpr (kBlockSteps) {
 #pragma unroll
     for (int p = 0; p < kPasses; ++p) {
       const int r = r0 + p * kRowsPerPass;
-      const uint32_t row_slot = kBlockSteps ? slot + r : __shfl_sync(0xffffffffu, slot, r);
-      const size_t off = static_cast<size_t>(row_slot) * slot_stride + ch * 16;
-      const int so = FP8 ? swz8<D>(r, ch) : swz<D>(r, ch) * 2;
-      const bool in = r < rows && r >= skip;
-      cp_async_16(st + so, k_base + off, in);
-      cp_async_16(st + L::tile + so, v_base + off, in);
+      g_off[p] = pinned(static_cast<uint32_t>(r * slot_stride + ch * 16));
+      s_off[p] = pinned(static_cast<uint32_t>(FP8 ? swz8<D>(r, ch) : swz<D>(r, ch) * 2));
     }
+    r_first = pinned(r0);
+    l15 = pinned(l15);
     if constexpr (FP8) {
-      const uint32_t own = kBlockSteps ? slot + (lane & 15) : slot;
-      const float* src = (lane < 16 ? a.cache.k_scale : a.cache.v_scale) +
-                         static_cast<int64_t>(own) * a.num_kv_heads + kvh;
-      cp_async_4(st + 2 * L::tile + lane * 4, src, (lane & 15) < rows && (lane & 15) >= skip);
+      scale_lane = pinned((lane < 16 ? a.cache.k_scale : a.cache.v_scale) + static_cast<int64_t>(l15) * a.num_kv_heads + kvh);
+      scale_so = pinned(static_cast<uint32_t>(2 * L::tile + lane * 4));
+    }
+  }
+  auto load = [&](int i, uint32_t slot, int stage) {
+    const uint32_t st = ws_s + stage * L::stage;
+    const int rows = it.kv_end - entry0(i);
+    if constexpr (kBlockSteps) {
+      const int skip = it.kv_begin - entry0(i);  // > 0 only in a first step that starts before kv_begin
+      const size_t step = static_cast<size_t>(slot) * slot_stride;
+      const unsigned char* kp = k_base + step;
+      const unsigned char* vp = v_base + step;
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        const int r = r_first + p * kRowsPerPass;
+        const bool in = r < rows && r >= skip;
+        cp_async_16(st + s_off[p], kp + g_off[p], in);
+        cp_async_16(st + L::tile + s_off[p], vp + g_off[p], in);
+      }
+      if constexpr (FP8) {
+        cp_async_4(st + scale_so, scale_lane + static_cast<int64_t>(slot) * a.num_kv_heads, l15 < rows && l15 >= skip);
+      }
+    } else {
+#pragma unroll
+      for (int p = 0; p < kPasses; ++p) {
+        const int r = r0 + p * kRowsPerPass;
+        const size_t off = static_cast<size_t>(__shfl_sync(0xffffffffu, slot, r)) * slot_stride + ch * 16;
+        const int so = FP8 ? swz8<D>(r, ch) : swz<D>(r, ch) * 2;
+        cp_async_16(st + so, k_base + off, r < rows);
+        cp_async_16(st + L::tile + so, v_base + off, r < rows);
+      }
+      if constexpr (FP8) {
+        const float* src = (lane < 16 ? a.cache.k_scale : a.cache.v_scale) + static_cast<int64_t>(slot) * a.num_kv_heads + kvh;
+        cp_async_4(st + 2 * L::tile + lane * 4, src, (lane & 15) < rows);
+      }
     }
   };
 #pragma unroll
   for (int c = 0; c < kStages - 1; ++c) {
-    if (c < n) load(c, first_slots[c]);
+    if (c < n) load(c, first_slots[c], c);
     cp_async_commit();  // one group a step, empty or not: wait<kStages - 2> means "step i landed"
   }
 
@@ -173,15 +208,21 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const float scale_log2 = a.scale * kLog2e;
   const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8;  // ldmatrix row address of K / FP8 V
+  // FP8: the lane's ldmatrix offsets in a K (or V) tile, one per pair of 16-dim chunks (pinned).
+  uint32_t ld_off[FP8 ? D / 32 : 1] = {};
+  if constexpr (FP8) {
+#pragma unroll
+    for (int c = 0; c < D / 32; ++c) ld_off[c] = pinned(static_cast<uint32_t>(swz8<D>(a_row, 2 * c + (lane >> 4))));
+  }
 
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0, stage = 0; i < n; ++i, stage = stage == kStages - 1 ? 0 : stage + 1) {  // stage = i % kStages
     cp_async_wait<kStages - 2>();  // this lane's copies of step i have landed
     __syncwarp();                  // every lane's are visible; every lane is done with step i - 1
-    if (i + kStages - 1 < n) load(i + kStages - 1, next_slot);
+    if (i + kStages - 1 < n) load(i + kStages - 1, next_slot, stage == 0 ? kStages - 1 : stage - 1);
     cp_async_commit();
     next_slot = slot_of(i + kStages);
-    const unsigned char* st = ws + (i % kStages) * L::stage;
-    const float* sc = reinterpret_cast<const float*>(st + 2 * L::tile);  // FP8: K scales [16], V scales [16]
+    const uint32_t st = ws_s + stage * L::stage;
+    const uint32_t sc = st + 2 * L::tile;  // FP8: K scales [16], V scales [16] (f32)
 
     // S^T = K Q^T, in two accumulators (even / odd k-steps) to halve the dependent chain.
     float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -189,7 +230,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
 #pragma unroll
       for (int ks = 0; ks < D / 16; ks += 2) {
         uint32_t w[4], ka[4], kb[4];  // w: (entries 0-7, ks), (8-15, ks), (0-7, ks + 1), (8-15, ks + 1)
-        ldmatrix_x4(w, st + swz8<D>(a_row, ks + (lane >> 4)));
+        ldmatrix_x4(w, st + ld_off[ks / 2]);
         e4m3x4_to_f16x2x2(w[0], ka[0], ka[2]);
         e4m3x4_to_f16x2x2(w[1], ka[1], ka[3]);
         e4m3x4_to_f16x2x2(w[2], kb[0], kb[2]);
@@ -215,8 +256,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     const int j0 = entry0(i) + g;
     float sl0 = scale_log2, sl1 = scale_log2;
     if constexpr (FP8) {
-      sl0 *= sc[g];
-      sl1 *= sc[g + 8];
+      sl0 *= lds_f32(sc + 4 * g);
+      sl1 *= lds_f32(sc + 4 * (g + 8));
     }
     float s[4];
     const bool in0 = j0 < it.kv_end && (!kBlockSteps || j0 >= it.kv_begin);
@@ -234,13 +275,13 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
       const float m_new = fmaxf(m[h], mx);
       // Nothing seen yet: keep o = 0, l = 0 (exp2 of -inf - -inf would be NaN).
-      alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      alpha[h] = m_new == -INFINITY ? 1.0f : exp2_ftz(m[h] - m_new);
       base[h] = m_new == -INFINITY ? 0.0f : m_new;
       m[h] = m_new;
     }
     float p[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) p[e] = exp2f(s[e] - base[e & 1]);
+    for (int e = 0; e < 4; ++e) p[e] = exp2_ftz(s[e] - base[e & 1]);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + p[h] + p[h + 2];
     // Rescale O only when some query's max moved (after the first steps it rarely does).
@@ -257,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     // P^T's B fragment: b0 = entries 2t, 2t + 1 of column g, b1 = entries 8 + 2t, 9 + 2t.
     uint32_t b0, b1;
     if constexpr (FP8) {
-      const float v0 = kPScale * sc[kStep + g], v1 = kPScale * sc[kStep + g + 8];
+      const float v0 = kPScale * lds_f32(sc + 4 * (kStep + g)), v1 = kPScale * lds_f32(sc + 4 * (kStep + g + 8));
       b0 = movmatrix_trans(pack_f16x2(p[0] * v0, p[1] * v0));
       b1 = movmatrix_trans(pack_f16x2(p[2] * v1, p[3] * v1));
     } else {
@@ -266,12 +307,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     }
 
     // O^T += V^T P^T.
-    const unsigned char* vt = st + L::tile;
+    const uint32_t vt = st + L::tile;
     if constexpr (FP8) {
 #pragma unroll
       for (int c = 0; c < D / 16; c += 2) {
         uint32_t w[4], va[4], vb[4];  // w: (entries 0-7, chunk c), (8-15, c), (0-7, c + 1), (8-15, c + 1)
-        ldmatrix_x4_trans(w, vt + swz8<D>(a_row, c + (lane >> 4)));
+        ldmatrix_x4_trans(w, vt + ld_off[c / 2]);
         e4m3x4_to_f16x2x2_interleaved(w[0], va[0], va[1]);
         e4m3x4_to_f16x2x2_interleaved(w[1], va[2], va[3]);
         e4m3x4_to_f16x2x2_interleaved(w[2], vb[0], vb[1]);

@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
       const float m_new = fmaxf(m[h], mx[h]);
       // All masked so far: keep o = 0, l = 0 (exp2 of -inf - -inf would be NaN).
-      alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m[h] - m_new);
+      alpha[h] = m_new == -INFINITY ? 1.0f : exp2_ftz(m[h] - m_new);
       base[h] = m_new == -INFINITY ? 0.0f : m_new;
       m[h] = m_new;
     }
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nt][e] - base[e >> 1]);
+        const float p = exp2_ftz(s[nt][e] - base[e >> 1]);
         s[nt][e] = p;
         sum[e >> 1] += p;
       }

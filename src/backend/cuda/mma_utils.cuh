@@ -19,15 +19,28 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The functions below take shared memory as a generic pointer or as its shared-window address
+// (smem_addr: a kernel that keeps its tiles' addresses in registers saves the conversion).
 // 16 bytes global -> shared, asynchronously; zero-filled when !valid (src is not read then).
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+__device__ __forceinline__ void cp_async_16(uint32_t smem, const void* gmem, bool valid) {
   const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  cp_async_16(smem_addr(smem), gmem, valid);
 }
 // 4 bytes global -> shared (through L1), zero-filled when !valid.
-__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+__device__ __forceinline__ void cp_async_4(uint32_t smem, const void* gmem, bool valid) {
   const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, bool valid) {
+  cp_async_4(smem_addr(smem), gmem, valid);
+}
+__device__ __forceinline__ float lds_f32(uint32_t smem) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(smem));
+  return v;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -35,15 +48,19 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem)));
+               : "r"(smem));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) { ldmatrix_x4(r, smem_addr(smem)); }
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(smem)));
+               : "r"(smem));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  ldmatrix_x4_trans(r, smem_addr(smem));
 }
 
 // The transpose of an 8x8 b16 matrix held as a fragment (lane (g, t) holds row g, cols 2t..2t+1):
@@ -70,6 +87,32 @@ __device__ __forceinline__ void mma_f16_16816(float (&c)[4], const uint32_t (&a)
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// v, held in a register from here on: ptxas cannot recompute what an asm statement produced, so
+// it keeps the value instead of rematerialising it (and the lane arithmetic behind it) where used.
+__device__ __forceinline__ uint32_t pinned(uint32_t v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+__device__ __forceinline__ int pinned(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+template <class T>
+__device__ __forceinline__ const T* pinned(const T* p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+
+// 2^x by the SFU alone (ex2.approx.ftz): exp2f() adds a range check and two multiplies around it
+// so that results below 2^-126 come out as subnormals; a softmax weight that small is 0 here (the
+// attention kernels' inner loops: ~20 fewer instructions a 16-entry decode step, BENCHMARKS run 24).
+// exp2_ftz(-inf) = 0.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
