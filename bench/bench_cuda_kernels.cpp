@@ -18,10 +18,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <cmath>
 #include <map>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
@@ -233,27 +235,57 @@ void shared_facts_section(int num_sms, int iters) {
   }
 }
 
+// The forward's GEMMs at Llama-3.1-8B shapes, y[M, N] = x[M, K] w[N, K]^T: the four of a layer,
+// then the LM head.
+struct LayerGemm {
+  const char* name;
+  int64_t N, K;
+  bool f32_out, acc;
+};
+constexpr LayerGemm kLayerGemms[] = {{"qkv", 6144, 4096, true, false},
+                                     {"o_proj (+residual)", 4096, 4096, true, true},
+                                     {"gate_up", 28672, 4096, false, false},
+                                     {"down (+residual)", 4096, 14336, true, true},
+                                     {"lm_head", 128256, 4096, true, false}};
+constexpr size_t kLayerGemmsNoHead = 4;
+
+// One GEMM's weights in 8 copies, so that they come from HBM as in a real forward (16 GB pass
+// between two uses of one layer), with inputs and an output of up to `max_rows` rows.
+struct GemmRing {
+  static constexpr int kCopies = 8;
+  const LayerGemm& gm;
+  std::vector<DeviceBuffer> ws;
+  DeviceBuffer x, y;
+  GemmRing(const LayerGemm& g, int64_t max_rows)
+      : gm(g), x(random_bf16(max_rows * g.K, 99)), y(static_cast<size_t>(max_rows * g.N) * 4) {
+    for (int r = 0; r < kCopies; ++r) ws.push_back(random_bf16(g.N * g.K, 100 + r));
+    CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+  }
+  // GPU ms of one GEMM of M rows through `g`: the median over `iters` runs of the ring, a copy each.
+  double ms(Gemm& g, int64_t M, int iters) {
+    return bench::time_gpu_ms(nullptr, 2, iters, [&] {
+             for (const DeviceBuffer& w : ws) {
+               if (gm.f32_out) {
+                 g.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
+               } else {
+                 g.run(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
+               }
+             }
+           }) /
+           kCopies;
+  }
+  std::string describe(Gemm& g, int64_t M) { return g.describe(x.data(), ws[0].data(), M, gm.N, gm.K, gm.f32_out, gm.acc, nullptr); }
+};
+
 // Per-layer GEMMs of the forward at serving sizes: cuBLASLt's first heuristic (Gemm's default
 // above one row), the fastest of its top 8 timed at each M, the fastest of its top 16 and their
-// split-K variants, and cuda::gemv for M <= 4. A ring of 8 weight copies per shape keeps them out of L2, as in a real forward where
-// 16 GB pass between two uses of one layer. M: one token (decode at batch 1), 4, a 32- and a
+// split-K variants, and cuda::gemv for M <= 4. M: one token (decode at batch 1), 4, a 32- and a
 // 52-token question alone (TTFT), 100 sequences' decode step, 128, a mixed step's ~450 rows, 1532.
 void gemm_section(int iters) {
   std::printf("\nGEMMs at Llama-3.1-8B shapes (y[M, N] = x[M, K] w[N, K]^T, bf16 in, f32 accumulate)\n");
   std::printf("| GEMM | M | N | K | heuristic #0 us | autotuned us | + split-K us | gemv us (M <= 4) | best GB/s "
               "(weights) | best TFLOP/s | heuristic #0 | autotuned + split-K |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  struct G {
-    const char* name;
-    int64_t N, K;
-    bool f32_out, acc;
-  };
-  const G gemms[] = {{"qkv", 6144, 4096, true, false},
-                     {"o_proj (+residual)", 4096, 4096, true, true},
-                     {"gate_up", 28672, 4096, false, false},
-                     {"down (+residual)", 4096, 14336, true, true},
-                     {"lm_head", 128256, 4096, true, false}};
-  constexpr int kRing = 8;
   Gemm g0, g1, g2, g3;  // cuBLASLt's first heuristic, autotuned, cuda::gemv, autotuned with split-K
   g0.set_gemv_max_rows(0);
   g1.set_gemv_max_rows(0);
@@ -261,37 +293,22 @@ void gemm_section(int iters) {
   g2.set_gemv_max_rows(cuda::kGemvMaxRows);
   g3.set_gemv_max_rows(0);
   g3.set_autotune(true, true);
-  for (const G& gm : gemms) {
-    std::vector<DeviceBuffer> ws;
-    for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
-    for (int64_t M : {1l, 4l, 32l, 52l, 100l, 128l, 300l, 448l, 500l, 1532l, 2048l}) {
-      if (gm.N > 100000 && M > 128) continue;  // lm_head: only sampled rows
-      DeviceBuffer x = random_bf16(M * gm.K, 99);
-      DeviceBuffer y(static_cast<size_t>(M * gm.N) * 4);
-      CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
-      auto ring = [&](Gemm& g) {
-        for (int r = 0; r < kRing; ++r) {
-          if (gm.f32_out) {
-            g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
-          } else {
-            g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
-          }
-        }
-      };
-      const double t0 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g0); }) / kRing;
-      const double t1 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g1); }) / kRing;
-      const double t3 = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g3); }) / kRing;
+  constexpr int64_t kRows[] = {1, 4, 32, 52, 100, 128, 300, 448, 500, 1532, 2048};
+  for (const LayerGemm& gm : kLayerGemms) {
+    const bool head = gm.N > 100000;  // lm_head: only sampled rows
+    GemmRing ring(gm, head ? 128 : kRows[std::size(kRows) - 1]);
+    for (int64_t M : kRows) {
+      if (head && M > 128) continue;
+      const double t0 = ring.ms(g0, M, iters), t1 = ring.ms(g1, M, iters), t3 = ring.ms(g3, M, iters);
       const bool skinny = M <= cuda::kGemvMaxRows;
-      const double t2 = skinny ? bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(g2); }) / kRing : 0.0;
+      const double t2 = skinny ? ring.ms(g2, M, iters) : 0.0;
       const double best = skinny ? std::min({t0, t1, t2, t3}) : std::min({t0, t1, t3});
       char gemv_us[32] = "-";
       if (skinny) std::snprintf(gemv_us, sizeof gemv_us, "%.1f", t2 * 1e3);
-      const void* w0 = ws[0].data();
       std::printf("| %s | %ld | %ld | %ld | %.1f | %.1f | %.1f | %s | %.0f | %.1f | %s | %s |\n", gm.name,
                   static_cast<long>(M), static_cast<long>(gm.N), static_cast<long>(gm.K), t0 * 1e3, t1 * 1e3, t3 * 1e3,
                   gemv_us, gm.N * gm.K * 2.0 / best / 1e6, 2.0 * M * gm.N * gm.K / best / 1e9,
-                  g0.describe(x.data(), w0, M, gm.N, gm.K, gm.f32_out, gm.acc, nullptr).c_str(),
-                  g3.describe(x.data(), w0, M, gm.N, gm.K, gm.f32_out, gm.acc, nullptr).c_str());
+                  ring.describe(g0, M).c_str(), ring.describe(g3, M).c_str());
       std::fflush(stdout);
     }
   }
@@ -303,42 +320,19 @@ void gemm_section(int iters) {
 void gemm_sweep_section(int iters) {
   std::printf("\nGEMM sweep over the rows of mixed steps (ring of 8 weight copies, us)\n");
   std::printf("| GEMM | M | heuristic #0 | timed at M |\n|---|---|---|---|\n");
-  struct G {
-    const char* name;
-    int64_t N, K;
-    bool f32_out, acc;
-  };
-  const G gemms[] = {{"qkv", 6144, 4096, true, false},
-                     {"o_proj (+residual)", 4096, 4096, true, true},
-                     {"gate_up", 28672, 4096, false, false},
-                     {"down (+residual)", 4096, 14336, true, true}};
-  constexpr int kRing = 8;
   struct Sum {
     double h = 0, t = 0;
     int worse10 = 0;  // Ms where the heuristic is > 10% slower than the timed choice
   };
   std::vector<Sum> sums;
-  for (const G& gm : gemms) {
+  for (size_t i = 0; i < kLayerGemmsNoHead; ++i) {
+    const LayerGemm& gm = kLayerGemms[i];
     Gemm gh, gt;  // heuristic, timed at each M
     gt.set_autotune(true);
-    std::vector<DeviceBuffer> ws;
-    for (int r = 0; r < kRing; ++r) ws.push_back(random_bf16(gm.N * gm.K, 100 + r));
-    DeviceBuffer x = random_bf16(1024 * gm.K, 99);
-    DeviceBuffer y(static_cast<size_t>(1024 * gm.N) * 4);
-    CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+    GemmRing ring(gm, 1024);
     Sum sum;
     for (int64_t M = 136; M <= 1024; M += 8) {
-      auto ring = [&](Gemm& g) {
-        for (int r = 0; r < kRing; ++r) {
-          if (gm.f32_out) {
-            g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<float>(), M, gm.N, gm.K, gm.acc, nullptr);
-          } else {
-            g.run(x.as<bf16>(), ws[static_cast<size_t>(r)].as<bf16>(), y.as<bf16>(), M, gm.N, gm.K, nullptr);
-          }
-        }
-      };
-      const double th = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(gh); }) / kRing * 1e3;
-      const double tt = bench::time_gpu_ms(nullptr, 2, iters, [&] { ring(gt); }) / kRing * 1e3;
+      const double th = ring.ms(gh, M, iters) * 1e3, tt = ring.ms(gt, M, iters) * 1e3;
       std::printf("| %s | %ld | %.1f | %.1f |\n", gm.name, static_cast<long>(M), th, tt);
       sum.h += th;
       sum.t += tt;
@@ -350,7 +344,7 @@ void gemm_sweep_section(int iters) {
   std::printf("\n| GEMM | sum heuristic #0 | sum timed at M | timed / heuristic | Ms heuristic > 1.1x timed |\n");
   std::printf("|---|---|---|---|---|\n");
   for (size_t i = 0; i < sums.size(); ++i) {
-    std::printf("| %s | %.0f | %.0f | %.3f | %d |\n", gemms[i].name, sums[i].h, sums[i].t, sums[i].t / sums[i].h,
+    std::printf("| %s | %.0f | %.0f | %.3f | %d |\n", kLayerGemms[i].name, sums[i].h, sums[i].t, sums[i].t / sums[i].h,
                 sums[i].worse10);
   }
 }

@@ -136,7 +136,7 @@ TEST(CudaAttention, PrefillOddShapes) {
   for (int32_t D : {64, 128}) {
     for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}}) {
       for (int32_t S : {1, 7, 17}) {
-        for (int32_t bs : {16, 7, 32}) {
+        for (int32_t bs : {16, 7}) {
           run_case({S, D, nh, nkv, bs, false, S == 1 ? 132 : 1, S == 7}, seed += 10);
         }
       }
@@ -174,7 +174,7 @@ TEST(CudaAttention, Fp8Cache) {
   uint64_t seed = 4000;
   for (int32_t D : {64, 128}) {
     for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{14, 2}}) {
-      for (int32_t bs : {16, 7}) {
+      for (int32_t bs : {16, 7, 32}) {
         AttnCase prefill{7, D, nh, nkv, bs, false, 1, true};
         prefill.fp8 = true;
         run_case(prefill, seed += 10);

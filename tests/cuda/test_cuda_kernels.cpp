@@ -411,6 +411,45 @@ void expect_ids(const std::string& what, const std::vector<int32_t>& got, const 
   test::note(what, std::to_string(equal) + "/" + std::to_string(ref.size()) + " ids equal");
 }
 
+// A linear layer's parity case: bf16 operands x [M, K] and w [N, K], a y0 to accumulate into, and
+// x w^T in double from the same bf16 values.
+struct LinearCase {
+  int64_t M, N, K;
+  std::vector<float> y0, ref;
+  DeviceBuffer x, w;
+  LinearCase(int64_t m, int64_t n, int64_t k, uint64_t x_seed, uint64_t w_seed, uint64_t y_seed) : M(m), N(n), K(k) {
+    const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * K), x_seed));
+    const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(N * K), w_seed, 0.05f));
+    y0 = randn(static_cast<size_t>(M * N), y_seed);
+    ref.resize(static_cast<size_t>(M * N));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t e = 0; e < K; ++e)
+          acc += static_cast<double>(xh[static_cast<size_t>(i * K + e)]) * wh[static_cast<size_t>(j * K + e)];
+        ref[static_cast<size_t>(i * N + j)] = static_cast<float>(acc);
+      }
+    x = upload(test::to_bf16(xh));
+    w = upload(test::to_bf16(wh));
+  }
+  // The three outputs `run(y, f32, accumulate, name)` writes into y: f32, f32 accumulated into y0,
+  // bf16; each recorded as tag + "/f32", "/f32_acc" or "/bf16" (the name run is given).
+  template <class Run>
+  void check(const std::string& tag, Run run) const {
+    for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
+      const bool acc = variant == 1, f32 = variant < 2;
+      DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * N) * 4);
+      const std::string what = tag + (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16");
+      run(y, f32, acc, what);
+      std::vector<float> want = ref;
+      if (acc)
+        for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+      const std::vector<float> got = f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
+      record(what, compare(got, want), f32 ? 1e-5 : 4e-3);
+    }
+  }
+};
+
 // The skinny-M linear layer (cuda::gemv) against the same product in double from the same bf16
 // operands: f32 out with and without accumulation, bf16 out; odd N, K down to one 16-byte chunk
 // and long rows past the unrolled loop; M 1..4. Through Gemm (the forward's entry) too.
@@ -424,68 +463,30 @@ TEST(CudaKernels, GemvMatchesReference) {
   via_gemm.set_gemv_max_rows(cuda::kGemvMaxRows);
   for (const Shape& sh : shapes) {
     for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
-      const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * sh.K), 300 + M));
-      const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(sh.N * sh.K), 400 + sh.N, 0.05f));
-      const std::vector<float> y0 = randn(static_cast<size_t>(M * sh.N), 500);
-      std::vector<float> ref(static_cast<size_t>(M * sh.N));
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < sh.N; ++n) {
-          double acc = 0;
-          for (int64_t k = 0; k < sh.K; ++k)
-            acc += static_cast<double>(xh[static_cast<size_t>(m * sh.K + k)]) * wh[static_cast<size_t>(n * sh.K + k)];
-          ref[static_cast<size_t>(m * sh.N + n)] = static_cast<float>(acc);
-        }
-      DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
+      const LinearCase c(M, sh.N, sh.K, 300 + M, 400 + sh.N, 500);
       const std::string tag = "gemv/M" + std::to_string(M) + "_N" + std::to_string(sh.N) + "_K" + std::to_string(sh.K);
-      for (int variant = 0; variant < 3; ++variant) {  // f32, f32 += , bf16
-        const bool acc = variant == 1, f32 = variant < 2;
-        DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * sh.N) * 4);
-        cuda::gemv(x.as<bf16>(), w.as<bf16>(), y.data(), f32, acc, M, sh.N, sh.K, nullptr);
-        std::vector<float> want = ref;
-        if (acc)
-          for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-        const std::vector<float> got = f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
-        record(tag + (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16"), compare(got, want), f32 ? 1e-5 : 4e-3);
-      }
+      c.check(tag, [&](DeviceBuffer& y, bool f32, bool acc, const std::string&) {
+        cuda::gemv(c.x.as<bf16>(), c.w.as<bf16>(), y.data(), f32, acc, M, sh.N, sh.K, nullptr);
+      });
       DeviceBuffer y = poisoned(static_cast<size_t>(M * sh.N) * 4);  // Gemm::run's path for M <= its gemv rows
-      via_gemm.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, sh.N, sh.K, false, nullptr);
-      record(tag + "/via_gemm", compare(download<float>(y, ref.size()), ref), 1e-5);
+      via_gemm.run(c.x.as<bf16>(), c.w.as<bf16>(), y.as<float>(), M, sh.N, sh.K, false, nullptr);
+      record(tag + "/via_gemm", compare(download<float>(y, c.ref.size()), c.ref), 1e-5);
     }
   }
 }
 
-// Gemm's three outputs (f32, f32 accumulated into y0, bf16) of x[M, K] w[N, K]^T against the same
-// product in double from the same bf16 operands; each case notes the algorithm that ran.
+// Gemm's three outputs against the reference; each case notes the algorithm that ran.
 void check_gemm(Gemm& g, const std::string& tag, int64_t M, int64_t N, int64_t K) {
-  const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * K), 600 + M));
-  const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(N * K), 700 + N, 0.05f));
-  const std::vector<float> y0 = randn(static_cast<size_t>(M * N), 800);
-  std::vector<float> ref(static_cast<size_t>(M * N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double acc = 0;
-      for (int64_t k = 0; k < K; ++k)
-        acc += static_cast<double>(xh[static_cast<size_t>(m * K + k)]) * wh[static_cast<size_t>(n * K + k)];
-      ref[static_cast<size_t>(m * N + n)] = static_cast<float>(acc);
-    }
-  DeviceBuffer x = upload(test::to_bf16(xh)), w = upload(test::to_bf16(wh));
-  for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
-    const bool acc = variant == 1, f32 = variant < 2;
-    DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * N) * 4);
-    if (f32) {
-      g.run(x.as<bf16>(), w.as<bf16>(), y.as<float>(), M, N, K, acc, nullptr);
-    } else {
-      g.run(x.as<bf16>(), w.as<bf16>(), y.as<bf16>(), M, N, K, nullptr);
-    }
-    std::vector<float> want = ref;
-    if (acc)
-      for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-    const std::vector<float> got = f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
-    const std::string what = tag + "/M" + std::to_string(M) + "_N" + std::to_string(N) + "_K" + std::to_string(K) +
-                             (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16");
-    record(what, compare(got, want), f32 ? 1e-5 : 4e-3);
-    test::note(what, g.describe(x.data(), w.data(), M, N, K, f32, acc, nullptr));
-  }
+  const LinearCase c(M, N, K, 600 + M, 700 + N, 800);
+  c.check(tag + "/M" + std::to_string(M) + "_N" + std::to_string(N) + "_K" + std::to_string(K),
+          [&](DeviceBuffer& y, bool f32, bool acc, const std::string& what) {
+            if (f32) {
+              g.run(c.x.as<bf16>(), c.w.as<bf16>(), y.as<float>(), M, N, K, acc, nullptr);
+            } else {
+              g.run(c.x.as<bf16>(), c.w.as<bf16>(), y.as<bf16>(), M, N, K, nullptr);
+            }
+            test::note(what, g.describe(c.x.data(), c.w.data(), M, N, K, f32, acc, nullptr));
+          });
 }
 
 // cuBLASLt through Gemm with K split (forced 2, 3 and 4 ways, and autotuned over split-K

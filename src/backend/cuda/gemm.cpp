@@ -16,19 +16,23 @@ constexpr int kTimedRuns = 5;
 constexpr size_t kFlushBytes = 128ull << 20;  // over any L2 (the H200's is 50 MB)
 constexpr int kSplits[] = {2, 3, 4, 6, 8, 12, 16};
 
-template <class T>
-T config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+// An algorithm's attribute of type T through `get` (cublasLtMatmulAlgoConfigGetAttribute for its
+// configuration, cublasLtMatmulAlgoCapGetAttribute for its capabilities).
+template <class T, class Attr>
+T algo_attr(cublasStatus_t (*get)(const cublasLtMatmulAlgo_t*, Attr, void*, size_t, size_t*),
+            const cublasLtMatmulAlgo_t& algo, Attr attr) {
   T v{};
   size_t written = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof v, &written));
+  CUBLAS_CHECK(get(&algo, attr, &v, sizeof v, &written));
   return v;
 }
 template <class T>
+T config_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  return algo_attr<T>(cublasLtMatmulAlgoConfigGetAttribute, algo, attr);
+}
+template <class T>
 T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
-  T v{};
-  size_t written = 0;
-  CUBLAS_CHECK(cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &v, sizeof v, &written));
-  return v;
+  return algo_attr<T>(cublasLtMatmulAlgoCapGetAttribute, algo, attr);
 }
 
 }  // namespace
@@ -77,9 +81,6 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
   IS_CHECK(found > 0, "cuBLASLt has no algorithm for M={} N={} K={} f32_out={} accumulate={}", M, N, K, f32_out,
            accumulate);
   p.algo = results[0].algo;
-  if (!autotune_ && forced_splits_ > 1) {
-    if (auto a = with_split_k(p, results[0].algo, forced_splits_)) p.algo = *a;
-  }
   if (autotune_) {
     std::vector<cublasLtMatmulAlgo_t> cands;
     for (int i = 0; i < found; ++i) {
@@ -92,6 +93,8 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
       }
     }
     if (cands.size() > 1) p.algo = fastest(p, cands, x, w, y, M, N, f32_out, accumulate, stream);
+  } else if (forced_splits_ > 1) {
+    if (auto a = with_split_k(p, results[0].algo, forced_splits_)) p.algo = *a;
   }
   return plans_.emplace(key, p).first->second;
 }

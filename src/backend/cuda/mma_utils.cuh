@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace inferscale::cuda {
 
@@ -91,11 +92,9 @@ __device__ __forceinline__ void mma_f16_16816(float (&c)[4], const uint32_t (&a)
 
 // v, held in a register from here on: ptxas cannot recompute what an asm statement produced, so
 // it keeps the value instead of rematerialising it (and the lane arithmetic behind it) where used.
-__device__ __forceinline__ uint32_t pinned(uint32_t v) {
-  asm volatile("" : "+r"(v));
-  return v;
-}
-__device__ __forceinline__ int pinned(int v) {
+template <class T>
+  requires(std::is_integral_v<T> && sizeof(T) == 4)
+__device__ __forceinline__ T pinned(T v) {
   asm volatile("" : "+r"(v));
   return v;
 }
