@@ -507,6 +507,8 @@ int main(int argc, char** argv) {
       {"FP8 cache: decode, tensor-core decode kernel (100 users at k = 50)", 100, 2800, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
       {"decode, tensor-core decode kernel", 4, 2048, 1, 64, 32, 8, cuda::AttnKernel::kDecodeMma},
       {"FP8 cache: decode, tensor-core decode kernel", 4, 2048, 1, 64, 32, 8, cuda::AttnKernel::kDecodeMma, 0, true},
+      {"decode kernel, the bytes of 100 x 2,800 as 800 x 2,800 of one kv head", 800, 2800, 1, 128, 4, 1, cuda::AttnKernel::kDecodeMma},
+      {"FP8 cache: decode kernel, the bytes of 100 x 2,800 as 800 x 2,800 of one kv head", 800, 2800, 1, 128, 4, 1, cuda::AttnKernel::kDecodeMma, 0, true},
   };
   const int num_shapes = static_cast<int>(sizeof(shapes) / sizeof(shapes[0]));
   if (only_shape >= num_shapes) {

@@ -1,7 +1,7 @@
 // Decode path of paged attention (CUDA cores, split-KV) and the merge of split pieces.
 //
-// Decode: CTA = one token's tile (its `group` <= 8 query heads of kv head blockIdx.y) x one kv
-// piece; register arrays are sized for the group rounded up to a power of two.
+// Decode: CTA = one token's tile (its `group` <= 8 query heads of one kv head) x one kv piece
+// (work_item_grid); register arrays are sized for the group rounded up to a power of two.
 // Lanes are grouped LPR = D/8 to a kv row (one 16-byte chunk each); a warp walks 32/LPR rows at a
 // time, so a 4-warp CTA has NS = 4 * 32/LPR independent "streams" over the piece:
 //   stream s visits kv entries kv_begin + s, + NS, + 2 NS, ...
@@ -33,9 +33,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
   __shared__ float sm_acc[NS][kG][D];
 
   pdl_begin();
-  if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
-  const AttnWorkItem it = a.items[blockIdx.x];
-  const int kvh = blockIdx.y;
+  if (a.counts != nullptr && grid_work_item() >= a.counts[0]) return;
+  const AttnWorkItem it = a.items[grid_work_item()];
+  const int kvh = grid_kv_head();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int stream = warp * RPW + lane / LPR, sub = lane % LPR;
   const int group = a.num_heads / a.num_kv_heads;
@@ -208,7 +208,7 @@ void attention_decode(const AttentionArgs& a, cudaStream_t stream) {
   KERNEL_REQUIRE(a.num_heads % a.num_kv_heads == 0 && group <= kDecodeMaxGroup, "attention_decode: group must be <= 8");
   KERNEL_REQUIRE(a.rows_per_tile == group, "attention_decode: plan with rows_per_tile == group");
   KERNEL_REQUIRE(!a.cache.fp8, "attention_decode: the CUDA-core kernel reads a bf16 cache (an FP8 one takes the tensor-core tiles)");
-  const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
+  const dim3 grid = work_item_grid(a.num_items, a.num_kv_heads);
   switch (a.head_dim) {
     case 64: launch_decode<64>(a, group, grid, stream); break;
     case 128: launch_decode<128>(a, group, grid, stream); break;

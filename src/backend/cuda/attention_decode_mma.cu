@@ -11,7 +11,7 @@
 // (columns 2t, 2t + 1; g = lane / 4, t = lane % 4). P^T's B fragment is S^T's C fragment, rounded
 // and transposed by movmatrix.
 //
-// CTA = one work item x one kv head (grid.y), 4 warps. Warp w walks its own steps, entries
+// CTA = one work item x one kv head (work_item_grid), 4 warps. Warp w walks its own steps, entries
 // first + 16 (w + 4 i) .. + 15, through its own cp.async pipeline of kStages steps in its own
 // shared memory: no barrier between warps until the epilogue merges their (m, l, O^T) through
 // shared memory. Block steps (block_size a power of two >= 16, the engine's 16): first is
@@ -79,9 +79,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
 
   // The work item, its block table and the first steps' slots are metadata (launch.cuh): read
   // before the wait, while the kernel before (the QKV append) finishes. Q and K / V after it.
-  if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
-  const AttnWorkItem it = a.items[blockIdx.x];
-  const int kvh = blockIdx.y;
+  if (a.counts != nullptr && grid_work_item() >= a.counts[0]) return;
+  const AttnWorkItem it = a.items[grid_work_item()];
+  const int kvh = grid_kv_head();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t kv_base = a.kv_indptr[it.kv_seq];
@@ -398,8 +398,7 @@ void launch_decode_mma(const AttentionArgs& a, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     configured = true;
   }
-  const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
-  launch(kernel, grid, dim3(kThreads), static_cast<size_t>(smem), stream, a);
+  launch(kernel, work_item_grid(a.num_items, a.num_kv_heads), dim3(kThreads), static_cast<size_t>(smem), stream, a);
 }
 
 template <int D, bool FP8>

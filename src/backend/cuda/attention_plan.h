@@ -20,7 +20,7 @@
 
 namespace inferscale {
 
-// One CTA of the attention kernels (for each kv head: grid.y).
+// One CTA of the attention kernels (for each kv head: work_item_grid).
 struct AttnWorkItem {
   int32_t q_start;    // first token (index into the batch) of the item's sequence
   int32_t kv_seq;     // sequence index: block table at kv_indptr[kv_seq]

@@ -1,6 +1,6 @@
 // Paged attention on tensor cores (FlashAttention-2 style), causal by position, GQA-packed rows.
 //
-// CTA = one work item (attention_plan.h) x one kv head (grid.y); 4 warps, 16 packed rows each:
+// CTA = one work item (attention_plan.h) x one kv head (work_item_grid); 4 warps, 16 packed rows each:
 //
 //   sQ [64 rows][D]      rows = packed (token, query head of this kv head)
 //   sK [3][64 kv][D]     a 3-stage cp.async pipeline of kv chunks gathered through the block table:
@@ -107,9 +107,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   // The work item, its block-table row, its positions and the first slot tables are metadata
   // (launch.cuh): this chain of dependent loads runs before the wait, while the kernel before (the
   // QKV append) finishes. Q and K/V are read after it.
-  if (a.counts != nullptr && static_cast<int>(blockIdx.x) >= a.counts[0]) return;
-  const AttnWorkItem it = a.items[blockIdx.x];
-  const int kvh = blockIdx.y;
+  if (a.counts != nullptr && grid_work_item() >= a.counts[0]) return;
+  const AttnWorkItem it = a.items[grid_work_item()];
+  const int kvh = grid_kv_head();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int group = a.num_heads / a.num_kv_heads;
   const int64_t kv_base = a.kv_indptr[it.kv_seq];
@@ -479,8 +479,7 @@ void launch_prefill(const AttentionArgs& a, cudaStream_t stream) {
                                     cudaSharedmemCarveoutMaxShared));
     configured = true;
   }
-  const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
-  launch(attention_prefill_kernel<D, FP8>, grid, dim3(kThreads), smem, stream, a);
+  launch(attention_prefill_kernel<D, FP8>, work_item_grid(a.num_items, a.num_kv_heads), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace
