@@ -1,6 +1,6 @@
 // Paged attention parity: the tensor-core tiles and the two decode kernels (CUDA cores, tensor cores) against
 // cpu::paged_attention (f32 over the same bf16-rounded q and cache), at odd shapes: 1/7/17
-// sequences, new-token counts 1/15/16/17/1000, head_dim 64/128, GQA 1/4/7, block sizes 16 and 7,
+// sequences (and 70,001: more work items than the grid's y dimension holds), new-token counts 1/15/16/17/1000, head_dim 64/128, GQA 1/4/7, block sizes 16 and 7,
 // with and without split-KV, and positions that jump; the tensor-core kernels over an FP8 cache too.
 #include <gtest/gtest.h>
 
@@ -31,6 +31,7 @@ struct AttnCase {
   cuda::AttnKernel decode_kernel = cuda::AttnKernel::kDecodeSimt;
   bool kv_start = false;     // each sequence attends from entry ctx / 2 on (ForwardBatch::kv_start)
   bool fp8 = false;          // the cache in FP8 codes and scales (the tensor-core kernels)
+  int32_t max_ctx = 0;       // cached entries a sequence draws below (0: 3,000 decode, 600 prefill)
 };
 
 // Every kernel that runs decode plans.
@@ -55,7 +56,7 @@ void run_case(const AttnCase& c, uint64_t seed) {
   std::vector<int32_t> seq_blocks_total;
   for (int32_t s = 0; s < c.num_seqs; ++s) {
     const int32_t n_new = c.decode ? 1 : (s == 0 ? 1000 : lens[g() % 4]);
-    const int32_t ctx = static_cast<int32_t>(g() % (c.decode ? 3000 : 600));
+    const int32_t ctx = static_cast<int32_t>(g() % (c.max_ctx > 0 ? c.max_ctx : c.decode ? 3000 : 600));
     const int32_t gap = (c.jumps && n_new > 1) ? 37 : 0;
     kv_start.push_back(c.kv_start ? ctx / 2 : 0);
     for (int32_t i = 0; i < n_new; ++i) positions.push_back(ctx + i + (i >= n_new / 2 ? gap : 0));
@@ -189,6 +190,23 @@ TEST(CudaAttention, Fp8Cache) {
           }
         }
       }
+    }
+  }
+}
+
+// More work items than the grid's y dimension holds (65,535: work_item_grid spills into z): 70,001
+// one-token sequences over a few entries each, on every decode kernel (the tiles run them as one
+// tile a sequence), bf16 and FP8.
+TEST(CudaAttention, MoreWorkItemsThanGridY) {
+  REQUIRE_GPU();
+  uint64_t seed = 5000;
+  for (const auto k : kDecodeKernels) {
+    for (bool fp8 : {false, true}) {
+      if (fp8 && k == cuda::AttnKernel::kDecodeSimt) continue;  // bf16 only
+      AttnCase c{70001, 64, 4, 1, 16, true, 132, false, k};
+      c.fp8 = fp8;
+      c.max_ctx = 8;  // one block a sequence
+      run_case(c, seed += 10);
     }
   }
 }

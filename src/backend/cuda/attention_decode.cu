@@ -33,8 +33,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
   __shared__ float sm_acc[NS][kG][D];
 
   pdl_begin();
-  if (a.counts != nullptr && grid_work_item() >= a.counts[0]) return;
-  const AttnWorkItem it = a.items[grid_work_item()];
+  const int item = grid_work_item();
+  if (item >= a.num_items || (a.counts != nullptr && item >= a.counts[0])) return;
+  const AttnWorkItem it = a.items[item];
   const int kvh = grid_kv_head();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int stream = warp * RPW + lane / LPR, sub = lane % LPR;

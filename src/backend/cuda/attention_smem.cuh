@@ -5,22 +5,21 @@
 #pragma once
 #include <cstdint>
 
-#include "backend/cuda/cuda_check.h"
-
 namespace inferscale::cuda {
 
 // The grid of a kernel that runs a plan's work items: CTA = (kv head, work item), kv heads the
-// fastest dimension (x), items over y. An item's heads are then scheduled side by side: they read
-// the interleaved heads of the same cache blocks at about the same time, and the plan's longest
-// items (it puts them first) take the first CTA of every SM while its shortest fill the second.
-// Items fastest measured slower on the H200 (docs/BENCHMARKS.md run 25): bf16 prefill of 1,532
-// tokens 0.114-0.116 against 0.099-0.100 ms, FP8 0.132-0.133 against 0.112; FP8 decode kernel at
-// 100 x 2,800 0.162-0.163 against 0.157-0.158.
+// fastest dimension (x), items over y (and z past grid.y's 65,535). An item's heads are then
+// scheduled side by side: they read the interleaved heads of the same cache blocks at about the same
+// time, and the plan's longest items (it puts them first) take the first CTA of every SM while its
+// shortest fill the second. Items fastest measured slower on the H200 (docs/BENCHMARKS.md run 25):
+// bf16 prefill of 1,532 tokens 0.114-0.116 against 0.099-0.100 ms, FP8 0.132-0.133 against 0.112;
+// FP8 decode kernel at 100 x 2,800 0.162-0.163 against 0.157-0.158.
 inline dim3 work_item_grid(int32_t num_items, int32_t num_kv_heads) {
-  KERNEL_REQUIRE(num_items >= 1 && num_items <= 65535, "attention: 1 to 65,535 work items (grid.y)");
-  return dim3(static_cast<unsigned>(num_kv_heads), static_cast<unsigned>(num_items));
+  const int32_t y = num_items < 65535 ? num_items : 65535;
+  return dim3(static_cast<unsigned>(num_kv_heads), static_cast<unsigned>(y), static_cast<unsigned>((num_items + y - 1) / y));
 }
-__device__ __forceinline__ int grid_work_item() { return static_cast<int>(blockIdx.y); }
+// The CTA's work item (past the plan's last in the grid's last z slice: the kernel returns).
+__device__ __forceinline__ int grid_work_item() { return static_cast<int>(blockIdx.z * gridDim.y + blockIdx.y); }
 __device__ __forceinline__ int grid_kv_head() { return static_cast<int>(blockIdx.x); }
 
 // Scores are taken times scale * log2(e), so that exp2 gives the softmax.
