@@ -204,25 +204,31 @@ std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
   return tokens;
 }
 
+const MemoryService::WindowEntry& MemoryService::window_entry(const Fact& f, int32_t w) const {
+  drop_caches_of_past_epochs();
+  if (auto it = window_cache_.find(f.key);
+      it != window_cache_.end() && it->second.version == f.version && it->second.w == w)
+    return it->second;
+  // By the fact read at retrieval: it may have been deleted since, and is then served as read.
+  WindowEntry e{f.version, w, {}, 0};
+  for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
+    const auto t = fact_tokens(prev);
+    e.tokens.insert(e.tokens.end(), t.begin(), t.end());
+  }
+  std::vector<int32_t> full;
+  if (opts_.sink && model_.tokenizer->bos_id()) full.push_back(*model_.tokenizer->bos_id());
+  full.insert(full.end(), e.tokens.begin(), e.tokens.end());
+  e.hash = XXH3_64bits(full.data(), full.size() * sizeof(int32_t));
+  if (window_cache_.size() >= opts_.max_cached_facts) window_cache_.clear();
+  return window_cache_[f.key] = std::move(e);
+}
+
 std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const {
   std::vector<int32_t> out;
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
   if (w <= 0) return out;
-  drop_caches_of_past_epochs();
-  if (auto it = window_cache_.find(f.key);
-      it != window_cache_.end() && it->second.version == f.version && it->second.w == w) {
-    out.insert(out.end(), it->second.tokens.begin(), it->second.tokens.end());
-    return out;
-  }
-  // By the fact read at retrieval: it may have been deleted since, and is then served as read.
-  std::vector<int32_t> turns;
-  for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
-    const auto t = fact_tokens(prev);
-    turns.insert(turns.end(), t.begin(), t.end());
-  }
-  out.insert(out.end(), turns.begin(), turns.end());
-  if (window_cache_.size() >= opts_.max_cached_facts) window_cache_.clear();
-  window_cache_[f.key] = WindowEntry{f.version, w, std::move(turns)};
+  const WindowEntry& e = window_entry(f, w);
+  out.insert(out.end(), e.tokens.begin(), e.tokens.end());
   return out;
 }
 
@@ -238,6 +244,8 @@ void MemoryService::drop_caches_of_past_epochs() const {
 }
 
 FactKvKey MemoryService::kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window) const {
+  if (w > 0 && window == nullptr)  // the cached hash: no copy of the window's tokens
+    return FactKvKey{f.key, f.version, w, window_entry(f, w).hash};
   const std::vector<int32_t> tokens = window_tokens(f, w);
   const FactKvKey key{f.key, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
   if (window) *window = tokens;
@@ -255,8 +263,7 @@ MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts
   Reservation r;
   try {
     for (const Fact& f : facts) {
-      std::vector<int32_t> window;
-      const FactKvKey key = kv_key(f, w, &window);
+      const FactKvKey key = kv_key(f, w);
       r.keys.push_back(key);
       if (auto held = std::find(pinned.begin(), pinned.end(), key); held != pinned.end()) {  // an earlier call's
         if (const MemoryKvPool::Entry* e = pool_.find(key)) {
@@ -293,7 +300,7 @@ MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts
       pool_.pin(key);  // the encoding's, until finish_encoding()
       pool_.set_pending(key, true);
       r.fresh.push_back(key);
-      r.jobs.push_back(EncodeJob{std::move(window), tokens, pool_.slots(e)});
+      r.jobs.push_back(EncodeJob{window_tokens(f, w), tokens, pool_.slots(e)});
     }
     return r;
   } catch (...) {

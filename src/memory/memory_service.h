@@ -261,8 +261,11 @@ class MemoryService : private FactStoreListener {
   struct WindowEntry {
     int64_t version = 0;
     int32_t w = 0;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // the w preceding turns' tokens
+    uint64_t hash = 0;            // XXH3 of window_tokens(f, w) (the pool key's window_hash)
   };
+  // The cached window of a fact (w > 0), read from the store on a miss.
+  const WindowEntry& window_entry(const Fact& f, int32_t w) const;
   mutable std::unordered_map<int64_t, WindowEntry> window_cache_;
   static constexpr size_t kMaxCachedFactRows = size_t{1} << 14;
   static constexpr size_t kMaxCachedFactBytes = size_t{64} << 20;
