@@ -250,7 +250,7 @@ class MemoryService : private FactStoreListener {
   // delete or reset anywhere in the store moves store_epoch_ (listener thread, before the write's
   // call returns), and the first use of either cache after that empties both
   // (drop_caches_of_past_epochs), so a deleted fact's text leaves memory then.
-  //   window_cache_  window tokens per (fact key, version, w): any write may change some fact's w
+  //   window_cache_  window tokens and their hash per (fact key, version, w): any write may change some fact's w
   //                  preceding turns. Saves a store query per retrieved fact per request (k = 50:
   //                  ~1 ms of a ~7 ms TTFT on the GPU).
   //   fact_cache_    the facts retrievals read, by fact id, served only to their own tenant and
