@@ -210,25 +210,20 @@ const MemoryService::WindowEntry& MemoryService::window_entry(const Fact& f, int
       it != window_cache_.end() && it->second.version == f.version && it->second.w == w)
     return it->second;
   // By the fact read at retrieval: it may have been deleted since, and is then served as read.
-  WindowEntry e{f.version, w, {}, 0};
+  WindowEntry e{f.version, w, window_tokens(f, 0), 0};
   for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
     const auto t = fact_tokens(prev);
     e.tokens.insert(e.tokens.end(), t.begin(), t.end());
   }
-  std::vector<int32_t> full;
-  if (opts_.sink && model_.tokenizer->bos_id()) full.push_back(*model_.tokenizer->bos_id());
-  full.insert(full.end(), e.tokens.begin(), e.tokens.end());
-  e.hash = XXH3_64bits(full.data(), full.size() * sizeof(int32_t));
+  e.hash = XXH3_64bits(e.tokens.data(), e.tokens.size() * sizeof(int32_t));
   if (window_cache_.size() >= opts_.max_cached_facts) window_cache_.clear();
   return window_cache_[f.key] = std::move(e);
 }
 
 std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const {
+  if (w > 0) return window_entry(f, w).tokens;
   std::vector<int32_t> out;
   if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
-  if (w <= 0) return out;
-  const WindowEntry& e = window_entry(f, w);
-  out.insert(out.end(), e.tokens.begin(), e.tokens.end());
   return out;
 }
 
@@ -243,13 +238,10 @@ void MemoryService::drop_caches_of_past_epochs() const {
   cache_epoch_ = epoch;
 }
 
-FactKvKey MemoryService::kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window) const {
-  if (w > 0 && window == nullptr)  // the cached hash: no copy of the window's tokens
-    return FactKvKey{f.key, f.version, w, window_entry(f, w).hash};
+FactKvKey MemoryService::kv_key(const Fact& f, int32_t w) const {
+  if (w > 0) return FactKvKey{f.key, f.version, w, window_entry(f, w).hash};  // no copy of the tokens
   const std::vector<int32_t> tokens = window_tokens(f, w);
-  const FactKvKey key{f.key, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
-  if (window) *window = tokens;
-  return key;
+  return FactKvKey{f.key, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
 }
 
 KvFileKey MemoryService::file_key(const FactKvKey& k) const {

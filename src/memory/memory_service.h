@@ -189,9 +189,8 @@ class MemoryService : private FactStoreListener {
   const MemoryOptions& options() const { return opts_; }
   // The KV file of a fact (named by its store-wide key: fact.h).
   std::filesystem::path kv_path(const Fact& f) const;
-  // The pool key of a fact's KV for window w (reads the window's turns); `window` (may be null)
-  // gets the window's tokens.
-  FactKvKey kv_key(const Fact& f, int32_t w, std::vector<int32_t>* window = nullptr) const;
+  // The pool key of a fact's KV for window w (reads the window's turns).
+  FactKvKey kv_key(const Fact& f, int32_t w) const;
   KvFileKey file_key(const FactKvKey& key) const;
 
  private:
@@ -261,8 +260,8 @@ class MemoryService : private FactStoreListener {
   struct WindowEntry {
     int64_t version = 0;
     int32_t w = 0;
-    std::vector<int32_t> tokens;  // the w preceding turns' tokens
-    uint64_t hash = 0;            // XXH3 of window_tokens(f, w) (the pool key's window_hash)
+    std::vector<int32_t> tokens;  // window_tokens(f, w): [BOS with sink][the w preceding turns]
+    uint64_t hash = 0;            // XXH3 of tokens (the pool key's window_hash)
   };
   // The cached window of a fact (w > 0), read from the store on a miss.
   const WindowEntry& window_entry(const Fact& f, int32_t w) const;

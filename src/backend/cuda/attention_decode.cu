@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(AttentionArg
   __shared__ float sm_acc[NS][kG][D];
 
   pdl_begin();
-  const int item = grid_work_item();
-  if (item >= a.num_items || (a.counts != nullptr && item >= a.counts[0])) return;
+  const int item = grid_work_item(a.num_items, a.counts);
+  if (item < 0) return;
   const AttnWorkItem it = a.items[item];
   const int kvh = grid_kv_head();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

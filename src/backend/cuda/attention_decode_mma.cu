@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
 
   // The work item, its block table and the first steps' slots are metadata (launch.cuh): read
   // before the wait, while the kernel before (the QKV append) finishes. Q and K / V after it.
-  const int item = grid_work_item();
-  if (item >= a.num_items || (a.counts != nullptr && item >= a.counts[0])) return;
+  const int item = grid_work_item(a.num_items, a.counts);
+  if (item < 0) return;
   const AttnWorkItem it = a.items[item];
   const int kvh = grid_kv_head();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   // The work item, its block-table row, its positions and the first slot tables are metadata
   // (launch.cuh): this chain of dependent loads runs before the wait, while the kernel before (the
   // QKV append) finishes. Q and K/V are read after it.
-  const int item = grid_work_item();
-  if (item >= a.num_items || (a.counts != nullptr && item >= a.counts[0])) return;
+  const int item = grid_work_item(a.num_items, a.counts);
+  if (item < 0) return;
   const AttnWorkItem it = a.items[item];
   const int kvh = grid_kv_head();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
