@@ -11,7 +11,9 @@
 //   (f) --shared-facts alone: attention when concurrent requests' shared facts are one physical copy
 //   (g) --gemm-sweep alone: the layer GEMMs at every 8th M from 136 to 1024 (a mixed step's rows):
 //       cuBLASLt's first heuristic against the fastest of its top 8 timed at each M
-// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep]
+//   (h) --gemm-fp8 alone: the layer GEMMs with FP8 E4M3 weights (--quantization fp8) against bf16,
+//       as the forward runs them: cuda::gemv_e4m3 at M <= 4, else x quantized + cuBLASLt's FP8 GEMM
+// Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep] [--gemm-fp8]
 //   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
 #include <chrono>
 #include <algorithm>
@@ -314,6 +316,56 @@ void gemm_section(int iters) {
   }
 }
 
+// The layer GEMMs with E4M3 weights against bf16, each as CudaForwardOps::linear runs it: bf16:
+// cuda::gemv at M = 1, else cuBLASLt; FP8: cuda::gemv_e4m3 at M <= 4 (x stays bf16), else x
+// quantized (two kernels: row maxima, codes) and cuBLASLt's FP8 GEMM. Rings of 8 weight copies.
+void gemm_fp8_section(int iters) {
+  std::printf("\nLayer GEMMs, FP8 E4M3 weights against bf16 (ring of 8 weight copies, GPU us)\n");
+  std::printf("| GEMM | M | bf16 | FP8 (as the forward runs it) | of which x's quantization | FP8 / bf16 | FP8 weight GB/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  constexpr int64_t kRows[] = {1, 2, 4, 8, 32, 52, 100, 128, 448, 1532};
+  for (size_t i = 0; i < kLayerGemmsNoHead; ++i) {
+    const LayerGemm& gm = kLayerGemms[i];
+    const int64_t max_rows = kRows[std::size(kRows) - 1];
+    GemmRing ring(gm, max_rows);
+    std::vector<DeviceBuffer> codes;
+    DeviceBuffer scales(GemmRing::kCopies * 4), amax(static_cast<size_t>(std::max(gm.N, max_rows)) * 4),
+        x_codes(static_cast<size_t>(max_rows * gm.K)), x_scale(4);
+    for (int r = 0; r < GemmRing::kCopies; ++r) {
+      codes.emplace_back(static_cast<size_t>(gm.N * gm.K));
+      cuda::quantize_e4m3_tensor(ring.ws[r].as<bf16>(), gm.N, gm.K, amax.as<float>(), codes.back().as<uint8_t>(),
+                                 scales.as<float>() + r, nullptr);
+    }
+    Gemm bf, f8;
+    for (int64_t M : kRows) {
+      const double t_bf = ring.ms(bf, M, iters);
+      const bool gemv = f8.gemv_e4m3_path(ring.x.data(), codes[0].data(), M, gm.K);
+      const auto quantize_x = [&] {
+        cuda::quantize_e4m3_tensor(ring.x.as<bf16>(), M, gm.K, amax.as<float>(), x_codes.as<uint8_t>(), x_scale.as<float>(),
+                                   nullptr);
+      };
+      const double t_f8 = bench::time_gpu_ms(nullptr, 2, iters, [&] {
+                            for (int r = 0; r < GemmRing::kCopies; ++r) {
+                              const float* ws = scales.as<float>() + r;
+                              if (gemv) {
+                                cuda::gemv_e4m3(ring.x.as<bf16>(), codes[r].as<uint8_t>(), ws, ring.y.data(), gm.f32_out,
+                                                gm.acc, M, gm.N, gm.K, nullptr);
+                              } else {
+                                quantize_x();
+                                f8.run_e4m3(x_codes.as<uint8_t>(), x_scale.as<float>(), codes[r].as<uint8_t>(), ws,
+                                            ring.y.data(), gm.f32_out, gm.acc, M, gm.N, gm.K, nullptr);
+                              }
+                            }
+                          }) /
+                          GemmRing::kCopies;
+      const double t_q = gemv ? 0.0 : bench::time_gpu_ms(nullptr, 2, iters, [&] { quantize_x(); });
+      std::printf("| %s | %ld | %.1f | %.1f%s | %.1f | %.2fx | %.0f |\n", gm.name, static_cast<long>(M), t_bf * 1e3,
+                  t_f8 * 1e3, gemv ? " (gemv)" : "", t_q * 1e3, t_f8 / t_bf, gm.N * gm.K / t_f8 / 1e6);
+      std::fflush(stdout);
+    }
+  }
+}
+
 // A sweep of the rows a mixed step's GEMMs take (136 to 1024 in steps of 8), per layer GEMM:
 // cuBLASLt's first heuristic against the fastest of its top 8 timed at that M. Each M's times,
 // then per GEMM the sums over the sweep.
@@ -354,7 +406,7 @@ void gemm_sweep_section(int iters) {
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, attention_only = false, shared_only = false, gemms_only = false, sweep_only = false;
+  bool quick = false, attention_only = false, shared_only = false, gemms_only = false, sweep_only = false, fp8_only = false;
   int only_shape = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -365,11 +417,13 @@ int main(int argc, char** argv) {
       gemms_only = true;
     } else if (std::strcmp(argv[i], "--gemm-sweep") == 0) {
       sweep_only = true;
+    } else if (std::strcmp(argv[i], "--gemm-fp8") == 0) {
+      fp8_only = true;
     } else if (std::strcmp(argv[i], "--attention") == 0) {
       attention_only = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') only_shape = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep])\n", argv[i]);
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep] [--gemm-fp8])\n", argv[i]);
       return 2;
     }
   }
@@ -388,6 +442,10 @@ int main(int argc, char** argv) {
   }
   if (sweep_only) {
     gemm_sweep_section(quick ? 5 : 10);
+    return 0;
+  }
+  if (fp8_only) {
+    gemm_fp8_section(iters);
     return 0;
   }
 

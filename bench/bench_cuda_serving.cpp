@@ -10,7 +10,9 @@
 // Greedy, as the engine runs it: each forward returns the argmax ids (ForwardBatch kArgmax), not
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
 // events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]
-// (--decode-only: tables (b) and (c); --mixed-only: table (d))
+// [--no-mixed] [--quantization fp8] (--decode-only: tables (b) and (c); --mixed-only: table (d);
+// --no-mixed: all but (d); fp8: the
+// layers' projections in FP8 E4M3, BackendOptions::projections_fp8)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -77,7 +79,7 @@ void encode_facts(CudaBackend& be, int32_t k, int32_t scratch_block, ForwardOutp
 // 32-token questions after `ctx` injected tokens of their own (every context filled from the
 // pool's facts); the mixed step's GPU time in each MixedAttention mode, alternately, then the
 // decode-only step of the same sequences (graphed, as served).
-void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
+void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick, bool fp8_weights) {
   constexpr int32_t kSeqs = 100, kCtx = 2750, kFacts = 50;
   const int32_t iters = quick ? 4 : 12;
   const int32_t blocks_per_seq = (kCtx + kQuestionLen + kBlock - 1) / kBlock;
@@ -86,6 +88,7 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
   o.num_cache_blocks = (kSeqs + 1) * blocks_per_seq + kFacts * 2;
   o.num_pool_blocks = (kFacts * kFactLen + kBlock - 1) / kBlock;
   o.cache_fp8 = fp8;
+  o.projections_fp8 = fp8_weights;
   auto be = make_cuda_backend_random(cfg, 42, o);
   ForwardOutput out;
   const int32_t scratch = (kSeqs + 1) * blocks_per_seq;
@@ -162,16 +165,21 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick) {
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, decode_only = false, mixed_only = false;
+  bool quick = false, decode_only = false, mixed_only = false, no_mixed = false, fp8_weights = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
+    if (std::strcmp(argv[i], "--quantization") == 0 && i + 1 < argc &&
+        (std::strcmp(argv[i + 1], "fp8") == 0 || std::strcmp(argv[i + 1], "none") == 0)) {
+      fp8_weights = std::strcmp(argv[++i], "fp8") == 0;
+    } else if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--decode-only") == 0) {
       decode_only = true;
     } else if (std::strcmp(argv[i], "--mixed-only") == 0) {
       mixed_only = true;
+    } else if (std::strcmp(argv[i], "--no-mixed") == 0) {
+      no_mixed = true;
     } else {
-      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]\n");
+      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only] [--no-mixed] [--quantization none|fp8]\n");
       return 2;
     }
   }
@@ -180,7 +188,7 @@ int main(int argc, char** argv) {
   const auto table_d = [&] {
     std::printf("\n(d) a mixed step: 100 sequences over %d-token contexts, q of them prefilling a %d-token question, "
                 "the others decoding; GPU ms (events), medians, split and tiles alternately\n", 2750, kQuestionLen);
-    for (const bool fp8 : {false, true}) mixed_steps(cfg, fp8, quick);
+    for (const bool fp8 : {false, true}) mixed_steps(cfg, fp8, quick, fp8_weights);
   };
   if (mixed_only) {
     std::printf("device: %s\n", bench::device_name().c_str());
@@ -191,10 +199,11 @@ int main(int argc, char** argv) {
   o.block_size = kBlock;
   o.num_cache_blocks = 4096;  // 65,536 tokens, 8.6 GB
   o.num_pool_blocks = 128;    // 2,048 fact tokens
+  o.projections_fp8 = fp8_weights;
   const double t_load = bench::now_ms();
   auto be = make_cuda_backend_random(cfg, 42, o);
-  std::printf("device: %s\nmodel: Llama-3.1-8B shapes, random bf16 weights (%.1f GB), KV cache + pool %.1f GB, init %.0f ms\n",
-              bench::device_name().c_str(), be->weight_bytes() / 1e9, be->kv_bytes() / 1e9, bench::now_ms() - t_load);
+  std::printf("device: %s\nmodel: Llama-3.1-8B shapes, random bf16 weights%s (%.1f GB), KV cache + pool %.1f GB, init %.0f ms\n",
+              bench::device_name().c_str(), fp8_weights ? ", projections quantized to FP8 E4M3" : "", be->weight_bytes() / 1e9, be->kv_bytes() / 1e9, bench::now_ms() - t_load);
   const int64_t V = cfg.vocab_size;
   ForwardOutput out;
 
@@ -363,7 +372,7 @@ int main(int argc, char** argv) {
   const GraphStats gs = be->graph_stats();
   std::printf("graph path: %lld warm-ups, %lld captures, %lld replays\n", static_cast<long long>(gs.eager_warmups),
               static_cast<long long>(gs.captures), static_cast<long long>(gs.replays));
-  if (!decode_only) {
+  if (!decode_only && !no_mixed) {
     be.reset();  // (d) makes backends of its own, with caches of 100 x 2,800 tokens
     table_d();
   }

@@ -59,6 +59,7 @@ struct Args {
   bool no_pdl = false;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
+  std::string quantization = "none";
 #ifdef INFERSCALE_HAS_CUDA
   DecodeAttention decode_attention = kDefaultDecodeAttention;
 #endif
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"native", "fp8"}));
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->check(CLI::IsMember({"native", "fp8"}));
+  app.add_option("--quantization", a.quantization, "CUDA: the layers' projections: none (bf16) | fp8 (E4M3)")
+      ->check(CLI::IsMember({"none", "fp8"}));
 #ifdef INFERSCALE_HAS_CUDA
   const std::map<std::string, DecodeAttention> decode_kernels{{"tiles", DecodeAttention::kTensorCore},
                                                               {"mma", DecodeAttention::kMma},
@@ -112,6 +115,7 @@ int main(int argc, char** argv) {
   bo.block_size = 16;
   bo.programmatic_launch = !a.no_pdl;
   bo.cache_fp8 = a.kv_cache_dtype == "fp8";
+  bo.projections_fp8 = a.quantization == "fp8";
   bo.num_cache_blocks = (a.kv_cache_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
   bo.pool_fp8 = a.memory_kv_dtype == "fp8";
   bo.num_pool_blocks = (a.pool_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);

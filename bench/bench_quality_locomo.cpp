@@ -11,9 +11,10 @@
 // Prints, per configuration, mean KL(text || x) per answer token, top-1 agreement with text, and
 // the gold answer's mean negative log-likelihood per token, as a markdown table; --json writes
 // them with per-question values. bench/locomo_eval.py measures F1 (and NLL) over HTTP instead.
-// --reference-native (with an FP8 --memory-kv-dtype or --kv-cache-dtype) also runs every
-// configuration on a second engine whose pool and cache are native, and adds KL(native || x) and
-// top-1 agreement with it: the cost of FP8 storage alone, config by config.
+// --reference-native (with an FP8 --memory-kv-dtype or --kv-cache-dtype, or --quantization fp8 on
+// the GPU) also runs every configuration on a second engine whose pool, cache and weights are
+// native, and adds KL(native || x) and top-1 agreement with it: the cost of FP8 alone, config by
+// config.
 //
 //   bench_quality_locomo --model models/SmolLM2-135M-Instruct.Q4_1.gguf --locomo locomo10.json \
 //       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json]
@@ -122,6 +123,7 @@ struct Args {
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
+  std::string quantization = "none";
   bool reference_native = false;
 };
 
@@ -193,6 +195,9 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache-dtype", a.kv_cache_dtype, "the paged KV cache's storage: native | fp8")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
+  app.add_option("--quantization", a.quantization, "CUDA: the layers' projections: none (bf16) | fp8 (E4M3)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_flag("--reference-native", a.reference_native,
                "also score every config on native pool and cache: KL(native || x) per config");
   app.add_option("--prompt", a.prompt, "how the question is asked: memory | locomo")->capture_default_str()
@@ -210,14 +215,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 #endif
-  if (a.reference_native && a.memory_kv_dtype == "native" && a.kv_cache_dtype == "native") {
-    std::fprintf(stderr, "--reference-native compares FP8 storage with native: pass --memory-kv-dtype or --kv-cache-dtype fp8\n");
+  if (a.reference_native && a.memory_kv_dtype == "native" && a.kv_cache_dtype == "native" && a.quantization == "none") {
+    std::fprintf(stderr, "--reference-native compares FP8 with native: pass --memory-kv-dtype, --kv-cache-dtype or --quantization fp8\n");
     return 2;
   }
   // An engine over the model with the pool and cache in these dtypes.
-  auto make_engine = [&](bool pool_fp8, bool cache_fp8) {
+  auto make_engine = [&](bool pool_fp8, bool cache_fp8, bool projections_fp8) {
     BackendOptions bo;
     bo.cache_fp8 = cache_fp8;
+    bo.projections_fp8 = projections_fp8;
     bo.num_cache_blocks = (a.kv_cache_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.cache_fp8) * bo.block_size);
     bo.pool_fp8 = pool_fp8;
     bo.num_pool_blocks = (a.pool_mb << 20) / (kv_store_bytes_per_token(cfg, cuda, bo.pool_fp8) * bo.block_size);
@@ -230,8 +236,9 @@ int main(int argc, char** argv) {
     eo.scheduler.max_num_batched_tokens = 2048;
     return std::make_unique<Engine>(std::move(backend), model.tokenizer, eo);
   };
-  std::unique_ptr<Engine> engine_ptr = make_engine(a.memory_kv_dtype == "fp8", a.kv_cache_dtype == "fp8");
-  std::unique_ptr<Engine> native = a.reference_native ? make_engine(false, false) : nullptr;
+  std::unique_ptr<Engine> engine_ptr =
+      make_engine(a.memory_kv_dtype == "fp8", a.kv_cache_dtype == "fp8", a.quantization == "fp8");
+  std::unique_ptr<Engine> native = a.reference_native ? make_engine(false, false, false) : nullptr;
   Engine& engine = *engine_ptr;
   const Backend& be = engine.backend();
   const Tokenizer& tok = *model.tokenizer;
@@ -317,9 +324,9 @@ int main(int argc, char** argv) {
   }
 
   // The table: KL against text at the same k; `off` has no k, so its KL is against no reference.
-  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, KV cache %s, gold answers teacher-forced\n\n",
+  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, KV cache %s, quantization %s, gold answers teacher-forced\n\n",
               a.convs.c_str(), model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str(),
-              a.kv_cache_dtype.c_str());
+              a.kv_cache_dtype.c_str(), a.quantization.c_str());
   std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
               "recomputed / fact tokens |%s\n|---|---|---|---|---|---|---|%s\n",
               native ? " KL(native \\|\\| x) per token | top-1 agreement with native |" : "", native ? "---|---|" : "");

@@ -188,6 +188,26 @@ TEST_F(CliServe, KvCacheDtypeFp8RunsAndABadValueIsRefused) {
   EXPECT_NE(b.err.find("--kv-cache-dtype"), std::string::npos) << b.err;
 }
 
+// `--quantization fp8` (FP8 projections) is a CUDA backend option: on the CPU the command fails
+// with a message naming the flag and the backend (no crash, no silent bf16 run); `none` runs, and
+// a value it does not know is refused by name.
+TEST_F(CliServe, QuantizationFp8IsRefusedOnTheCpuByName) {
+  const std::vector<std::string> gen = {"generate", "--model", "demo", "--device", "cpu", "--prompt", "hello",
+                                        "--max-tokens", "4", "--temperature", "0", "--quantization"};
+  std::vector<std::string> fp8 = gen, none = gen, bad = gen;
+  fp8.push_back("fp8");
+  none.push_back("none");
+  bad.push_back("int4");
+  const CliResult a = run_cli(fp8, tmp.path(), 60), b = run_cli(none, tmp.path(), 60), c = run_cli(bad, tmp.path(), 60);
+  EXPECT_NE(a.code, 0);
+  EXPECT_NE(a.err.find("--quantization fp8"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("CUDA"), std::string::npos) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_FALSE(b.out.empty());
+  EXPECT_NE(c.code, 0);
+  EXPECT_NE(c.err.find("--quantization"), std::string::npos) << c.err;
+}
+
 // Issue 8, part 1: `serve --api-keys FILE`; SIGHUP reloads the file, and a bad file keeps the keys
 // in use (the log says why); the server goes on serving throughout.
 TEST_F(CliServe, ApiKeysReloadOnSighupAndABadFileKeepsTheOldKeys) {

@@ -65,6 +65,12 @@ struct BackendOptions {
   // the GPU ~half the bytes of bf16 (twice the tokens in the same memory), on the CPU ~a quarter
   // of f32. Keys are rotated before they are rounded.
   bool cache_fp8 = false;
+  // CUDA: the transformer layers' projection matrices (QKV, output, gate/up, down) in FP8 E4M3
+  // with one scale each (--quantization fp8, vLLM's name): half the weight bytes, cuBLASLt's FP8
+  // GEMMs. Activations are quantized per forward with one scale for the batch (vLLM's dynamic
+  // per-tensor scheme), so a request's logits may move with its batchmates at FP8's rounding.
+  // The CPU backend refuses it.
+  bool projections_fp8 = false;
 };
 
 class Backend {

@@ -45,6 +45,11 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
                  "scale per token and kv head: ~2x the tokens in --kv-cache-mb on a GPU, ~4x on the CPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"native", "fp8"}));
+  cmd.add_option("--quantization", a.quantization,
+                 "CUDA: none (bf16 weights) or fp8 (the layers' projection matrices in FP8 E4M3 with one scale "
+                 "each, quantized at load: half the weight bytes, FP8 tensor-core GEMMs; vLLM's flag)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp8"}));
   cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
                "CUDA: launch each kernel after the previous one ends (no Programmatic Dependent Launch)");
   cmd.add_flag("--mixed-attention-tiles", a.mixed_attention_tiles,
@@ -130,6 +135,7 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   const int64_t block_bytes = kv_store_bytes_per_token(cfg, gpu, bo.pool_fp8) * a.block_size;
   bo.num_pool_blocks = ((a.memory_pool_mb >= 0 ? a.memory_pool_mb : gpu ? 8192 : 256) << 20) / block_bytes;
   bo.cache_fp8 = a.kv_cache_fp8();
+  bo.projections_fp8 = a.quantization == "fp8";
   bo.num_threads = a.threads;
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;
@@ -153,11 +159,15 @@ std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
 #ifdef INFERSCALE_HAS_CUDA
   if (gpu) {
     auto be = make_cuda_backend(m.config, m.weights, bo);
-    spdlog::info("backend: cuda (bf16), weights {:.1f} MiB, KV cache + memory pool {:.1f} MiB", be->weight_bytes() / 1048576.0,
+    spdlog::info("backend: cuda ({}), weights {:.1f} MiB, KV cache + memory pool {:.1f} MiB",
+                 bo.projections_fp8 ? "fp8 projections, bf16 embedding and head" : "bf16", be->weight_bytes() / 1048576.0,
                  be->kv_bytes() / 1048576.0);
     return be;
   }
 #endif
+  IS_REQUIRE(!bo.projections_fp8, kUnsupported,
+             "--quantization fp8 runs on the CUDA backend only (this run uses the CPU backend: {})",
+             a.device == "cpu" ? "--device cpu" : "no usable GPU");
   spdlog::info("backend: cpu (f32 reference)");
   return make_cpu_backend(m.config, m.weights, bo);
 }

@@ -27,6 +27,7 @@ struct ModelArgs {
   bool mixed_attention_tiles = false;   // --mixed-attention-tiles: a mixed batch's decodes on the tiles too
   std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8
   std::string kv_cache_dtype = "native";   // --kv-cache-dtype: native | fp8
+  std::string quantization = "none";       // --quantization: none | fp8 (CUDA: E4M3 projections)
   bool memory_kv_fp8() const { return memory_kv_dtype == "fp8"; }
   bool kv_cache_fp8() const { return kv_cache_dtype == "fp8"; }
   int32_t max_batched_tokens = 2048;

@@ -22,11 +22,14 @@
 
 namespace inferscale {
 
-// A prepared weight: rows x cols (a vector has rows == 1). `impl` belongs to the backend.
+// A prepared weight: rows x cols (a vector has rows == 1). `impl` belongs to the backend, and so
+// does `scale`: non-null for a quantized matrix (projection()), whose impl then holds its codes.
 struct Weight {
   const void* impl = nullptr;
   int64_t rows = 0, cols = 0;
+  const void* scale = nullptr;
   bool empty() const { return impl == nullptr; }
+  bool quantized() const { return scale != nullptr; }
 };
 
 enum class ActType { kF32, kCompute };
@@ -69,6 +72,13 @@ class ForwardOps {
   // Benchmarks: seeded normal(0, std) matrix / a vector of one value, made by the backend itself.
   virtual Weight random_matrix(int64_t rows, int64_t cols, uint64_t seed, float std) = 0;
   virtual Weight filled_vector(int64_t n, float value) = 0;
+  // A transformer block's projection matrix (QKV, output, MLP; not the embedding or LM head): the
+  // weights a backend may store quantized when asked to (--quantization fp8 on the GPU). These
+  // defaults keep them as every other matrix.
+  virtual Weight projection(std::initializer_list<const HostTensor*> parts) { return matrix(parts); }
+  virtual Weight random_projection(int64_t rows, int64_t cols, uint64_t seed, float std) {
+    return random_matrix(rows, cols, seed, std);
+  }
 
   // ---- one forward
   // Checks the batch against the backend (cache and pool slots, token ids) and prepares what

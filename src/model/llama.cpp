@@ -47,11 +47,11 @@ class Llama final : public Architecture {
     for (const LayerWeights& l : w.layers) {
       Layer L;
       L.attn_norm = ops.vector({&expect_weight(l.attn_norm, {H}, "attn_norm")});
-      L.wqkv = ops.matrix({&expect_weight(l.wq, {QS, H}, "wq"), &expect_weight(l.wk, {KS, H}, "wk"), &expect_weight(l.wv, {KS, H}, "wv")});
-      L.wo = ops.matrix({&expect_weight(l.wo, {H, QS}, "wo")});
+      L.wqkv = ops.projection({&expect_weight(l.wq, {QS, H}, "wq"), &expect_weight(l.wk, {KS, H}, "wk"), &expect_weight(l.wv, {KS, H}, "wv")});
+      L.wo = ops.projection({&expect_weight(l.wo, {H, QS}, "wo")});
       L.ffn_norm = ops.vector({&expect_weight(l.ffn_norm, {H}, "ffn_norm")});
-      L.w_gate_up = ops.matrix({&expect_weight(l.w_gate, {I, H}, "w_gate"), &expect_weight(l.w_up, {I, H}, "w_up")});
-      L.w_down = ops.matrix({&expect_weight(l.w_down, {H, I}, "w_down")});
+      L.w_gate_up = ops.projection({&expect_weight(l.w_gate, {I, H}, "w_gate"), &expect_weight(l.w_up, {I, H}, "w_up")});
+      L.w_down = ops.projection({&expect_weight(l.w_down, {H, I}, "w_down")});
       if (cfg_.attention_bias) L.qkv.bias = ops.vector({&l.bq, &l.bk, &l.bv});
       if (cfg_.qk_norm) {
         L.qkv.q_norm = ops.vector({&expect_weight(l.q_norm, {cfg_.head_dim}, "q_norm")});
@@ -70,10 +70,10 @@ class Llama final : public Architecture {
     final_norm_ = ops.filled_vector(H, 1.0f);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       Layer L;
-      L.wqkv = ops.random_matrix(QKV, H, ++k, 0.02f);
-      L.wo = ops.random_matrix(H, QS, ++k, 0.02f);
-      L.w_gate_up = ops.random_matrix(2 * I, H, ++k, 0.02f);
-      L.w_down = ops.random_matrix(H, I, ++k, 0.02f);
+      L.wqkv = ops.random_projection(QKV, H, ++k, 0.02f);
+      L.wo = ops.random_projection(H, QS, ++k, 0.02f);
+      L.w_gate_up = ops.random_projection(2 * I, H, ++k, 0.02f);
+      L.w_down = ops.random_projection(H, I, ++k, 0.02f);
       L.attn_norm = ops.filled_vector(H, 1.0f);
       L.ffn_norm = ops.filled_vector(H, 1.0f);
       if (cfg_.attention_bias) L.qkv.bias = ops.filled_vector(QKV, 0.0f);

@@ -101,4 +101,36 @@ void record(const std::string& name, const Err& e, double tol);
 // Records a free-form line (e.g. token agreement) for the summary table.
 void note(const std::string& name, const std::string& value);
 
+// y[m, n] = sum_k x[m, k] w[n, k], in double.   x: [M, K]; w: [N, K]; y: [M, N]
+inline std::vector<float> matmul_nt_ref(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N,
+                                        int64_t K) {
+  std::vector<float> y(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += static_cast<double>(x[static_cast<size_t>(m * K + k)]) * w[static_cast<size_t>(n * K + k)];
+      y[static_cast<size_t>(m * N + n)] = static_cast<float>(acc);
+    }
+  return y;
+}
+
+// A linear layer's three outputs, each written into y by `run(y, f32, accumulate, name)`: f32,
+// f32 accumulated into y0 (y starts as y0), bf16; each against `ref` (+ y0) and recorded as
+// tag + "/f32", "/f32_acc" or "/bf16" (the name run is given), f32 within 1e-5, bf16 4e-3.
+template <class Run>
+void check_linear_outputs(const std::string& tag, const std::vector<float>& ref, const std::vector<float>& y0, Run run) {
+  for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
+    const bool acc = variant == 1, f32 = variant < 2;
+    DeviceBuffer y = acc ? upload(y0) : poisoned(ref.size() * 4);
+    const std::string what = tag + (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16");
+    run(y, f32, acc, what);
+    std::vector<float> want = ref;
+    if (acc)
+      for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
+    const std::vector<float> got = f32 ? download<float>(y, want.size()) : from_bf16(download<uint16_t>(y, want.size()));
+    record(what, compare(got, want), f32 ? 1e-5 : 4e-3);
+  }
+}
+
 }  // namespace inferscale::test

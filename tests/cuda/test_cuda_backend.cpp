@@ -141,6 +141,37 @@ std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
 
 int32_t argmax(const float* p, int64_t n) { return static_cast<int32_t>(std::max_element(p, p + n) - p); }
 
+// Two backends side by side on the same batches: each step's logits of `got` against `ref`'s
+// within `tol` (recorded as tag/what), and how often their argmax agree.
+struct SideBySide {
+  Backend& ref;
+  Backend& got;
+  std::string tag;
+  int64_t V;
+  double tol;
+  int32_t agree = 0, total = 0;
+  std::vector<float> lr, lg;  // the last step's logits
+  void step(const ForwardBatch& fb, const std::string& what) {
+    ref.forward(fb, lr);
+    got.forward(fb, lg);
+    test::record(tag + "/" + what, test::compare(lg, lr), tol);
+    for (size_t r = 0; r < fb.output_tokens.size(); ++r) {
+      agree += argmax(&lr[r * V], V) == argmax(&lg[r * V], V);
+      ++total;
+    }
+  }
+  // The three prompts (17, 1 and 40 tokens) of `seqs` in one batch.
+  void prefill_three(std::vector<Seq>& seqs, Builder& b) {
+    const size_t lens[] = {17, 1, 40};
+    for (size_t s = 0; s < 3; ++s) b.add(seqs[s], random_tokens(lens[s], 80 + s, static_cast<int32_t>(V)));
+    step(b.fb, "prefill");
+  }
+  void expect_mostly_agree(const std::string& name) {
+    test::note(tag + "/greedy", std::to_string(agree) + "/" + std::to_string(total) + " argmax equal");
+    EXPECT_GE(agree * 10, total * 7) << name << ": greedy tokens disagree too often";
+  }
+};
+
 // Extends `req` (blocks taken from *next_block) by pool_slots.size() entries at its end and
 // returns the batch injecting those pool slots there, at their serving positions.
 InjectBatch inject_at_end(Seq& req, const std::vector<int64_t>& pool_slots, int32_t bs, int32_t* next_block) {
@@ -424,22 +455,14 @@ TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
     const int32_t V = static_cast<int32_t>(p.cfg.vocab_size), bs = v.block_size;
     const int64_t D = p.cfg.head_dim;
     const std::string tag = std::string("fp8_cache/") + v.name;
-    int32_t next_block = 0, agree = 0, total = 0;
-    std::vector<float> lc, lg, kc, vc, kg, vg;
-    auto step = [&](const ForwardBatch& fb, const std::string& what) {
-      p.cpu->forward(fb, lc);
-      p.gpu->forward(fb, lg);
-      test::record(tag + "/" + what, test::compare(lg, lc), 1e-1);
-      for (size_t r = 0; r < fb.output_tokens.size(); ++r) {
-        agree += argmax(&lc[r * V], V) == argmax(&lg[r * V], V);
-        ++total;
-      }
-    };
+    int32_t next_block = 0;
+    std::vector<float> kc, vc, kg, vg;
+    SideBySide sbs{*p.cpu, *p.gpu, tag, V, 1e-1};
+    const std::vector<float>& lc = sbs.lr;
+    auto step = [&](const ForwardBatch& fb, const std::string& what) { sbs.step(fb, what); };
     std::vector<Seq> seqs(3);
     Builder b(bs, &next_block);
-    const size_t lens[] = {17, 1, 40};
-    for (size_t s = 0; s < 3; ++s) b.add(seqs[s], random_tokens(lens[s], 80 + s, V));
-    step(b.fb, "prefill");
+    sbs.prefill_three(seqs, b);
     std::vector<int64_t> slots;  // the 40-token prompt's cache rows
     for (int32_t t = 18; t < b.fb.num_tokens(); ++t) slots.push_back(b.fb.slot_mapping[static_cast<size_t>(t)]);
     test::read_cache_f32(*p.cpu, slots, kc, vc);
@@ -472,8 +495,7 @@ TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
     Builder qb(bs, &next_block);
     qb.add(req, random_tokens(7, 92, V));
     step(qb.fb, "question");
-    test::note(tag + "/greedy", std::to_string(agree) + "/" + std::to_string(total) + " argmax equal");
-    EXPECT_GE(agree * 10, total * 7) << v.name << ": greedy tokens disagree too often";
+    sbs.expect_mostly_agree(v.name);
   }
 }
 
@@ -965,6 +987,61 @@ TEST(CudaBackend, OpProfileTilesTheForward) {
   }
   EXPECT_TRUE(p.gpu->op_profile().empty());
   p.gpu->set_op_profile(false);
+}
+
+// FP8 projections (--quantization fp8) against the same model's bf16 GPU backend: prefills of
+// several sequences (W8A8: x quantized per forward, cuBLASLt's FP8 GEMM), decode steps of 1-3
+// rows (W8A16 GEMV) and a question after a prefix, within FP8's rounding, greedy tokens mostly
+// the same; the projections take about half their bf16 bytes; a graphed decode step and a
+// graphed short prefill (the quantization scratch inside the graph) replay what they captured.
+TEST(CudaBackend, Fp8ProjectionsFollowBf16) {
+  REQUIRE_GPU();
+  for (const Variant& v : {kVariants[0], kVariants[1]}) {
+    const ModelConfig cfg = tiny_config(v);
+    const ModelWeights w = tiny_weights(cfg, 1234);
+    BackendOptions o;
+    o.block_size = v.block_size;
+    o.num_cache_blocks = 512;
+    auto ref = make_cuda_backend(cfg, w, o);
+    o.projections_fp8 = true;
+    auto fp8 = make_cuda_backend(cfg, w, o);
+    const int64_t H = cfg.hidden_size, I = cfg.intermediate_size;
+    const int64_t proj = cfg.num_layers * ((cfg.q_size() + 2 * cfg.kv_size()) * H + H * cfg.q_size() + 3 * I * H);
+    EXPECT_EQ(ref->weight_bytes() - fp8->weight_bytes(), proj - 4 * 4 * cfg.num_layers)
+        << "projections: 1 byte a value, not 2, and a 4-byte scale each";
+    const int32_t V = static_cast<int32_t>(cfg.vocab_size), bs = v.block_size;
+    const std::string tag = std::string("fp8_projections/") + v.name;
+    int32_t next_block = 0;
+    SideBySide sbs{*ref, *fp8, tag, V, 1e-1};
+    const std::vector<float>&lr = sbs.lr, &lf = sbs.lg;
+    auto step = [&](const ForwardBatch& fb, const std::string& what) {
+      ref->set_cuda_graphs(false);  // eager here; the graphs are checked against it below
+      fp8->set_cuda_graphs(false);
+      sbs.step(fb, what);
+    };
+    std::vector<Seq> seqs(3);
+    Builder b(bs, &next_block);
+    sbs.prefill_three(seqs, b);  // several sequences: eager
+    for (size_t n : {3u, 1u, 2u}) {
+      std::vector<int32_t> next;
+      for (size_t s = 0; s < n; ++s) next.push_back(argmax(&lr[s * V], V));
+      Builder d(bs, &next_block);
+      for (size_t s = 0; s < n; ++s) d.add(seqs[s], {next[s]});
+      step(d.fb, "decode_n" + std::to_string(n));
+      // The same step again through its graph (it rewrites the same KV): what eager gave.
+      ForwardOutput g;
+      run_graphed(*fp8, d.fb, g, tag + "/graph_decode_n" + std::to_string(n));
+      test::record(tag + "/graph_decode_n" + std::to_string(n), test::compare(g.values, lf), 1e-6);
+    }
+    Builder q(bs, &next_block);
+    q.add(seqs[2], random_tokens(20, 93, V));
+    step(q.fb, "question");
+    ForwardOutput g;
+    run_graphed(*fp8, q.fb, g, tag + "/graph_question");
+    // A graph's batch is padded to its bucket, and the padding's rows share x's one FP8 scale.
+    test::record(tag + "/graph_question", test::compare(g.values, lf), 5e-2);
+    sbs.expect_mostly_agree(v.name);
+  }
 }
 
 }  // namespace

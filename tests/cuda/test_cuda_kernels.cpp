@@ -421,32 +421,14 @@ struct LinearCase {
     const std::vector<float> xh = round_bf16(randn(static_cast<size_t>(M * K), x_seed));
     const std::vector<float> wh = round_bf16(randn(static_cast<size_t>(N * K), w_seed, 0.05f));
     y0 = randn(static_cast<size_t>(M * N), y_seed);
-    ref.resize(static_cast<size_t>(M * N));
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        double acc = 0;
-        for (int64_t e = 0; e < K; ++e)
-          acc += static_cast<double>(xh[static_cast<size_t>(i * K + e)]) * wh[static_cast<size_t>(j * K + e)];
-        ref[static_cast<size_t>(i * N + j)] = static_cast<float>(acc);
-      }
+    ref = test::matmul_nt_ref(xh, wh, M, N, K);
     x = upload(test::to_bf16(xh));
     w = upload(test::to_bf16(wh));
   }
-  // The three outputs `run(y, f32, accumulate, name)` writes into y: f32, f32 accumulated into y0,
-  // bf16; each recorded as tag + "/f32", "/f32_acc" or "/bf16" (the name run is given).
+  // The three outputs of run (test::check_linear_outputs) against ref.
   template <class Run>
   void check(const std::string& tag, Run run) const {
-    for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
-      const bool acc = variant == 1, f32 = variant < 2;
-      DeviceBuffer y = acc ? upload(y0) : poisoned(static_cast<size_t>(M * N) * 4);
-      const std::string what = tag + (acc ? "/f32_acc" : f32 ? "/f32" : "/bf16");
-      run(y, f32, acc, what);
-      std::vector<float> want = ref;
-      if (acc)
-        for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
-      const std::vector<float> got = f32 ? download<float>(y, want.size()) : test::from_bf16(download<uint16_t>(y, want.size()));
-      record(what, compare(got, want), f32 ? 1e-5 : 4e-3);
-    }
+    test::check_linear_outputs(tag, ref, y0, run);
   }
 };
 

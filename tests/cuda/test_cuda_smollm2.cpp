@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -52,15 +53,40 @@ std::vector<std::vector<int32_t>> greedy(std::unique_ptr<Backend> be, const Mode
   return out;
 }
 
+// Tokens [begin, end) of `seq` (positions begin.., cache blocks 0.. in order) as one sequence's
+// forward; output rows: the last token, or every token (`every_row`).
+ForwardBatch one_sequence(const std::vector<int32_t>& seq, int32_t begin, int32_t end, bool every_row) {
+  ForwardBatch fb;
+  for (int32_t i = begin; i < end; ++i) {
+    fb.token_ids.push_back(seq[static_cast<size_t>(i)]);
+    fb.positions.push_back(i);
+    fb.slot_mapping.push_back(i);
+    if (every_row) fb.output_tokens.push_back(i - begin);
+  }
+  if (!every_row) fb.output_tokens = {end - begin - 1};
+  fb.q_indptr = {0, end - begin};
+  for (int32_t b = 0; b * 16 < end; ++b) fb.kv_indices.push_back(b);
+  fb.kv_indptr = {0, static_cast<int32_t>(fb.kv_indices.size())};
+  return fb;
+}
+
 }  // namespace
 
-TEST(CudaSmolLM2, LogitsAndGreedyMatchTheCpuBackend) {
-  REQUIRE_GPU();
-  const std::string path = model_path();
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
-  const Model m = load_model(path);
+// Each test: the model and options of a small cache; skipped without a GPU or the model file.
+class CudaSmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    REQUIRE_GPU();
+    const std::string path = model_path();
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+    m = load_model(path);
+    bo.num_cache_blocks = 64;
+  }
+  Model m;
   BackendOptions bo;
-  bo.num_cache_blocks = 64;
+};
+
+TEST_F(CudaSmolLM2, LogitsAndGreedyMatchTheCpuBackend) {
   auto cpu = make_cpu_backend(m.config, m.weights, bo);
   auto gpu = make_cuda_backend(m.config, m.weights, bo);
   // Prompt of chat 0 in one forward, then 8 decode steps along the CPU's greedy path.
@@ -71,17 +97,7 @@ TEST(CudaSmolLM2, LogitsAndGreedyMatchTheCpuBackend) {
   double worst = 0;
   int agree = 0, rows = 0;
   for (int32_t end = prompt; end <= static_cast<int32_t>(seq.size()); ++end) {
-    ForwardBatch fb;
-    const int32_t begin = end == prompt ? 0 : end - 1;
-    for (int32_t i = begin; i < end; ++i) {
-      fb.token_ids.push_back(seq[static_cast<size_t>(i)]);
-      fb.positions.push_back(i);
-      fb.slot_mapping.push_back(i);  // blocks 0.. in order
-    }
-    fb.output_tokens = {end - begin - 1};
-    fb.q_indptr = {0, end - begin};
-    for (int32_t b = 0; b * 16 < end; ++b) fb.kv_indices.push_back(b);
-    fb.kv_indptr = {0, static_cast<int32_t>(fb.kv_indices.size())};
+    const ForwardBatch fb = one_sequence(seq, end == prompt ? 0 : end - 1, end, false);
     std::vector<float> lc, lg;
     cpu->forward(fb, lc);
     gpu->forward(fb, lg);
@@ -105,6 +121,55 @@ TEST(CudaSmolLM2, LogitsAndGreedyMatchTheCpuBackend) {
                 m.tokenizer->decode(got[c]).substr(0, 60).c_str());
     EXPECT_GE(n, 8u) << "chat " << c;
   }
+}
+
+// --quantization fp8 on the real model: the projections in E4M3 (x quantized per forward) against
+// the bf16 backend, over each chat's prompt and 24 tokens of the bf16 greedy path in one forward
+// (every position's next-token distribution): mean KL(bf16 || fp8) per token and top-1 agreement.
+TEST_F(CudaSmolLM2, Fp8ProjectionsStayCloseToBf16) {
+  auto ref = make_cuda_backend(m.config, m.weights, bo);
+  bo.projections_fp8 = true;
+  auto fp8 = make_cuda_backend(m.config, m.weights, bo);
+  const auto paths = greedy(make_cuda_backend(m.config, m.weights, BackendOptions{}), m, 24);
+  const int64_t V = m.config.vocab_size;
+  double kl_sum = 0;
+  int64_t tokens = 0, agree = 0;
+  for (size_t c = 0; c < kChats.size(); ++c) {
+    std::vector<int32_t> seq = m.tokenizer->encode(m.chat_template.render(kChats[c], true));
+    seq.insert(seq.end(), paths[c].begin(), paths[c].end());
+    const int32_t n = static_cast<int32_t>(seq.size());
+    const ForwardBatch fb = one_sequence(seq, 0, n, true);
+    std::vector<float> lr, lf;
+    ref->forward(fb, lr);
+    fp8->forward(fb, lf);
+    ASSERT_EQ(lr.size(), lf.size());
+    for (int32_t t = 0; t < n; ++t) {
+      const float* p = lr.data() + t * V;
+      const float* q = lf.data() + t * V;
+      const double mp = *std::max_element(p, p + V), mq = *std::max_element(q, q + V);
+      double zp = 0, zq = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        zp += std::exp(p[v] - mp);
+        zq += std::exp(q[v] - mq);
+      }
+      double kl = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double lp = p[v] - mp - std::log(zp), lq = q[v] - mq - std::log(zq);
+        kl += std::exp(lp) * (lp - lq);
+      }
+      kl_sum += kl;
+      agree += std::max_element(p, p + V) - p == std::max_element(q, q + V) - q;
+      ++tokens;
+    }
+  }
+  const double mean_kl = kl_sum / static_cast<double>(tokens);
+  std::printf("SmolLM2 FP8 projections vs bf16: mean KL %.4f per token over %lld tokens, top-1 agrees %lld/%lld; weights %.1f vs %.1f MiB\n",
+              mean_kl, static_cast<long long>(tokens), static_cast<long long>(agree), static_cast<long long>(tokens),
+              fp8->weight_bytes() / 1048576.0, ref->weight_bytes() / 1048576.0);
+  test::note("SmolLM2, FP8 projections vs bf16", fmt::format("mean KL {:.4f} over {} tokens, top-1 {}/{}", mean_kl, tokens, agree, tokens));
+  EXPECT_LT(mean_kl, 0.15);
+  EXPECT_GE(agree * 100, tokens * 85);
+  EXPECT_LT(fp8->weight_bytes(), ref->weight_bytes());
 }
 
 }  // namespace inferscale

@@ -22,6 +22,9 @@ class CpuBackend final : public Backend {
   CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
       : cfg_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
+    IS_REQUIRE(!opts.projections_fp8, kUnsupported,
+               "FP8 weights (--quantization fp8) run on the CUDA backend only; the CPU backend computes in f32 "
+               "(it reads a GGUF's Q4_1/Q8_0 blocks as they are)");
     const int64_t bytes_per_block = kv_store_bytes_per_token(cfg_, false, opts.cache_fp8) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;

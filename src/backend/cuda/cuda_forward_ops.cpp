@@ -60,6 +60,22 @@ Weight CudaForwardOps::random_matrix(int64_t rows, int64_t cols, uint64_t seed, 
 
 Weight CudaForwardOps::filled_vector(int64_t n, float value) { return Weight{weights_.filled_vector(n, value), 1, n}; }
 
+Weight CudaForwardOps::projection(std::initializer_list<const HostTensor*> parts) {
+  Weight x;
+  DeviceWeightStore::stacked_shape(parts, x.rows, x.cols);
+  if (!e4m3_projections_ || !Gemm::e4m3_supports(x.rows, x.cols)) return matrix(parts);
+  const DeviceWeightStore::Codes c = weights_.matrix_e4m3(parts, x.rows, x.cols);
+  x.impl = c.codes;
+  x.scale = c.scale;
+  return x;
+}
+
+Weight CudaForwardOps::random_projection(int64_t rows, int64_t cols, uint64_t seed, float std) {
+  if (!e4m3_projections_ || !Gemm::e4m3_supports(rows, cols)) return random_matrix(rows, cols, seed, std);
+  const DeviceWeightStore::Codes c = weights_.random_matrix_e4m3(rows, cols, seed, std);
+  return Weight{c.codes, rows, cols, c.scale};
+}
+
 void CudaForwardOps::use_graph(ForwardGraph* g, int64_t output_rows) {
   graph_ = g;
   graph_rows_ = output_rows;
@@ -103,6 +119,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   IS_REQUIRE(mask == AttnMask::kCausal, kUnsupported, "the CUDA backend's attention is causal only (encoders run on the CPU backend)");
   batch_ = &b;
   ws_ = graph_ != nullptr ? &graph_ws_ : &eager_;
+  row_amax_of_ = nullptr;
   phase_ = Phase::kEager;
   split_attention_ = false;
   const int64_t T = b.num_tokens();
@@ -246,11 +263,10 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   }
 }
 
-Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
+void* CudaForwardOps::buffer(int slot, size_t bytes) {
   IS_CHECK(slot >= 0 && slot < 64, "activation slot {} out of range", slot);
   std::vector<DeviceBuffer>& acts = ws_->acts;
-  const size_t elem = type == ActType::kF32 ? 4 : 2;
-  const size_t need = std::max<size_t>(static_cast<size_t>(rows * cols) * elem, 256);
+  const size_t need = std::max<size_t>(bytes, 256);
   // A capture allocates nothing: the warm-up run before it sized every slot.
   IS_CHECK((phase_ != Phase::kCapture && phase_ != Phase::kReplay) ||
                (static_cast<size_t>(slot) < acts.size() && acts[static_cast<size_t>(slot)].bytes() >= need),
@@ -258,7 +274,13 @@ Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
   if (static_cast<size_t>(slot) >= acts.size()) acts.resize(static_cast<size_t>(slot) + 1);
   DeviceBuffer& buf = acts[static_cast<size_t>(slot)];
   buf.reserve(need);
-  return Act{buf.data(), rows, cols, type};
+  return buf.data();
+}
+
+Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
+  IS_CHECK(slot < kQuantCodes, "activation slot {} is the backend's scratch", slot);
+  const size_t elem = type == ActType::kF32 ? 4 : 2;
+  return Act{buffer(slot, static_cast<size_t>(rows * cols) * elem), rows, cols, type};
 }
 
 void CudaForwardOps::embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) {
@@ -273,7 +295,14 @@ void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool ou
   mark("rms_norm");
   const int32_t* rows = output_rows ? ws_->meta.dev<int32_t>(o_out_) : nullptr;
   if (y.type == ActType::kCompute) {
-    cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<bf16>(y), y.rows, y.cols, eps, stream_);
+    // With FP8 projections the norm's output feeds one (QKV, gate/up): its row maxima come along,
+    // and the projection's quantization skips its own pass over x (linear_e4m3).
+    float* row_amax = nullptr;
+    if (e4m3_projections_ && !output_rows) {
+      row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(y.rows) * 4));
+      row_amax_of_ = y.data;
+    }
+    cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<bf16>(y), y.rows, y.cols, eps, stream_, row_amax);
   } else {
     cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<float>(y), y.rows, y.cols, eps, stream_);
   }
@@ -289,12 +318,32 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
   mark_shape("linear", wt);
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
            "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
-  if (y.type == ActType::kF32) {
+  IS_CHECK(y.type == ActType::kF32 || !accumulate, "a GEMM accumulates into f32 outputs only");
+  if (wt.quantized()) {
+    linear_e4m3(x, wt, y, accumulate);
+  } else if (y.type == ActType::kF32) {
     gemm_.run(p<bf16>(x), w<bf16>(wt), p<float>(y), x.rows, wt.rows, wt.cols, accumulate, stream_);
   } else {
-    IS_CHECK(!accumulate, "a GEMM accumulates into f32 outputs only");
     gemm_.run(p<bf16>(x), w<bf16>(wt), p<bf16>(y), x.rows, wt.rows, wt.cols, stream_);
   }
+}
+
+void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate) {
+  const int64_t M = x.rows, N = wt.rows, K = wt.cols;
+  const bool f32_out = y.type == ActType::kF32;
+  const float* w_scale = static_cast<const float*>(wt.scale);
+  if (gemm_.gemv_e4m3_path(x.data, wt.impl, M, K)) {  // W8A16: x stays bf16
+    cuda::gemv_e4m3(p<bf16>(x), w<uint8_t>(wt), w_scale, y.data, f32_out, accumulate, M, N, K, stream_);
+    return;
+  }
+  // W8A8: x's codes and scale into the scratch slots, then cuBLASLt's FP8 GEMM.
+  auto* codes = static_cast<uint8_t*>(buffer(kQuantCodes, static_cast<size_t>(M * K)));
+  auto* row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(M) * 4));
+  auto* x_scale = static_cast<float*>(buffer(kQuantScale, 4));
+  const bool amax_ready = x.data == row_amax_of_;  // x is the last norm's output (rms_norm)
+  row_amax_of_ = nullptr;
+  cuda::quantize_e4m3_tensor(p<bf16>(x), M, K, row_amax, codes, x_scale, stream_, amax_ready);
+  gemm_.run_e4m3(codes, x_scale, w<uint8_t>(wt), w_scale, y.data, f32_out, accumulate, M, N, K, stream_);
 }
 
 void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
@@ -372,7 +421,9 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
 
 void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
   if (skip()) return;
-  if (!gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols)) {  // cuBLASLt into gu, then the SiLU kernel
+  const bool gemv = wt.quantized() ? gemm_.gemv_e4m3_path(x.data, wt.impl, x.rows, wt.cols)
+                                   : gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols);
+  if (!gemv) {  // cuBLASLt into gu, then the SiLU kernel
     ForwardOps::linear_silu_mul(x, wt, gu, out);
     return;
   }
@@ -380,7 +431,12 @@ void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
   IS_CHECK(x.type == ActType::kCompute && out.type == ActType::kCompute && x.cols == wt.cols &&
                wt.rows == 2 * out.cols && x.rows == out.rows,
            "linear_silu_mul [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, out.rows, out.cols);
-  cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
+  if (wt.quantized()) {
+    cuda::gemv_silu_mul_e4m3(p<bf16>(x), w<uint8_t>(wt), static_cast<const float*>(wt.scale), p<bf16>(out), x.rows,
+                             out.cols, wt.cols, stream_);
+  } else {
+    cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
+  }
 }
 
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {

@@ -2,7 +2,10 @@
 // the output's copy to the host, complete() waits for it and fills the caller's ForwardOutput
 // (the host works meanwhile: Backend::launch_forward):
 //   weights      matrices bf16 (stacked parts stay one matrix: the fused QKV and gate/up GEMMs),
-//                vectors f32 (DeviceWeightStore)
+//                vectors f32 (DeviceWeightStore); with set_e4m3_projections (--quantization fp8)
+//                the layers' projections as FP8 E4M3 codes and one scale each (W8A8 GEMMs: x
+//                quantized per forward with one scale, as vLLM's dynamic per-tensor FP8; W8A16 at
+//                GEMV sizes). The embedding and the LM head stay bf16.
 //   activations  kF32 f32; kCompute bf16 (GEMM inputs)
 //   linear       cuBLASLt, bf16 x bf16 -> f32 accumulate; accumulate = beta 1 (the residual adds);
 //                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
@@ -88,6 +91,9 @@ class CudaForwardOps final : public ForwardOps {
   bool running() const;
   void complete();
 
+  // Projections loaded after this call are stored in E4M3 where cuBLASLt's FP8 GEMM takes their
+  // shape (rows and cols multiples of 16), bf16 otherwise.
+  void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
   // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'
@@ -108,6 +114,8 @@ class CudaForwardOps final : public ForwardOps {
   Weight vector(std::initializer_list<const HostTensor*> parts) override;
   Weight random_matrix(int64_t rows, int64_t cols, uint64_t seed, float std) override;
   Weight filled_vector(int64_t n, float value) override;
+  Weight projection(std::initializer_list<const HostTensor*> parts) override;
+  Weight random_projection(int64_t rows, int64_t cols, uint64_t seed, float std) override;
 
   void begin(const ForwardBatch& b, AttnMask mask) override;
   Act act(int slot, int64_t rows, int64_t cols, ActType type) override;
@@ -142,7 +150,17 @@ class CudaForwardOps final : public ForwardOps {
   // (kTiles: none).
   cuda::AttnKernel decode_kernel_for(int32_t num_seqs) const;
   DeviceWeightStore weights_;
+  bool e4m3_projections_ = false;
   Gemm gemm_;
+  // x w^T through cuBLASLt's FP8 GEMM for an E4M3 weight: x quantized into the scratch slots first.
+  void linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate);
+  // Scratch slots past any architecture's (act() slots are 0..kQuantCodes - 1).
+  static constexpr int kQuantCodes = 61, kQuantRowAmax = 62, kQuantScale = 63;
+  // Slot `slot`'s buffer with room for `bytes` (grown outside graphs only).
+  void* buffer(int slot, size_t bytes);
+  // The activation whose row maxima rms_norm left in slot kQuantRowAmax (its output), until a
+  // projection's quantization takes them; null: none.
+  const void* row_amax_of_ = nullptr;
   // Per-forward device memory. Eager forwards and graphs have their own, so that an eager prefill
   // growing its buffers never moves what a graph points into.
   struct Workspace {

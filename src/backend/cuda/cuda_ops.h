@@ -53,8 +53,10 @@ void embedding(const bf16* embed, const int32_t* token_ids, float* x, int64_t T,
 // RMSNorm of rows of the f32 residual stream, optionally gathering rows first:
 //   y[r, :] = x[src, :] / sqrt(mean(x[src, :]^2) + eps) * w,   src = rows ? rows[r] : r
 // x: [*, H] f32; w: [H] f32; y: [R, H] bf16 (GEMM input) or f32 (hidden-state output).
+// row_amax (bf16 output; null: none): [R] max_h |y[r, h]| of the rounded outputs, the row maxima
+// quantize_e4m3_tensor takes (an FP8 projection's input, --quantization fp8).
 void rmsnorm(const float* x, const int32_t* rows, const float* w, bf16* y, int64_t R, int64_t H, float eps,
-             cudaStream_t stream);
+             cudaStream_t stream, float* row_amax = nullptr);
 void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int64_t R, int64_t H, float eps,
              cudaStream_t stream);
 
@@ -71,6 +73,23 @@ void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, in
 // The gated MLP's input projection and its SiLU * up in one pass (gate and up never leave registers):
 //   out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i])     x: [M, K]; w: [2 I, K]; out: [M, I] bf16
 void gemv_silu_mul(const bf16* x, const bf16* w, bf16* out, int64_t M, int64_t I, int64_t K, cudaStream_t stream);
+// The same two over FP8 weights (--quantization fp8): w holds E4M3 codes [N, K] (or [2 I, K]) whose
+// values are code * (*w_scale) (one scale for the matrix, on the device); x stays bf16. Needs K % 16 == 0.
+bool gemv_e4m3_supports(int64_t M, int64_t K, const void* x, const void* w);
+void gemv_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate, int64_t M,
+               int64_t N, int64_t K, cudaStream_t stream);
+void gemv_silu_mul_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, bf16* out, int64_t M, int64_t I,
+                        int64_t K, cudaStream_t stream);
+
+// A bf16 tensor into FP8 E4M3 with one scale for all of it (the FP8 projections' operands):
+//   s = max |x| / 448 (0 for an all-zero tensor), codes[m, k] = e4m3(x[m, k] * (1 / s))
+// as tensor/fp8.h's quantize_e4m3_row over the M * K values (the CPU twin, bit for bit).
+//   x: [M, K] bf16; row_amax: [M] f32 scratch; codes: [M, K]; scale: [1] f32 (device)
+// Needs K % 8 == 0, x 16-byte and codes 8-byte aligned (quantize_e4m3_supports). row_amax_ready:
+// row_amax already holds max_k |x[m, k]| (rmsnorm wrote it), so only the codes' kernel runs.
+bool quantize_e4m3_supports(int64_t K, const void* x, const void* codes);
+void quantize_e4m3_tensor(const bf16* x, int64_t M, int64_t K, float* row_amax, uint8_t* codes, float* scale,
+                          cudaStream_t stream, bool row_amax_ready = false);
 
 // Greedy sampling: out[r] = the index of the largest of logits[r * ld + 0 .. n), the lowest on ties.
 //   logits: [R, ld] f32; out: [R]

@@ -31,6 +31,17 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// The same for the maximum (of non-negative values: lanes past the warps contribute 0).
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? scratch[lane] : 0.0f;
+  return warp_max(v);
+}
+
 // Eight bf16 in one 16-byte word.
 struct alignas(16) Bf16x8 {
   __nv_bfloat162 h[4];

@@ -65,7 +65,7 @@ DeviceBuffer& DeviceWeightStore::take(size_t bytes) {
   return buffers_.back();
 }
 
-const bf16* DeviceWeightStore::matrix(std::initializer_list<const HostTensor*> parts, int64_t& rows, int64_t& cols) {
+void DeviceWeightStore::stacked_shape(std::initializer_list<const HostTensor*> parts, int64_t& rows, int64_t& cols) {
   rows = 0;
   cols = -1;
   for (const HostTensor* p : parts) {
@@ -75,14 +75,46 @@ const bf16* DeviceWeightStore::matrix(std::initializer_list<const HostTensor*> p
     cols = p->row_size();
     rows += p->num_rows();
   }
-  DeviceBuffer& buf = take(static_cast<size_t>(rows * cols) * 2);
-  Uploader up(buf.data());
+}
+
+void DeviceWeightStore::upload_bf16(std::initializer_list<const HostTensor*> parts, void* dst) {
+  Uploader up(dst);
   int64_t at = 0;
   for (const HostTensor* p : parts) {
     up.matrix(*p, at);
     at += p->numel();
   }
+}
+
+const bf16* DeviceWeightStore::matrix(std::initializer_list<const HostTensor*> parts, int64_t& rows, int64_t& cols) {
+  stacked_shape(parts, rows, cols);
+  DeviceBuffer& buf = take(static_cast<size_t>(rows * cols) * 2);
+  upload_bf16(parts, buf.data());
   return buf.as<bf16>();
+}
+
+DeviceWeightStore::Codes DeviceWeightStore::quantize(const DeviceBuffer& m, int64_t rows, int64_t cols) {
+  DeviceBuffer row_amax(static_cast<size_t>(rows) * 4);
+  DeviceBuffer& codes = take(static_cast<size_t>(rows * cols));
+  DeviceBuffer& scale = take(4);
+  cuda::quantize_e4m3_tensor(m.as<bf16>(), rows, cols, row_amax.as<float>(), codes.as<uint8_t>(), scale.as<float>(),
+                             nullptr);  // legacy default stream
+  CUDA_CHECK(cudaDeviceSynchronize());  // before the temporaries go
+  return Codes{codes.as<uint8_t>(), scale.as<float>()};
+}
+
+DeviceWeightStore::Codes DeviceWeightStore::matrix_e4m3(std::initializer_list<const HostTensor*> parts, int64_t& rows,
+                                                        int64_t& cols) {
+  stacked_shape(parts, rows, cols);
+  DeviceBuffer m(static_cast<size_t>(rows * cols) * 2);
+  upload_bf16(parts, m.data());
+  return quantize(m, rows, cols);
+}
+
+DeviceWeightStore::Codes DeviceWeightStore::random_matrix_e4m3(int64_t rows, int64_t cols, uint64_t seed, float std) {
+  DeviceBuffer m(static_cast<size_t>(rows * cols) * 2);
+  cuda::fill_random_bf16(m.as<bf16>(), rows * cols, seed, 0.0f, std, nullptr);
+  return quantize(m, rows, cols);
 }
 
 const float* DeviceWeightStore::vector(std::initializer_list<const HostTensor*> parts, int64_t& n) {

@@ -48,10 +48,18 @@ __device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<f
 __device__ __forceinline__ float4 norm4(float4 x, float4 w, float inv) {
   return make_float4(x.x * inv * w.x, x.y * inv * w.y, x.z * inv * w.z, x.w * inv * w.w);
 }
+__device__ __forceinline__ float absmax4(float4 v, float a) {
+  return fmaxf(fmaxf(a, fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+}
+// What a stored value becomes (rounding is monotonic: the largest stored magnitude is the largest
+// magnitude rounded).
+__device__ __forceinline__ float stored(bf16*, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float stored(float*, float v) { return v; }
 
 constexpr int kNormCache = 4;  // float4 chunks of the row a thread keeps in registers
 
-// One block per output row. Sum of squares in f32 over the row, then y = x * inv_rms * w.
+// One block per output row. Sum of squares in f32 over the row, then y = x * inv_rms * w; with
+// row_amax, also max |y| of the row as stored.
 // Vec (H % 4 == 0, 16-byte aligned x and w, 8-byte aligned y): a thread's first kNormCache
 // float4 chunks of x and w stay in registers, all loaded at once (a row of 4,096 is one round
 // trip, not the 16 dependent ones of the scalar loop, 13.6 us a call at batch 1 on the H200);
@@ -60,10 +68,11 @@ constexpr int kNormCache = 4;  // float4 chunks of the row a thread keeps in reg
 template <class OutT, bool Vec>
 __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
                                                        const float* __restrict__ w, OutT* __restrict__ y, int64_t H,
-                                                       float eps) {
+                                                       float eps, float* __restrict__ row_amax) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
   OutT* yr = y + r * H;
+  float am = 0.0f;
   if constexpr (Vec) {
     const int64_t H4 = H / 4;
     const float4* w4 = reinterpret_cast<const float4*>(w);
@@ -94,10 +103,17 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* __restrict__
 #pragma unroll
     for (int u = 0; u < kNormCache; ++u) {
       const int64_t i = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-      if (i < H4) store4(yr + 4 * i, norm4(xv[u], wv[u], inv));
+      if (i < H4) {
+        const float4 v = norm4(xv[u], wv[u], inv);
+        store4(yr + 4 * i, v);
+        if (row_amax != nullptr) am = absmax4(v, am);
+      }
     }
-    for (int64_t i = threadIdx.x + static_cast<int64_t>(kNormCache) * blockDim.x; i < H4; i += blockDim.x)
-      store4(yr + 4 * i, norm4(x4[i], __ldg(w4 + i), inv));
+    for (int64_t i = threadIdx.x + static_cast<int64_t>(kNormCache) * blockDim.x; i < H4; i += blockDim.x) {
+      const float4 v = norm4(x4[i], __ldg(w4 + i), inv);
+      store4(yr + 4 * i, v);
+      if (row_amax != nullptr) am = absmax4(v, am);
+    }
   } else {
     pdl_begin();
     const int64_t src = rows != nullptr ? rows[r] : r;
@@ -106,7 +122,15 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* __restrict__
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += xr[i] * xr[i];
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(H) + eps);
-    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) store(&yr[i], xr[i] * inv * w[i]);
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+      const float v = xr[i] * inv * w[i];
+      store(&yr[i], v);
+      am = fmaxf(am, fabsf(v));
+    }
+  }
+  if (row_amax != nullptr) {
+    am = block_max(am, scratch);
+    if (threadIdx.x == 0) row_amax[r] = stored(y, am);
   }
 }
 
@@ -197,14 +221,14 @@ bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % 
 
 template <class OutT>
 void rmsnorm_impl(const float* x, const int32_t* rows, const float* w, OutT* y, int64_t R, int64_t H, float eps,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, float* row_amax) {
   if (R == 0) return;
   KERNEL_REQUIRE(R <= 0x7fffffff && H > 0, "rmsnorm shape");
   const dim3 grid(static_cast<unsigned>(R));
   if (H % 4 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 4 * sizeof(OutT))) {
-    launch(rmsnorm_kernel<OutT, true>, grid, dim3(row_threads(H / 4, kNormCache)), 0, stream, x, rows, w, y, H, eps);
+    launch(rmsnorm_kernel<OutT, true>, grid, dim3(row_threads(H / 4, kNormCache)), 0, stream, x, rows, w, y, H, eps, row_amax);
   } else {
-    launch(rmsnorm_kernel<OutT, false>, grid, dim3(kRowThreads), 0, stream, x, rows, w, y, H, eps);
+    launch(rmsnorm_kernel<OutT, false>, grid, dim3(kRowThreads), 0, stream, x, rows, w, y, H, eps, row_amax);
   }
 }
 
@@ -218,12 +242,12 @@ void embedding(const bf16* embed, const int32_t* token_ids, float* x, int64_t T,
 }
 
 void rmsnorm(const float* x, const int32_t* rows, const float* w, bf16* y, int64_t R, int64_t H, float eps,
-             cudaStream_t stream) {
-  rmsnorm_impl(x, rows, w, y, R, H, eps, stream);
+             cudaStream_t stream, float* row_amax) {
+  rmsnorm_impl(x, rows, w, y, R, H, eps, stream, row_amax);
 }
 void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int64_t R, int64_t H, float eps,
              cudaStream_t stream) {
-  rmsnorm_impl(x, rows, w, y, R, H, eps, stream);
+  rmsnorm_impl(x, rows, w, y, R, H, eps, stream, static_cast<float*>(nullptr));
 }
 
 void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream) {

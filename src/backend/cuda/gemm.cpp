@@ -37,7 +37,7 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
 
 }  // namespace
 
-Gemm::Gemm() {
+Gemm::Gemm() : gemv_e4m3_max_rows_(cuda::kGemvMaxRows) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(kWorkspaceBytes);
 }
@@ -53,8 +53,8 @@ Gemm::~Gemm() {
 }
 
 const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
-                             bool accumulate, cudaStream_t stream) {
-  const Key key{M, N, K, f32_out, accumulate};
+                             bool accumulate, cudaStream_t stream, bool e4m3) {
+  const Key key{M, N, K, f32_out, accumulate, e4m3};
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   Plan p;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -62,9 +62,9 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   // Column-major views: A = w as [K, N] (ld K), B = x as [K, M] (ld K), C = y as [N, M] (ld N).
-  const cudaDataType_t out_t = f32_out ? CUDA_R_32F : CUDA_R_16BF;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_16BF, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
+  const cudaDataType_t out_t = f32_out ? CUDA_R_32F : CUDA_R_16BF, in_t = e4m3 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, static_cast<uint64_t>(N), static_cast<uint64_t>(M), N));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -78,8 +78,8 @@ const Gemm::Plan& Gemm::plan(const void* x, const void* w, void* y, int64_t M, i
       cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, requested, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   CUBLAS_CHECK(st);
-  IS_CHECK(found > 0, "cuBLASLt has no algorithm for M={} N={} K={} f32_out={} accumulate={}", M, N, K, f32_out,
-           accumulate);
+  IS_CHECK(found > 0, "cuBLASLt has no algorithm for M={} N={} K={} f32_out={} accumulate={} e4m3={}", M, N, K,
+           f32_out, accumulate, e4m3);
   p.algo = results[0].algo;
   if (autotune_) {
     std::vector<cublasLtMatmulAlgo_t> cands;
@@ -184,6 +184,10 @@ bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
   return M <= gemv_max_rows_ && cuda::gemv_supports(M, K, x, w);
 }
 
+bool Gemm::gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const {
+  return M <= gemv_e4m3_max_rows_ && cuda::gemv_e4m3_supports(M, K, x, w);
+}
+
 void Gemm::launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
                   bool accumulate, cudaStream_t stream) {
   if (M == 0) return;
@@ -206,6 +210,21 @@ void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* w, float* y, int64_t
 void Gemm::run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t M, int64_t N, int64_t K,
                cudaStream_t stream) {
   launch(x, w, y, M, N, K, false, false, stream);
+}
+
+void Gemm::run_e4m3(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, void* y,
+                    bool f32_out, bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  IS_CHECK(e4m3_supports(N, K), "an E4M3 GEMM needs N and K multiples of 16 (N={} K={})", N, K);
+  IS_CHECK(f32_out || !accumulate, "a GEMM accumulates into f32 outputs only");
+  if (M == 0) return;
+  const Plan& p = plan(x, w, y, M, N, K, f32_out, accumulate, stream, /*e4m3=*/true);
+  // The scales of this call's operands (the plan is shared by every weight of this shape; the
+  // attributes are read when the matmul is enqueued, and a graph keeps the pointers).
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale, sizeof w_scale));
+  CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale, sizeof x_scale));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                              workspace_.data(), kWorkspaceBytes, stream));
 }
 
 }  // namespace inferscale

@@ -1,5 +1,7 @@
 // Linear layers through cuBLASLt (and cuda::gemv for one-row inputs): bf16 operands, f32
-// accumulate, f32 or bf16 output.
+// accumulate, f32 or bf16 output; or (run_e4m3, --quantization fp8) FP8 E4M3 operands with one
+// f32 scale each, which cuBLASLt's Hopper FP8 kernels apply to the f32 sums (A_SCALE_POINTER,
+// B_SCALE_POINTER: device scalars; a scale per row measured 1.1-1.5x slower, BENCHMARKS.md run 26).
 //
 //   y[M, N] (+)= x[M, K] @ w[N, K]^T        (row-major, w in HF [out, in] layout)
 //
@@ -44,6 +46,11 @@ class Gemm {
            cudaStream_t stream);
   void run(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int64_t M, int64_t N, int64_t K,
            cudaStream_t stream);
+  // y[M, N] (+)= (x_codes * x_scale) (w_codes * w_scale)^T: E4M3 codes, scales one f32 each on the
+  // device; y f32 (accumulate allowed) or bf16. Needs K % 16 == 0 and N % 16 == 0 (e4m3_supports).
+  void run_e4m3(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, void* y, bool f32_out,
+                bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+  static bool e4m3_supports(int64_t N, int64_t K) { return N > 0 && K > 0 && N % 16 == 0 && K % 16 == 0; }
   // The settings below take effect for shapes not planned yet.
   // Every shape timed at its own M (with split-K candidates too if `split_k`).
   void set_autotune(bool on, bool split_k = false) {
@@ -59,6 +66,10 @@ class Gemm {
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
   // Whether run() takes cuda::gemv for these operands (CudaForwardOps fuses SiLU * up into it then).
   bool gemv_path(const void* x, const void* w, int64_t M, int64_t K) const;
+  // The same for E4M3 weights (cuda::gemv_e4m3 instead of quantizing x for run_e4m3): M <= rows,
+  // default cuda::kGemvMaxRows (the FP8 GEMM's M = 1 kernel takes ~1.4x bf16 GEMV's time, run 26).
+  void set_gemv_e4m3_max_rows(int64_t rows) { gemv_e4m3_max_rows_ = rows; }
+  bool gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const;
   // The algorithm a shape runs (planned now if it is not yet, into a scratch output), as "algo A
   // tile T stages S splitK K reduction R swizzle W cluster C" (cuBLASLt's config ids), or "gemv".
   std::string describe(const void* x, const void* w, int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate,
@@ -70,11 +81,11 @@ class Gemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool>;  // M, N, K, f32 out, accumulate
+  using Key = std::tuple<int64_t, int64_t, int64_t, bool, bool, bool>;  // M, N, K, f32 out, accumulate, E4M3 inputs
   static constexpr int kMaxAlgos = 8;
   static constexpr int kMaxAlgosSplitK = 16;
   const Plan& plan(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,
-                   bool accumulate, cudaStream_t stream);
+                   bool accumulate, cudaStream_t stream, bool e4m3 = false);
   // The fastest of `cands` on these operands (the first where the timing's buffers do not fit in
   // the device's memory).
   cublasLtMatmulAlgo_t fastest(const Plan& p, const std::vector<cublasLtMatmulAlgo_t>& cands, const void* x,
@@ -93,6 +104,7 @@ class Gemm {
   bool split_k_ = false;
   int forced_splits_ = 0;
   int64_t gemv_max_rows_ = 1;
+  int64_t gemv_e4m3_max_rows_;
   std::map<Key, Plan> plans_;
 };
 
