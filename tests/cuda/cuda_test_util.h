@@ -117,9 +117,10 @@ inline std::vector<float> matmul_nt_ref(const std::vector<float>& x, const std::
 
 // A linear layer's three outputs, each written into y by `run(y, f32, accumulate, name)`: f32,
 // f32 accumulated into y0 (y starts as y0), bf16; each against `ref` (+ y0) and recorded as
-// tag + "/f32", "/f32_acc" or "/bf16" (the name run is given), f32 within 1e-5, bf16 4e-3.
+// tag + "/f32", "/f32_acc" or "/bf16" (the name run is given), f32 within f32_tol, bf16 4e-3.
 template <class Run>
-void check_linear_outputs(const std::string& tag, const std::vector<float>& ref, const std::vector<float>& y0, Run run) {
+void check_linear_outputs(const std::string& tag, const std::vector<float>& ref, const std::vector<float>& y0, Run run,
+                          double f32_tol = 1e-5) {
   for (int variant = 0; variant < 3; ++variant) {  // f32, f32 +=, bf16
     const bool acc = variant == 1, f32 = variant < 2;
     DeviceBuffer y = acc ? upload(y0) : poisoned(ref.size() * 4);
@@ -129,7 +130,7 @@ void check_linear_outputs(const std::string& tag, const std::vector<float>& ref,
     if (acc)
       for (size_t i = 0; i < want.size(); ++i) want[i] += y0[i];
     const std::vector<float> got = f32 ? download<float>(y, want.size()) : from_bf16(download<uint16_t>(y, want.size()));
-    record(what, compare(got, want), f32 ? 1e-5 : 4e-3);
+    record(what, compare(got, want), f32 ? f32_tol : 4e-3);
   }
 }
 

@@ -109,26 +109,41 @@ TEST(CudaFp8Linear, RmsNormRowMaximaMatchItsOutputs) {
   }
 }
 
-// W8A16 at M = 1..4: bf16 x against E4M3 codes times their scale; N that fills no block, K of one
-// 16-byte chunk, tails past the batched loop, long rows.
+// The two W8A16 kernels: the CUDA-core one (M <= 4, K % 16 == 0) and the tensor-core one (M <= 8,
+// K % 64 == 0), each at the shapes it takes.
+struct E4m3Gemv {
+  const char* name;
+  int64_t max_rows, k_multiple;
+  bool mma;
+};
+constexpr E4m3Gemv kE4m3Gemvs[] = {{"gemv_e4m3", cuda::kGemvMaxRows, 16, false},
+                                   {"gemv_e4m3_mma", cuda::kGemvE4m3MmaMaxRows, 64, true}};
+
+// W8A16: bf16 x against E4M3 codes times their scale; N that fills no block (or tile), K of one
+// 16-byte chunk or one 64-column step, tails past the batched loop, long rows; every M each takes.
 TEST(CudaFp8Linear, GemvMatchesReference) {
   REQUIRE_GPU();
   struct Shape {
     int64_t N, K;
   };
-  Gemm via_gemm;  // Gemm's own choice of the FP8 GEMV at these M
-  for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1000, 4096}, Shape{4099, 1040}, Shape{129, 14336}}) {
+  Gemm via_gemm;  // Gemm's own choice of W8A16 kernel at these M
+  for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1, 64}, Shape{37, 192}, Shape{1000, 4096}, Shape{4099, 1040},
+                         Shape{4099, 1024}, Shape{129, 14336}, Shape{960, 576}}) {
     const E4m3Matrix w = quantize_host(randn(static_cast<size_t>(sh.N * sh.K), 900 + sh.N, 0.05f));
     DeviceBuffer dw = upload(w.codes), dscale = upload(std::vector<float>{w.scale});
-    for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
-      const std::vector<float> x = round_bf16(randn(static_cast<size_t>(M * sh.K), 800 + M));
-      DeviceBuffer dx = upload(test::to_bf16(x));
-      const std::vector<float> ref = test::matmul_nt_ref(x, w.values, M, sh.N, sh.K);
-      EXPECT_TRUE(via_gemm.gemv_e4m3_path(dx.data(), dw.data(), M, sh.K));
-      test::check_linear_outputs(shape_tag("gemv_e4m3", M, sh.N, sh.K), ref, randn(ref.size(), 77),
-                                 [&](DeviceBuffer& y, bool f32, bool acc, const std::string&) {
-        cuda::gemv_e4m3(dx.as<bf16>(), dw.as<uint8_t>(), dscale.as<float>(), y.data(), f32, acc, M, sh.N, sh.K, nullptr);
-      });
+    for (const E4m3Gemv& kernel : kE4m3Gemvs) {
+      if (sh.K % kernel.k_multiple != 0) continue;
+      for (int64_t M = 1; M <= kernel.max_rows; ++M) {
+        const std::vector<float> x = round_bf16(randn(static_cast<size_t>(M * sh.K), 800 + M));
+        DeviceBuffer dx = upload(test::to_bf16(x));
+        const std::vector<float> ref = test::matmul_nt_ref(x, w.values, M, sh.N, sh.K);
+        EXPECT_TRUE(via_gemm.gemv_e4m3_path(dx.data(), dw.data(), M, sh.K));
+        test::check_linear_outputs(shape_tag(kernel.name, M, sh.N, sh.K), ref, randn(ref.size(), 77),
+                                   [&](DeviceBuffer& y, bool f32, bool acc, const std::string&) {
+          const auto run = kernel.mma ? cuda::gemv_e4m3_mma : cuda::gemv_e4m3;
+          run(dx.as<bf16>(), dw.as<uint8_t>(), dscale.as<float>(), y.data(), f32, acc, M, sh.N, sh.K, nullptr);
+        });
+      }
     }
   }
 }
@@ -138,28 +153,36 @@ TEST(CudaFp8Linear, GemvSiluMulMatchesReference) {
   struct Shape {
     int64_t I, K;
   };
-  for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1001, 4096}, Shape{130, 1040}}) {
+  for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1001, 4096}, Shape{130, 1040}, Shape{1, 64}, Shape{1536, 576},
+                         Shape{130, 1024}}) {
     const E4m3Matrix w = quantize_host(randn(static_cast<size_t>(2 * sh.I * sh.K), 700 + sh.I, 0.05f));
     DeviceBuffer dw = upload(w.codes), dscale = upload(std::vector<float>{w.scale});
-    for (int64_t M = 1; M <= cuda::kGemvMaxRows; ++M) {
-      const std::vector<float> x = round_bf16(randn(static_cast<size_t>(M * sh.K), 600 + M));
-      const std::vector<float> gu = test::matmul_nt_ref(x, w.values, M, 2 * sh.I, sh.K);
-      std::vector<float> ref(static_cast<size_t>(M * sh.I));
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t i = 0; i < sh.I; ++i) {
-          const double g = gu[static_cast<size_t>(m * 2 * sh.I + i)], u = gu[static_cast<size_t>(m * 2 * sh.I + sh.I + i)];
-          ref[static_cast<size_t>(m * sh.I + i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
-        }
-      DeviceBuffer dx = upload(test::to_bf16(x)), y = poisoned(ref.size() * 2);
-      cuda::gemv_silu_mul_e4m3(dx.as<bf16>(), dw.as<uint8_t>(), dscale.as<float>(), y.as<bf16>(), M, sh.I, sh.K, nullptr);
-      record(shape_tag("gemv_silu_mul_e4m3", M, sh.I, sh.K), compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref),
-             4e-3);
+    for (const E4m3Gemv& kernel : kE4m3Gemvs) {
+      if (sh.K % kernel.k_multiple != 0) continue;
+      for (int64_t M = 1; M <= kernel.max_rows; ++M) {
+        const std::vector<float> x = round_bf16(randn(static_cast<size_t>(M * sh.K), 600 + M));
+        const std::vector<float> gu = test::matmul_nt_ref(x, w.values, M, 2 * sh.I, sh.K);
+        std::vector<float> ref(static_cast<size_t>(M * sh.I));
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t i = 0; i < sh.I; ++i) {
+            const double g = gu[static_cast<size_t>(m * 2 * sh.I + i)], u = gu[static_cast<size_t>(m * 2 * sh.I + sh.I + i)];
+            ref[static_cast<size_t>(m * sh.I + i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+          }
+        DeviceBuffer dx = upload(test::to_bf16(x)), y = poisoned(ref.size() * 2);
+        const auto run = kernel.mma ? cuda::gemv_silu_mul_e4m3_mma : cuda::gemv_silu_mul_e4m3;
+        run(dx.as<bf16>(), dw.as<uint8_t>(), dscale.as<float>(), y.as<bf16>(), M, sh.I, sh.K, nullptr);
+        record(shape_tag(kernel.mma ? "gemv_silu_mul_e4m3_mma" : "gemv_silu_mul_e4m3", M, sh.I, sh.K),
+               compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
+      }
     }
   }
 }
 
 // W8A8 through cuBLASLt: x quantized on the device (one scale), times the weight's codes; the
-// reference is the product of both dequantized tensors (the twin's codes and scales).
+// reference is the product of both dequantized tensors (the twin's codes and scales). Hopper's
+// FP8 MMAs add their products with fewer bits than f32 (about 1e-4 relative measured on the
+// H100: a hundredth of FP8's own rounding), so f32 outputs are held to 3e-4.
+constexpr double kFp8MmaTol = 3e-4;
 TEST(CudaFp8Linear, GemmMatchesReference) {
   REQUIRE_GPU();
   struct Shape {
@@ -178,7 +201,7 @@ TEST(CudaFp8Linear, GemmMatchesReference) {
                                [&](DeviceBuffer& y, bool f32, bool acc, const std::string&) {
       g.run_e4m3(xcodes.as<uint8_t>(), xscale.as<float>(), dw.as<uint8_t>(), dwscale.as<float>(), y.data(), f32, acc, sh.M,
                  sh.N, sh.K, nullptr);
-    });
+    }, kFp8MmaTol);
   }
 }
 

@@ -81,6 +81,15 @@ void gemv_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, void* y, b
 void gemv_silu_mul_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, bf16* out, int64_t M, int64_t I,
                         int64_t K, cudaStream_t stream);
 
+// The same two on tensor cores (gemv_e4m3_mma.cu: 16 weight rows a block, x's rows as the MMA's
+// 8 columns): M <= kGemvE4m3MmaMaxRows, K % 64 == 0.
+inline constexpr int64_t kGemvE4m3MmaMaxRows = 8;
+bool gemv_e4m3_mma_supports(int64_t M, int64_t K, const void* x, const void* w);
+void gemv_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate,
+                   int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+void gemv_silu_mul_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, bf16* out, int64_t M, int64_t I,
+                            int64_t K, cudaStream_t stream);
+
 // A bf16 tensor into FP8 E4M3 with one scale for all of it (the FP8 projections' operands):
 //   s = max |x| / 448 (0 for an all-zero tensor), codes[m, k] = e4m3(x[m, k] * (1 / s))
 // as tensor/fp8.h's quantize_e4m3_row over the M * K values (the CPU twin, bit for bit).
