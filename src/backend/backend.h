@@ -69,7 +69,7 @@ struct BackendOptions {
   // with one scale each (--quantization fp8, vLLM's name): half the weight bytes, cuBLASLt's FP8
   // GEMMs. Activations are quantized per forward with one scale for the batch (vLLM's dynamic
   // per-tensor scheme), so a request's logits may move with its batchmates at FP8's rounding.
-  // The CPU backend refuses it.
+  // The CPU backend emulates the numbers in f32 (for measuring quality; no faster, no smaller).
   bool projections_fp8 = false;
 };
 

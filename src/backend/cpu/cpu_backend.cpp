@@ -22,9 +22,6 @@ class CpuBackend final : public Backend {
   CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
       : cfg_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
-    IS_REQUIRE(!opts.projections_fp8, kUnsupported,
-               "FP8 weights (--quantization fp8) run on the CUDA backend only; the CPU backend computes in f32 "
-               "(it reads a GGUF's Q4_1/Q8_0 blocks as they are)");
     const int64_t bytes_per_block = kv_store_bytes_per_token(cfg_, false, opts.cache_fp8) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
     num_pool_blocks_ = opts.num_pool_blocks;
@@ -32,7 +29,7 @@ class CpuBackend final : public Backend {
     kv_.cache = CpuKvStore(cfg_.num_layers, kv_.cache_slots, cfg_.num_kv_heads, cfg_.head_dim, opts.cache_fp8);
     kv_.pool = CpuKvStore(cfg_.num_layers, num_pool_blocks_ * block_size_, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
     ops_ = std::make_unique<CpuForwardOps>(cfg_, kv_, block_size_, opts.num_threads, opts.cpu_linear_rows,
-                                           opts.cpu_quant_linears);
+                                           opts.cpu_quant_linears, opts.projections_fp8);
     arch_ = make_architecture(cfg_);
     arch_->load(*ops_, w);
   }

@@ -10,6 +10,8 @@
 #include "backend/cpu/cpu_linear_rows.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/cpu_twins.h"
+#include "backend/fp8_projections.h"
+#include "tensor/fp8.h"
 #include "tensor/quant.h"
 #include "util/check.h"
 
@@ -22,14 +24,15 @@ const float* vec(const Weight& w) { return w.empty() ? nullptr : static_cast<con
 }  // namespace
 
 CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads,
-                             bool linear_rows, bool quant_linears)
+                             bool linear_rows, bool quant_linears, bool e4m3_projections)
     : cfg_(cfg),
       kv_(kv),
       rope_(cfg),
       block_size_(block_size),
       threads_(num_threads),
       linear_rows_(linear_rows && cpu::linear_rows_available()),
-      quant_linears_(quant_linears && cpu::linear_rows_available()) {
+      quant_linears_(quant_linears && cpu::linear_rows_available()),
+      e4m3_projections_(e4m3_projections) {
   if (num_threads > 0) openblas_set_num_threads(num_threads);
 }
 
@@ -48,6 +51,39 @@ Weight CpuForwardOps::matrix(std::initializer_list<const HostTensor*> parts) {
     if (!cpu::linear_rows_quant_supported(p.dtype)) m.blocks.clear();
   matrices_.push_back(std::move(m));
   return Weight{&matrices_.back(), rows, cols};
+}
+
+Weight CpuForwardOps::round_e4m3(Matrix m, int64_t rows, int64_t cols) {
+  HostTensor all = HostTensor::uninitialized(DType::kF32, {rows, cols});
+  int64_t at = 0;
+  for (const HostTensor& p : m.parts) {
+    std::memcpy(all.as<float>() + at, p.data, static_cast<size_t>(p.numel()) * 4);
+    at += p.numel();
+  }
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * cols));
+  const float scale = quantize_e4m3_row(all.as<float>(), rows * cols, codes.data());
+  dequantize_e4m3_row(codes.data(), rows * cols, scale, all.as<float>());
+  Matrix r;
+  r.parts.push_back(std::move(all));
+  r.e4m3 = true;
+  matrices_.push_back(std::move(r));
+  return Weight{&matrices_.back(), rows, cols};
+}
+
+Weight CpuForwardOps::projection(std::initializer_list<const HostTensor*> parts) {
+  const Weight w = matrix(parts);
+  if (!e4m3_projections_ || !fp8_projection_shape(w.rows, w.cols)) return w;
+  Matrix m = std::move(matrices_.back());
+  matrices_.pop_back();
+  return round_e4m3(std::move(m), w.rows, w.cols);
+}
+
+Weight CpuForwardOps::random_projection(int64_t rows, int64_t cols, uint64_t seed, float std) {
+  const Weight w = random_matrix(rows, cols, seed, std);
+  if (!e4m3_projections_ || !fp8_projection_shape(rows, cols)) return w;
+  Matrix m = std::move(matrices_.back());
+  matrices_.pop_back();
+  return round_e4m3(std::move(m), rows, cols);
 }
 
 Weight CpuForwardOps::keep_vector(HostTensor t) {
@@ -174,6 +210,13 @@ void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bo
   const float* b = vec(bias);
   const int64_t T = x.rows, K = x.cols;
   const float* xs = f(x);
+  if (m.e4m3 && !fp8_keeps_x(T, K)) {  // the GPU's W8A8: x rounded to E4M3 with one scale for the batch
+    x_e4m3_.resize(static_cast<size_t>(T * K));
+    codes_.resize(x_e4m3_.size());
+    const float scale = quantize_e4m3_row(xs, T * K, codes_.data());
+    dequantize_e4m3_row(codes_.data(), T * K, scale, x_e4m3_.data());
+    xs = x_e4m3_.data();
+  }
   if (quant_linears_ && !m.blocks.empty() && T <= cpu::kQuantRowsMax) {
     block_sums_.resize(static_cast<size_t>(T * (K / quant::kQK)));
     cpu::block_sums(xs, T, K, block_sums_.data());

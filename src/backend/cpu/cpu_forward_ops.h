@@ -30,13 +30,18 @@ class CpuForwardOps final : public ForwardOps {
   // pool (cpu_linear_rows.h) where the CPU can; false: OpenBLAS for every linear.
   // quant_linears: linears of at most cpu::kQuantRowsMax rows over a matrix whose every part is
   // stored in a block type with a kernel (Q4_1, Q8_0) read those blocks instead of the f32 copy.
+  // e4m3_projections (--quantization fp8): the projections' numbers as the GPU's FP8 path makes
+  // them (backend/fp8_projections.h), computed in f32: each matrix rounded to E4M3 with one scale,
+  // and x rounded the same way where the GPU runs W8A8. For measuring quality; no faster.
   CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true,
-                bool quant_linears = true);
+                bool quant_linears = true, bool e4m3_projections = false);
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
   Weight vector(std::initializer_list<const HostTensor*> parts) override;
   Weight random_matrix(int64_t rows, int64_t cols, uint64_t seed, float std) override;
   Weight filled_vector(int64_t n, float value) override;
+  Weight projection(std::initializer_list<const HostTensor*> parts) override;
+  Weight random_projection(int64_t rows, int64_t cols, uint64_t seed, float std) override;
 
   void begin(const ForwardBatch& b, AttnMask mask) override;
   Act act(int slot, int64_t rows, int64_t cols, ActType type) override;
@@ -63,7 +68,10 @@ class CpuForwardOps final : public ForwardOps {
     // The parts as the model stores them (views), when every one is in a block type
     // cpu::linear_rows_quant reads; else empty.
     std::vector<HostTensor> blocks;
+    bool e4m3 = false;  // an emulated FP8 projection: one part, values rounded to E4M3
   };
+  // `m` as an emulated FP8 projection: its parts stacked into one, rounded with one scale.
+  Weight round_e4m3(Matrix m, int64_t rows, int64_t cols);
   Weight keep_vector(HostTensor t);
   // Each part j's rows [n0, n1) through rows(j, n0, n1, y + the part's first column), all parts
   // in one parallel_for.
@@ -75,7 +83,9 @@ class CpuForwardOps final : public ForwardOps {
   Rope rope_;
   int32_t block_size_;
   ThreadPool threads_;  // attention, norms, activations, linears of a few rows; other GEMMs use OpenBLAS's threads
-  bool linear_rows_, quant_linears_;
+  bool linear_rows_, quant_linears_, e4m3_projections_;
+  std::vector<float> x_e4m3_;  // a linear's x rounded to E4M3 (emulated W8A8)
+  std::vector<uint8_t> codes_;
   std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
   std::deque<HostTensor> vectors_;  // ... of vectors here
   std::vector<std::vector<float>> acts_;  // per slot

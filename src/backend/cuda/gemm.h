@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backend/cuda/device_buffer.h"
+#include "backend/fp8_projections.h"
 
 namespace inferscale {
 
@@ -50,7 +51,7 @@ class Gemm {
   // device; y f32 (accumulate allowed) or bf16. Needs K % 16 == 0 and N % 16 == 0 (e4m3_supports).
   void run_e4m3(const uint8_t* x, const float* x_scale, const uint8_t* w, const float* w_scale, void* y, bool f32_out,
                 bool accumulate, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
-  static bool e4m3_supports(int64_t N, int64_t K) { return N > 0 && K > 0 && N % 16 == 0 && K % 16 == 0; }
+  static bool e4m3_supports(int64_t N, int64_t K) { return fp8_projection_shape(N, K); }
   // The settings below take effect for shapes not planned yet.
   // Every shape timed at its own M (with split-K candidates too if `split_k`).
   void set_autotune(bool on, bool split_k = false) {

@@ -1,0 +1,80 @@
+// --quantization fp8 on the CPU backend: the GPU's FP8 projections' numbers emulated in f32
+// (backend/fp8_projections.h). Each stacked projection (wq; wk; wv and w_gate; w_up as one) is
+// rounded to E4M3 with one scale; a linear whose rows the GPU runs as a W8A16 GEMV keeps x, one it
+// runs W8A8 rounds x with one scale for the batch. Checked against the same model whose weights
+// were rounded by hand (tensor/fp8.h) and loaded without the option.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/fp8_projections.h"
+#include "forward_test_util.h"
+#include "model/model.h"
+#include "tensor/fp8.h"
+
+namespace inferscale {
+namespace {
+
+// The parts' values rounded as one E4M3 tensor (one scale over all of them), written back in place.
+void round_stacked(std::initializer_list<HostTensor*> parts) {
+  std::vector<float> all;
+  for (const HostTensor* p : parts) all.insert(all.end(), p->as<const float>(), p->as<const float>() + p->numel());
+  std::vector<uint8_t> codes(all.size());
+  const float scale = quantize_e4m3_row(all.data(), static_cast<int64_t>(all.size()), codes.data());
+  dequantize_e4m3_row(codes.data(), static_cast<int64_t>(all.size()), scale, all.data());
+  size_t at = 0;
+  for (HostTensor* p : parts) {
+    std::memcpy(p->as<float>(), all.data() + at, static_cast<size_t>(p->numel()) * 4);
+    at += static_cast<size_t>(p->numel());
+  }
+}
+
+TEST(Fp8Projections, CpuEmulationRoundsWeightsAndTheW8A8Inputs) {
+  const ModelConfig cfg = demo_config();
+  ASSERT_TRUE(fp8_projection_shape(cfg.intermediate_size, cfg.hidden_size));
+  const ModelWeights w = make_random_weights(cfg, 7);
+  ModelWeights rounded = make_random_weights(cfg, 7);  // the same values, its own storage
+  for (LayerWeights& l : rounded.layers) {
+    round_stacked({&l.wq, &l.wk, &l.wv});
+    round_stacked({&l.wo});
+    round_stacked({&l.w_gate, &l.w_up});
+    round_stacked({&l.w_down});
+  }
+  BackendOptions o;
+  o.num_cache_blocks = 64;
+  auto native = make_cpu_backend(cfg, w, o);
+  auto by_hand = make_cpu_backend(cfg, rounded, o);
+  o.projections_fp8 = true;
+  auto emulated = make_cpu_backend(cfg, w, o);
+
+  std::vector<int32_t> tokens(40);
+  std::iota(tokens.begin(), tokens.end(), 3);
+  // Four tokens a forward (the GPU's W8A16 GEMVs: x as it is): the hand-rounded model exactly.
+  const std::vector<int32_t> want{3, 7, 11, 39};
+  const auto a = testing::run_sequence(*emulated, tokens, 4, 4, want);
+  const auto b = testing::run_sequence(*by_hand, tokens, 4, 4, want);
+  const auto n = testing::run_sequence(*native, tokens, 4, 4, want);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_LT(testing::rel_l2(a[i], b[i]), 1e-5) << "token " << want[i];
+    EXPECT_GT(testing::rel_l2(a[i], n[i]), 1e-4) << "the weights were rounded";
+    EXPECT_LT(testing::rel_l2(a[i], n[i]), 0.2) << "by FP8's rounding, not more";
+  }
+  // The whole prompt in one forward (W8A8: x rounded too): off the hand-rounded model by x's
+  // rounding alone, and still within FP8's cost of the native one.
+  const auto p = testing::run_sequence(*emulated, tokens, 40, 40, want);
+  const auto q = testing::run_sequence(*by_hand, tokens, 40, 40, want);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_GT(testing::rel_l2(p[i], q[i]), 1e-4) << "x was rounded at 40 rows";
+    EXPECT_LT(testing::rel_l2(p[i], q[i]), 0.2);
+  }
+  EXPECT_FALSE(fp8_keeps_x(40, cfg.hidden_size));
+  EXPECT_TRUE(fp8_keeps_x(4, cfg.intermediate_size));
+  EXPECT_TRUE(fp8_keeps_x(8, cfg.hidden_size));
+  EXPECT_FALSE(fp8_keeps_x(8, cfg.intermediate_size));  // 688 % 64 != 0: the CUDA-core GEMV's 4 rows
+}
+
+}  // namespace
+}  // namespace inferscale
