@@ -126,7 +126,9 @@ TEST(CudaFp8Linear, GemvMatchesReference) {
   struct Shape {
     int64_t N, K;
   };
-  Gemm via_gemm;  // Gemm's own choice of W8A16 kernel at these M
+  Gemm via_gemm;  // Gemm's own choice of W8A16 kernel at these M (the tensor-core one allowed)
+  via_gemm.set_gemv_e4m3_max_rows(cuda::kGemvE4m3MmaMaxRows);
+  via_gemm.set_e4m3_mma_gemv(true);
   for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1, 64}, Shape{37, 192}, Shape{1000, 4096}, Shape{4099, 1040},
                          Shape{4099, 1024}, Shape{129, 14336}, Shape{960, 576}}) {
     const E4m3Matrix w = quantize_host(randn(static_cast<size_t>(sh.N * sh.K), 900 + sh.N, 0.05f));

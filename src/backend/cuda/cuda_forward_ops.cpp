@@ -333,7 +333,7 @@ void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate
   const bool f32_out = y.type == ActType::kF32;
   const float* w_scale = static_cast<const float*>(wt.scale);
   if (gemm_.gemv_e4m3_path(x.data, wt.impl, M, K)) {  // W8A16: x stays bf16
-    Gemm::e4m3_gemv(p<bf16>(x), w<uint8_t>(wt), w_scale, y.data, f32_out, accumulate, false, M, N, K, stream_);
+    gemm_.e4m3_gemv(p<bf16>(x), w<uint8_t>(wt), w_scale, y.data, f32_out, accumulate, false, M, N, K, stream_);
     return;
   }
   // W8A8: x's codes and scale into the scratch slots, then cuBLASLt's FP8 GEMM.
@@ -432,7 +432,7 @@ void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
                wt.rows == 2 * out.cols && x.rows == out.rows,
            "linear_silu_mul [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, out.rows, out.cols);
   if (wt.quantized()) {
-    Gemm::e4m3_gemv(p<bf16>(x), w<uint8_t>(wt), static_cast<const float*>(wt.scale), out.data, false, false, true, x.rows,
+    gemm_.e4m3_gemv(p<bf16>(x), w<uint8_t>(wt), static_cast<const float*>(wt.scale), out.data, false, false, true, x.rows,
                     out.cols, wt.cols, stream_);
   } else {
     cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);

@@ -67,7 +67,7 @@ void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t
 // Skinny linear layers: y[m, n] (+)= sum_k x[m, k] w[n, k] for M <= kGemvMaxRows (decode steps of
 // a few sequences), one warp per column.   x: [M, K] bf16; w: [N, K] bf16; y: [M, N] f32 (accumulate
 // allowed) or bf16. Needs K % 8 == 0 and 16-byte aligned x and w (gemv_supports).
-inline constexpr int64_t kGemvMaxRows = kFp8GemvMaxRows;  // backend/fp8_projections.h: the FP8 GEMV's too
+inline constexpr int64_t kGemvMaxRows = 4;
 bool gemv_supports(int64_t M, int64_t K, const void* x, const void* w);
 void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, int64_t M, int64_t N, int64_t K,
           cudaStream_t stream);
@@ -84,7 +84,7 @@ void gemv_silu_mul_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, b
 
 // The same two on tensor cores (gemv_e4m3_mma.cu: 16 weight rows a block, x's rows as the MMA's
 // 8 columns): M <= kGemvE4m3MmaMaxRows, K % 64 == 0.
-inline constexpr int64_t kGemvE4m3MmaMaxRows = kFp8MmaGemvMaxRows;  // backend/fp8_projections.h
+inline constexpr int64_t kGemvE4m3MmaMaxRows = 8;
 bool gemv_e4m3_mma_supports(int64_t M, int64_t K, const void* x, const void* w);
 void gemv_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate,
                    int64_t M, int64_t N, int64_t K, cudaStream_t stream);

@@ -37,7 +37,7 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
 
 }  // namespace
 
-Gemm::Gemm() : gemv_e4m3_max_rows_(cuda::kGemvE4m3MmaMaxRows) {
+Gemm::Gemm() : gemv_e4m3_max_rows_(kFp8GemvMaxRows) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(kWorkspaceBytes);
 }
@@ -185,13 +185,14 @@ bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
 }
 
 bool Gemm::gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const {
-  return M <= gemv_e4m3_max_rows_ && (cuda::gemv_e4m3_mma_supports(M, K, x, w) || cuda::gemv_e4m3_supports(M, K, x, w));
+  return M <= gemv_e4m3_max_rows_ &&
+         ((e4m3_mma_ && cuda::gemv_e4m3_mma_supports(M, K, x, w)) || cuda::gemv_e4m3_supports(M, K, x, w));
 }
 
 void Gemm::e4m3_gemv(const __nv_bfloat16* x, const uint8_t* w, const float* w_scale, void* y, bool f32_out,
-                     bool accumulate, bool silu_mul, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+                     bool accumulate, bool silu_mul, int64_t M, int64_t N, int64_t K, cudaStream_t stream) const {
   auto* out = static_cast<__nv_bfloat16*>(y);
-  if (cuda::gemv_e4m3_mma_supports(M, K, x, w)) {
+  if (e4m3_mma_ && cuda::gemv_e4m3_mma_supports(M, K, x, w)) {
     if (silu_mul) {
       cuda::gemv_silu_mul_e4m3_mma(x, w, w_scale, out, M, N, K, stream);
     } else {
