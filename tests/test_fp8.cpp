@@ -83,6 +83,12 @@ TEST(Fp8, ScaledRows) {
       // subnormal step, in the row's scale.
       EXPECT_LE(std::fabs(y[i] - x[i]), std::fmax(std::fabs(x[i]) / 16.0f, s * std::ldexp(1.0f, -10)) * 1.0001f) << i;
     }
+    // round_e4m3_row: the same values without the codes, in place too.
+    std::vector<float> r(x.size()), r2 = x;
+    EXPECT_EQ(round_e4m3_row(x.data(), len, r.data()), s);
+    EXPECT_EQ(round_e4m3_row(r2.data(), len, r2.data()), s);
+    EXPECT_EQ(r, y);
+    EXPECT_EQ(r2, y);
     // Quantizing the dequantized row gives the same scale and codes (KV files reload exactly).
     std::vector<uint8_t> q2(x.size());
     EXPECT_EQ(quantize_e4m3_row(y.data(), len, q2.data()), s);
@@ -90,6 +96,8 @@ TEST(Fp8, ScaledRows) {
   }
   std::vector<float> zeros(5, 0.0f), out(5, 1.0f);
   std::vector<uint8_t> q(5, 9);
+  EXPECT_EQ(round_e4m3_row(zeros.data(), 5, out.data()), 0.0f);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
   EXPECT_EQ(quantize_e4m3_row(zeros.data(), 5, q.data()), 0.0f);
   for (uint8_t c : q) EXPECT_EQ(c, 0);
   dequantize_e4m3_row(q.data(), 5, 0.0f, out.data());

@@ -22,9 +22,7 @@ namespace {
 void round_stacked(std::initializer_list<HostTensor*> parts) {
   std::vector<float> all;
   for (const HostTensor* p : parts) all.insert(all.end(), p->as<const float>(), p->as<const float>() + p->numel());
-  std::vector<uint8_t> codes(all.size());
-  const float scale = quantize_e4m3_row(all.data(), static_cast<int64_t>(all.size()), codes.data());
-  dequantize_e4m3_row(codes.data(), static_cast<int64_t>(all.size()), scale, all.data());
+  round_e4m3_row(all.data(), static_cast<int64_t>(all.size()), all.data());
   size_t at = 0;
   for (HostTensor* p : parts) {
     std::memcpy(p->as<float>(), all.data() + at, static_cast<size_t>(p->numel()) * 4);

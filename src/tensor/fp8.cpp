@@ -1,5 +1,6 @@
 #include "tensor/fp8.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -47,15 +48,37 @@ uint8_t f32_to_e4m3(float x) {
   return sign | static_cast<uint8_t>(code > 0x7e ? 0x7e : code);
 }
 
-float quantize_e4m3_row(const float* x, int64_t n, uint8_t* codes) {
+namespace {
+
+// amax / 448 of x, or 0 for an all-zero or non-finite row (whose codes are all 0).
+float row_scale(const float* x, int64_t n) {
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  if (!(amax > 0.0f) || !std::isfinite(amax)) {
-    for (int64_t i = 0; i < n; ++i) codes[i] = 0;
+  return amax > 0.0f && std::isfinite(amax) ? amax / kE4M3Max : 0.0f;
+}
+
+}  // namespace
+
+float quantize_e4m3_row(const float* x, int64_t n, uint8_t* codes) {
+  const float scale = row_scale(x, n);
+  if (scale == 0.0f) {
+    std::fill(codes, codes + n, uint8_t{0});
     return 0.0f;
   }
-  const float scale = amax / kE4M3Max, inv = 1.0f / scale;
+  const float inv = 1.0f / scale;
   for (int64_t i = 0; i < n; ++i) codes[i] = f32_to_e4m3(x[i] * inv);
+  return scale;
+}
+
+float round_e4m3_row(const float* x, int64_t n, float* y) {
+  const float scale = row_scale(x, n);
+  if (scale == 0.0f) {
+    std::fill(y, y + n, 0.0f);
+    return 0.0f;
+  }
+  const float inv = 1.0f / scale;
+  const float* t = code_values().data();
+  for (int64_t i = 0; i < n; ++i) y[i] = t[f32_to_e4m3(x[i] * inv)] * scale;
   return scale;
 }
 

@@ -16,5 +16,8 @@ float e4m3_to_f32(uint8_t code);
 // One row of n values -> n codes; returns the scale.
 float quantize_e4m3_row(const float* x, int64_t n, uint8_t* codes);
 void dequantize_e4m3_row(const uint8_t* codes, int64_t n, float scale, float* y);
+// The values n codes of x stand for (dequantize_e4m3_row of quantize_e4m3_row's codes, bit for
+// bit) into y, without the codes; y may be x. Returns the scale.
+float round_e4m3_row(const float* x, int64_t n, float* y);
 
 }  // namespace inferscale

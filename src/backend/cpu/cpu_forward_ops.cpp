@@ -53,37 +53,31 @@ Weight CpuForwardOps::matrix(std::initializer_list<const HostTensor*> parts) {
   return Weight{&matrices_.back(), rows, cols};
 }
 
-Weight CpuForwardOps::round_e4m3(Matrix m, int64_t rows, int64_t cols) {
+void CpuForwardOps::round_back_e4m3(int64_t rows, int64_t cols) {
+  Matrix& m = matrices_.back();
   HostTensor all = HostTensor::uninitialized(DType::kF32, {rows, cols});
   int64_t at = 0;
   for (const HostTensor& p : m.parts) {
     std::memcpy(all.as<float>() + at, p.data, static_cast<size_t>(p.numel()) * 4);
     at += p.numel();
   }
-  std::vector<uint8_t> codes(static_cast<size_t>(rows * cols));
-  const float scale = quantize_e4m3_row(all.as<float>(), rows * cols, codes.data());
-  dequantize_e4m3_row(codes.data(), rows * cols, scale, all.as<float>());
-  Matrix r;
-  r.parts.push_back(std::move(all));
-  r.e4m3 = true;
-  matrices_.push_back(std::move(r));
-  return Weight{&matrices_.back(), rows, cols};
+  round_e4m3_row(all.as<float>(), rows * cols, all.as<float>());
+  m.parts.clear();
+  m.parts.push_back(std::move(all));
+  m.blocks.clear();
+  m.e4m3 = true;
 }
 
 Weight CpuForwardOps::projection(std::initializer_list<const HostTensor*> parts) {
   const Weight w = matrix(parts);
-  if (!e4m3_projections_ || !fp8_projection_shape(w.rows, w.cols)) return w;
-  Matrix m = std::move(matrices_.back());
-  matrices_.pop_back();
-  return round_e4m3(std::move(m), w.rows, w.cols);
+  if (e4m3_projections_ && fp8_projection_shape(w.rows, w.cols)) round_back_e4m3(w.rows, w.cols);
+  return w;
 }
 
 Weight CpuForwardOps::random_projection(int64_t rows, int64_t cols, uint64_t seed, float std) {
   const Weight w = random_matrix(rows, cols, seed, std);
-  if (!e4m3_projections_ || !fp8_projection_shape(rows, cols)) return w;
-  Matrix m = std::move(matrices_.back());
-  matrices_.pop_back();
-  return round_e4m3(std::move(m), rows, cols);
+  if (e4m3_projections_ && fp8_projection_shape(rows, cols)) round_back_e4m3(rows, cols);
+  return w;
 }
 
 Weight CpuForwardOps::keep_vector(HostTensor t) {
@@ -212,9 +206,7 @@ void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bo
   const float* xs = f(x);
   if (m.e4m3 && !fp8_keeps_x(T, K)) {  // the GPU's W8A8: x rounded to E4M3 with one scale for the batch
     x_e4m3_.resize(static_cast<size_t>(T * K));
-    codes_.resize(x_e4m3_.size());
-    const float scale = quantize_e4m3_row(xs, T * K, codes_.data());
-    dequantize_e4m3_row(codes_.data(), T * K, scale, x_e4m3_.data());
+    round_e4m3_row(xs, T * K, x_e4m3_.data());
     xs = x_e4m3_.data();
   }
   if (quant_linears_ && !m.blocks.empty() && T <= cpu::kQuantRowsMax) {

@@ -70,8 +70,9 @@ class CpuForwardOps final : public ForwardOps {
     std::vector<HostTensor> blocks;
     bool e4m3 = false;  // an emulated FP8 projection: one part, values rounded to E4M3
   };
-  // `m` as an emulated FP8 projection: its parts stacked into one, rounded with one scale.
-  Weight round_e4m3(Matrix m, int64_t rows, int64_t cols);
+  // The last matrix made ([rows, cols]) as an emulated FP8 projection, in place (its Weight stays
+  // valid): its parts stacked into one, rounded with one scale.
+  void round_back_e4m3(int64_t rows, int64_t cols);
   Weight keep_vector(HostTensor t);
   // Each part j's rows [n0, n1) through rows(j, n0, n1, y + the part's first column), all parts
   // in one parallel_for.
@@ -85,7 +86,6 @@ class CpuForwardOps final : public ForwardOps {
   ThreadPool threads_;  // attention, norms, activations, linears of a few rows; other GEMMs use OpenBLAS's threads
   bool linear_rows_, quant_linears_, e4m3_projections_;
   std::vector<float> x_e4m3_;  // a linear's x rounded to E4M3 (emulated W8A8)
-  std::vector<uint8_t> codes_;
   std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
   std::deque<HostTensor> vectors_;  // ... of vectors here
   std::vector<std::vector<float>> acts_;  // per slot

@@ -19,28 +19,25 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the whole block (blockDim.x a multiple of 32, at most 1024). Every thread gets the sum.
-// `scratch` holds 32 floats of shared memory; the call contains __syncthreads.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// `warp_op` (warp_sum, warp_max) over the whole block (blockDim.x a multiple of 32, at most
+// 1024); lanes past the block's warps contribute 0. Every thread gets the result. `scratch` holds
+// 32 floats of shared memory; the call contains __syncthreads.
+template <float (*warp_op)(float)>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_sum(v);
+  v = warp_op(v);
   __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   v = lane < nwarps ? scratch[lane] : 0.0f;
-  return warp_sum(v);
+  return warp_op(v);
 }
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<warp_sum>(v, scratch); }
+// The maximum of non-negative values.
+__device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<warp_max>(v, scratch); }
 
-// The same for the maximum (of non-negative values: lanes past the warps contribute 0).
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? scratch[lane] : 0.0f;
-  return warp_max(v);
-}
+// Host side, for the launchers' checks: whether p is aligned to n bytes.
+inline bool is_aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
 
 // Eight bf16 in one 16-byte word.
 struct alignas(16) Bf16x8 {

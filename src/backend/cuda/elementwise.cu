@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* __restrict__
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
       const float v = xr[i] * inv * w[i];
       store(&yr[i], v);
-      am = fmaxf(am, fabsf(v));
+      if (row_amax != nullptr) am = fmaxf(am, fabsf(v));
     }
   }
   if (row_amax != nullptr) {
@@ -217,15 +217,13 @@ unsigned row_threads(int64_t chunks, int64_t per_thread) {
   return static_cast<unsigned>(std::clamp<int64_t>(t, 32, 1024));
 }
 
-bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
 template <class OutT>
 void rmsnorm_impl(const float* x, const int32_t* rows, const float* w, OutT* y, int64_t R, int64_t H, float eps,
                   cudaStream_t stream, float* row_amax) {
   if (R == 0) return;
   KERNEL_REQUIRE(R <= 0x7fffffff && H > 0, "rmsnorm shape");
   const dim3 grid(static_cast<unsigned>(R));
-  if (H % 4 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 4 * sizeof(OutT))) {
+  if (H % 4 == 0 && is_aligned(x, 16) && is_aligned(w, 16) && is_aligned(y, 4 * sizeof(OutT))) {
     launch(rmsnorm_kernel<OutT, true>, grid, dim3(row_threads(H / 4, kNormCache)), 0, stream, x, rows, w, y, H, eps, row_amax);
   } else {
     launch(rmsnorm_kernel<OutT, false>, grid, dim3(kRowThreads), 0, stream, x, rows, w, y, H, eps, row_amax);
@@ -264,7 +262,7 @@ void copy_rows(const void* src, void* dst, const int64_t* slots, int64_t n, int6
   const auto* s = static_cast<const unsigned char*>(src);
   auto* d = static_cast<unsigned char*>(dst);
   const bool wide = row_bytes % 16 == 0 && src_layer_stride % 16 == 0 && dst_layer_stride % 16 == 0 &&
-                    aligned(src, 16) && aligned(dst, 16);
+                    is_aligned(src, 16) && is_aligned(dst, 16);
   if (wide) {
     copy_rows_kernel<uint4><<<grid_for(num_layers * n * (row_bytes / 16), 256), 256, 0, stream>>>(
         s, d, slots, n, row_bytes, num_layers, src_layer_stride, dst_layer_stride, scatter);

@@ -169,12 +169,10 @@ void launch_gemv(const bf16* x, const void* w, const float* w_scale, void* y, bo
   launch(kernel, grid, dim3(kWarps * 32), 0, stream, x, w, w_scale, y, y_f32, accumulate, N, K);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 }  // namespace
 
 bool gemv_supports(int64_t M, int64_t K, const void* x, const void* w) {
-  return M >= 1 && M <= kGemvMaxRows && K > 0 && K % 8 == 0 && aligned16(x) && aligned16(w);
+  return M >= 1 && M <= kGemvMaxRows && K > 0 && K % 8 == 0 && is_aligned(x, 16) && is_aligned(w, 16);
 }
 
 bool gemv_e4m3_supports(int64_t M, int64_t K, const void* x, const void* w) {

@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/fp8_utils.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_utils.cuh"
@@ -147,8 +148,6 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_e4m3_mma_kernel(const bf16* 
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <int Rows>
 void launch_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate, int64_t M,
                 int64_t N, int64_t K, cudaStream_t stream) {
@@ -161,7 +160,7 @@ void launch_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, 
 }  // namespace
 
 bool gemv_e4m3_mma_supports(int64_t M, int64_t K, const void* x, const void* w) {
-  return M >= 1 && M <= kGemvE4m3MmaMaxRows && K > 0 && K % kStep == 0 && aligned16(x) && aligned16(w);
+  return M >= 1 && M <= kGemvE4m3MmaMaxRows && K > 0 && K % kStep == 0 && is_aligned(x, 16) && is_aligned(w, 16);
 }
 
 void gemv_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate,

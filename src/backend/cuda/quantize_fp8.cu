@@ -76,8 +76,7 @@ unsigned row_blocks(int64_t M) {
 }  // namespace
 
 bool quantize_e4m3_supports(int64_t K, const void* x, const void* codes) {
-  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
-  return K > 0 && K % 8 == 0 && aligned(x, 16) && aligned(codes, 8);
+  return K > 0 && K % 8 == 0 && is_aligned(x, 16) && is_aligned(codes, 8);
 }
 
 void quantize_e4m3_tensor(const bf16* x, int64_t M, int64_t K, float* row_amax, uint8_t* codes, float* scale,
