@@ -50,27 +50,38 @@ TEST(Fp8Projections, CpuEmulationRoundsWeightsAndTheW8A8Inputs) {
 
   std::vector<int32_t> tokens(40);
   std::iota(tokens.begin(), tokens.end(), 3);
-  // One token a forward (the GPU's W8A16 GEMV: x as it is): the hand-rounded model exactly.
   const std::vector<int32_t> want{3, 7, 11, 39};
-  const auto a = testing::run_sequence(*emulated, tokens, 1, 1, want);
-  const auto b = testing::run_sequence(*by_hand, tokens, 1, 1, want);
   const auto n = testing::run_sequence(*native, tokens, 1, 1, want);
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_LT(testing::rel_l2(a[i], b[i]), 1e-5) << "token " << want[i];
-    EXPECT_GT(testing::rel_l2(a[i], n[i]), 1e-4) << "the weights were rounded";
-    EXPECT_LT(testing::rel_l2(a[i], n[i]), 0.2) << "by FP8's rounding, not more";
+  // Forwards of 1 and of 4 tokens (the GPU's W8A16 GEMVs at every shape: x as it is): the
+  // hand-rounded model exactly.
+  for (int32_t chunk : {1, 4}) {
+    const auto a = testing::run_sequence(*emulated, tokens, chunk, chunk, want);
+    const auto b = testing::run_sequence(*by_hand, tokens, chunk, chunk, want);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_LT(testing::rel_l2(a[i], b[i]), 1e-5) << "token " << want[i] << ", " << chunk << " a forward";
+      EXPECT_GT(testing::rel_l2(a[i], n[i]), 1e-4) << "the weights were rounded";
+      EXPECT_LT(testing::rel_l2(a[i], n[i]), 0.2) << "by FP8's rounding, not more";
+    }
   }
-  // The whole prompt in one forward (W8A8: x rounded too): off the hand-rounded model by x's
-  // rounding alone, and still within FP8's cost of the native one.
-  const auto p = testing::run_sequence(*emulated, tokens, 40, 40, want);
+  // The whole prompt in one forward (W8A8: x rounded too), and one token a forward with the
+  // GEMVs off (fp8_w8a16_rows = 0): off the hand-rounded model by x's rounding alone, and still
+  // within FP8's cost of the native one.
+  o.fp8_w8a16_rows = 0;
+  auto w8a8 = make_cpu_backend(cfg, w, o);
+  const std::vector<std::vector<std::vector<float>>> rounded_x{testing::run_sequence(*emulated, tokens, 40, 40, want),
+                                                               testing::run_sequence(*w8a8, tokens, 1, 1, want)};
   const auto q = testing::run_sequence(*by_hand, tokens, 40, 40, want);
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_GT(testing::rel_l2(p[i], q[i]), 1e-4) << "x was rounded at 40 rows";
-    EXPECT_LT(testing::rel_l2(p[i], q[i]), 0.2);
-  }
-  EXPECT_FALSE(fp8_keeps_x(40, cfg.hidden_size));
-  EXPECT_TRUE(fp8_keeps_x(1, cfg.intermediate_size));
-  EXPECT_FALSE(fp8_keeps_x(2, cfg.hidden_size));
+  for (const auto& p : rounded_x)
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_GT(testing::rel_l2(p[i], q[i]), 1e-4) << "x was rounded";
+      EXPECT_LT(testing::rel_l2(p[i], q[i]), 0.2);
+    }
+  // The GEMVs' shapes (demo: hidden 256, intermediate 688 = 16 * 43).
+  EXPECT_TRUE(fp8_keeps_x(8, cfg.hidden_size, kFp8W8A16Rows)) << "the tensor-core GEMV: K % 64 == 0";
+  EXPECT_TRUE(fp8_keeps_x(4, cfg.intermediate_size, kFp8W8A16Rows)) << "the CUDA-core GEMV: K % 16 == 0";
+  EXPECT_FALSE(fp8_keeps_x(5, cfg.intermediate_size, kFp8W8A16Rows));
+  EXPECT_FALSE(fp8_keeps_x(9, cfg.hidden_size, kFp8W8A16Rows));
+  EXPECT_FALSE(fp8_keeps_x(1, cfg.hidden_size, 0));
 }
 
 }  // namespace

@@ -13,12 +13,17 @@ inline bool fp8_projection_shape(int64_t rows, int64_t cols) {
   return rows > 0 && cols > 0 && rows % 16 == 0 && cols % 16 == 0;
 }
 
-// Rows a W8A16 GEMV takes (x kept as it is): the CUDA-core GEMV at one row where K % 16 == 0
-// (0.92x bf16's time on the H100; at 2 and 4 rows it took 1.5x and 2.6x, docs/BENCHMARKS.md run
-// 26). Above, x is rounded to E4M3 with one scale for the batch (W8A8: dynamic per-tensor, as
-// vLLM's FP8). The tensor-core GEMV (gemv_e4m3_mma.cu, 1-8 rows) joins the forward only once its
-// parity and speed are measured on a GPU (Gemm::set_e4m3_mma_gemv).
-inline constexpr int64_t kFp8GemvMaxRows = 1;
-inline bool fp8_keeps_x(int64_t M, int64_t K) { return M <= kFp8GemvMaxRows && K % 16 == 0; }
+// The W8A16 GEMVs' shapes (x kept as it is): the tensor-core one (gemv_e4m3_mma.cu) at up to
+// kFp8MmaGemvMaxRows rows where K % 64 == 0, the CUDA-core one (gemv.cu) at up to
+// kFp8CoreGemvMaxRows where K % 16 == 0.
+inline constexpr int64_t kFp8MmaGemvMaxRows = 8;
+inline constexpr int64_t kFp8CoreGemvMaxRows = 4;
+// Rows up to which a forward's FP8 projections run a W8A16 GEMV (BackendOptions::fp8_w8a16_rows);
+// above, x is rounded to E4M3 with one scale for the batch (W8A8: dynamic per-tensor, as vLLM's
+// FP8) for cuBLASLt's FP8 GEMM.
+inline constexpr int64_t kFp8W8A16Rows = 8;
+inline bool fp8_keeps_x(int64_t M, int64_t K, int64_t w8a16_rows) {
+  return M <= w8a16_rows && ((M <= kFp8MmaGemvMaxRows && K % 64 == 0) || (M <= kFp8CoreGemvMaxRows && K % 16 == 0));
+}
 
 }  // namespace inferscale

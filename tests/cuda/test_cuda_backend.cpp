@@ -1029,7 +1029,9 @@ TEST(CudaBackend, Fp8ProjectionsFollowBf16) {
       Builder d(bs, &next_block);
       for (size_t s = 0; s < n; ++s) d.add(seqs[s], {next[s]});
       step(d.fb, "decode_n" + std::to_string(n));
-      // The same step again through its graph (it rewrites the same KV): what eager gave.
+      // The same step again through its graph (it rewrites the same KV): what eager gave. Its
+      // padding rows (3 -> bucket 4) cannot move x's rounding: steps of up to kFp8W8A16Rows rows
+      // keep x in bf16 (W8A16 GEMVs, each row alone).
       ForwardOutput g;
       run_graphed(*fp8, d.fb, g, tag + "/graph_decode_n" + std::to_string(n));
       test::record(tag + "/graph_decode_n" + std::to_string(n), test::compare(g.values, lf), 1e-6);

@@ -92,8 +92,12 @@ class CudaForwardOps final : public ForwardOps {
   void complete();
 
   // Projections loaded after this call are stored in E4M3 where cuBLASLt's FP8 GEMM takes their
-  // shape (rows and cols multiples of 16), bf16 otherwise.
-  void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
+  // shape (rows and cols multiples of 16), bf16 otherwise; forwards of up to w8a16_rows rows run
+  // them as W8A16 GEMVs (backend/fp8_projections.h).
+  void set_e4m3_projections(bool on, int64_t w8a16_rows = kFp8W8A16Rows) {
+    e4m3_projections_ = on;
+    gemm_.set_gemv_e4m3_max_rows(w8a16_rows);
+  }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
   // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'

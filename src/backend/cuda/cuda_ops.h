@@ -84,7 +84,8 @@ void gemv_silu_mul_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, b
 
 // The same two on tensor cores (gemv_e4m3_mma.cu: 16 weight rows a block, x's rows as the MMA's
 // 8 columns): M <= kGemvE4m3MmaMaxRows, K % 64 == 0.
-inline constexpr int64_t kGemvE4m3MmaMaxRows = 8;
+inline constexpr int64_t kGemvE4m3MmaMaxRows = kFp8MmaGemvMaxRows;  // backend/fp8_projections.h
+static_assert(kGemvMaxRows == kFp8CoreGemvMaxRows, "the CPU's FP8 emulation follows the GEMVs' shapes");
 bool gemv_e4m3_mma_supports(int64_t M, int64_t K, const void* x, const void* w);
 void gemv_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate,
                    int64_t M, int64_t N, int64_t K, cudaStream_t stream);

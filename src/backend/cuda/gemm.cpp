@@ -37,7 +37,7 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
 
 }  // namespace
 
-Gemm::Gemm() : gemv_e4m3_max_rows_(kFp8GemvMaxRows) {
+Gemm::Gemm() : gemv_e4m3_max_rows_(kFp8W8A16Rows) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(kWorkspaceBytes);
 }
@@ -185,7 +185,8 @@ bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
 }
 
 bool Gemm::gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const {
-  return M <= gemv_e4m3_max_rows_ &&
+  // fp8_keeps_x is the rule the CPU's emulation follows; the kernels' own checks add alignment.
+  return fp8_keeps_x(M, K, gemv_e4m3_max_rows_) &&
          ((e4m3_mma_ && cuda::gemv_e4m3_mma_supports(M, K, x, w)) || cuda::gemv_e4m3_supports(M, K, x, w));
 }
 

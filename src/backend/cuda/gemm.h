@@ -68,9 +68,10 @@ class Gemm {
   // Whether run() takes cuda::gemv for these operands (CudaForwardOps fuses SiLU * up into it then).
   bool gemv_path(const void* x, const void* w, int64_t M, int64_t K) const;
   // The same for E4M3 weights (a W8A16 GEMV instead of quantizing x for run_e4m3): M <= rows,
-  // default kFp8GemvMaxRows (backend/fp8_projections.h: the CPU's emulation follows it).
-  // e4m3_gemv runs it: the CUDA-core kernel (M <= 4, K % 16 == 0), or with set_e4m3_mma_gemv the
-  // tensor-core one where it takes the shape (M <= 8, K % 64 == 0; not yet measured on a GPU).
+  // default kFp8W8A16Rows, and a shape a GEMV takes (fp8_keeps_x in backend/fp8_projections.h:
+  // the CPU's emulation follows it). e4m3_gemv runs the tensor-core kernel where it takes the
+  // shape (M <= 8, K % 64 == 0), else the CUDA-core one (M <= 4, K % 16 == 0);
+  // set_e4m3_mma_gemv(false) keeps to the CUDA-core one (tests, bench).
   void set_gemv_e4m3_max_rows(int64_t rows) { gemv_e4m3_max_rows_ = rows; }
   void set_e4m3_mma_gemv(bool on) { e4m3_mma_ = on; }
   bool gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const;
@@ -113,7 +114,7 @@ class Gemm {
   int forced_splits_ = 0;
   int64_t gemv_max_rows_ = 1;
   int64_t gemv_e4m3_max_rows_;
-  bool e4m3_mma_ = false;
+  bool e4m3_mma_ = true;
   std::map<Key, Plan> plans_;
 };
 

@@ -33,6 +33,9 @@ namespace {
 constexpr int kWarps = 4;      // a block's warps: the same 16 rows, a quarter of K each
 constexpr int kTileRows = 16;  // weight rows a block covers (the MMA's M)
 constexpr int kStep = 64;      // columns of K a lane's 16-byte load and a warp's 4 MMAs cover
+// Steps of codes a lane has in flight (16 bytes a weight row each). One step ahead measured
+// 1.5 TB/s on qkv at one row on the H100 (16.8 us), too few bytes in flight for HBM.
+constexpr int kAhead = 4;
 
 // Two bf16 (one word) as two f16, rounded to nearest, saturating at +-65504.
 __device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t v) {
@@ -68,14 +71,17 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_e4m3_mma_kernel(const bf16* 
   const uint4* xr = reinterpret_cast<const uint4*>(x + (has_x ? g : 0) * K) + 2 * q;  // + 8 s: step s
   const float scale = *w_scale;  // written at load time: safe before pdl_wait
 
-  // The first step's codes before the inputs are ready (launch.cuh); then one step ahead.
-  uint4 wv[Rows][2];
-  if (s0 < s1) {
+  // The first kAhead steps' codes before the inputs are ready (launch.cuh); then each step's
+  // slot is refilled with the step kAhead on as soon as its codes are taken.
+  uint4 wv[kAhead][Rows][2];
 #pragma unroll
-    for (int r = 0; r < Rows; ++r)
+  for (int u = 0; u < kAhead; ++u)
+    if (s0 + u < s1) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wv[r][h] = __ldcs(wr[r][h] + 4 * s0);
-  }
+      for (int r = 0; r < Rows; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[u][r][h] = __ldcs(wr[r][h] + 4 * (s0 + u));
+    }
   pdl_wait();
 
   float c[Rows][4];
@@ -83,33 +89,38 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_e4m3_mma_kernel(const bf16* 
   for (int r = 0; r < Rows; ++r)
 #pragma unroll
     for (int i = 0; i < 4; ++i) c[r][i] = 0.0f;
-  for (int64_t s = s0; s < s1; ++s) {
-    uint4 cur[Rows][2];
+  for (int64_t s = s0; s < s1; s += kAhead) {
 #pragma unroll
-    for (int r = 0; r < Rows; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) cur[r][h] = wv[r][h];
-    if (s + 1 < s1) {
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t t = s + u;  // this step (the slot index u stays a constant: registers)
+      if (t >= s1) break;
+      uint4 cur[Rows][2];
 #pragma unroll
       for (int r = 0; r < Rows; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wv[r][h] = __ldcs(wr[r][h] + 4 * (s + 1));
-    }
-    // x[g, 64 s + 16 q .. + 16): pairs 0..7 (plain loads: the kernel before wrote x).
-    uint32_t xp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (has_x) {
-      const uint4 x0 = xr[8 * s], x1 = xr[8 * s + 1];
-      xp[0] = x0.x, xp[1] = x0.y, xp[2] = x0.z, xp[3] = x0.w, xp[4] = x1.x, xp[5] = x1.y, xp[6] = x1.z, xp[7] = x1.w;
-    }
+        for (int h = 0; h < 2; ++h) cur[r][h] = wv[u][r][h];
+      if (t + kAhead < s1) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t b0 = bf16x2_to_f16x2(xp[2 * j]), b1 = bf16x2_to_f16x2(xp[2 * j + 1]);
+        for (int r = 0; r < Rows; ++r)
 #pragma unroll
-      for (int r = 0; r < Rows; ++r) {
-        const uint32_t w0 = (&cur[r][0].x)[j], w1 = (&cur[r][1].x)[j];  // codes 4j .. 4j + 3 of rows g, g + 8
-        const uint32_t a[4] = {e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w1), e4m3x2_to_f16x2(w0 >> 16),
-                               e4m3x2_to_f16x2(w1 >> 16)};
-        mma_f16_16816(c[r], a, b0, b1);
+          for (int h = 0; h < 2; ++h) wv[u][r][h] = __ldcs(wr[r][h] + 4 * (t + kAhead));
+      }
+      // x[g, 64 t + 16 q .. + 16): pairs 0..7 (plain loads: the kernel before wrote x).
+      uint32_t xp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (has_x) {
+        const uint4 x0 = xr[8 * t], x1 = xr[8 * t + 1];
+        xp[0] = x0.x, xp[1] = x0.y, xp[2] = x0.z, xp[3] = x0.w, xp[4] = x1.x, xp[5] = x1.y, xp[6] = x1.z, xp[7] = x1.w;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t b0 = bf16x2_to_f16x2(xp[2 * j]), b1 = bf16x2_to_f16x2(xp[2 * j + 1]);
+#pragma unroll
+        for (int r = 0; r < Rows; ++r) {
+          const uint32_t w0 = (&cur[r][0].x)[j], w1 = (&cur[r][1].x)[j];  // codes 4j .. 4j + 3 of rows g, g + 8
+          const uint32_t a[4] = {e4m3x2_to_f16x2(w0), e4m3x2_to_f16x2(w1), e4m3x2_to_f16x2(w0 >> 16),
+                                 e4m3x2_to_f16x2(w1 >> 16)};
+          mma_f16_16816(c[r], a, b0, b1);
+        }
       }
     }
   }
