@@ -12,17 +12,15 @@
 //   (g) --gemm-sweep alone: the layer GEMMs at every 8th M from 136 to 1024 (a mixed step's rows):
 //       cuBLASLt's first heuristic against the fastest of its top 8 timed at each M
 //   (h) --gemm-fp8 alone: the layer GEMMs with FP8 E4M3 weights (--quantization fp8) against bf16,
-//       as the forward runs them: cuda::gemv_e4m3 at M <= 4, else x quantized + cuBLASLt's FP8 GEMM
+//       as the forward runs them: x quantized, then cuBLASLt's FP8 GEMM (W8A8), each timed
 // Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep] [--gemm-fp8]
 //   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
-#include <fmt/format.h>
 
 #include <chrono>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <iterator>
 #include <cmath>
 #include <map>
@@ -320,18 +318,20 @@ void gemm_section(int iters) {
 }
 
 // The layer GEMMs with E4M3 weights against bf16. bf16 as CudaForwardOps::linear runs it
-// (cuda::gemv at M = 1, else cuBLASLt); FP8 three ways: the tensor-core W8A16 GEMV (M <= 8), the
-// CUDA-core one (M <= 4), and W8A8: x quantized (two kernels: row maxima, codes) then cuBLASLt's
-// FP8 GEMM; the forward takes the GEMV where Gemm::gemv_e4m3_path says, W8A8 above. Rings of 8
+// (cuda::gemv at M = 1, else cuBLASLt); FP8 as the forward runs it (W8A8 at every M): x quantized,
+// then cuBLASLt's FP8 GEMM. The quantization takes one kernel where RMSNorm gave the row maxima
+// (qkv, gate_up) and two (row maxima, codes) where not (o_proj, down); each is timed alone here,
+// launch gaps included, while in a graphed forward it overlaps its neighbours (PDL). Rings of 8
 // weight copies.
 void gemm_fp8_section(int iters) {
   std::printf("\nLayer GEMMs, FP8 E4M3 weights against bf16 (ring of 8 weight copies, GPU us)\n");
-  std::printf("| GEMM | M | bf16 | FP8 W8A16 tensor cores | FP8 W8A16 CUDA cores | FP8 W8A8 (quantize + cuBLASLt) | of which "
-              "quantize | forward's FP8 / bf16 | its FP8 weight GB/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| GEMM | M | bf16 | FP8 GEMM (cuBLASLt) | quantize x (its kernels) | FP8 GEMM / bf16 | (GEMM + quantize) / bf16 | "
+              "FP8 weight GB/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   constexpr int64_t kRows[] = {1, 2, 4, 8, 16, 32, 52, 100, 128, 448, 1532};
   for (size_t i = 0; i < kLayerGemmsNoHead; ++i) {
     const LayerGemm& gm = kLayerGemms[i];
+    const bool after_norm = i == 0 || i == 2;  // qkv, gate_up: RMSNorm's row maxima
     const int64_t max_rows = kRows[std::size(kRows) - 1];
     GemmRing ring(gm, max_rows);
     std::vector<DeviceBuffer> codes;
@@ -346,37 +346,22 @@ void gemm_fp8_section(int iters) {
                                  scales.as<float>() + r * kScaleStride, nullptr);
     }
     Gemm bf, f8;
-    const auto ring_us = [&](const std::function<void(const uint8_t*, const float*)>& one) {
-      return 1e3 * bench::time_gpu_ms(nullptr, 2, iters, [&] {
-               for (int r = 0; r < GemmRing::kCopies; ++r) one(codes[r].as<uint8_t>(), scales.as<float>() + r * kScaleStride);
-             }) /
-             GemmRing::kCopies;
-    };
-    const auto quantize_x = [&](int64_t M) {
-      cuda::quantize_e4m3_tensor(ring.x.as<bf16>(), M, gm.K, amax.as<float>(), x_codes.as<uint8_t>(), x_scale.as<float>(),
-                                 nullptr);
-    };
     for (int64_t M : kRows) {
       const double t_bf = 1e3 * ring.ms(bf, M, iters);
-      const bool mma = cuda::gemv_e4m3_mma_supports(M, gm.K, ring.x.data(), codes[0].data());
-      const bool simt = cuda::gemv_e4m3_supports(M, gm.K, ring.x.data(), codes[0].data());
-      const double t_mma = !mma ? -1 : ring_us([&](const uint8_t* w, const float* ws) {
-        cuda::gemv_e4m3_mma(ring.x.as<bf16>(), w, ws, ring.y.data(), gm.f32_out, gm.acc, M, gm.N, gm.K, nullptr);
+      // x's codes once (row maxima first), then the GEMM alone over the ring, then the quantization alone.
+      cuda::quantize_e4m3_tensor(ring.x.as<bf16>(), M, gm.K, amax.as<float>(), x_codes.as<uint8_t>(), x_scale.as<float>(),
+                                 nullptr);
+      const double t_gemm = 1e3 * bench::time_gpu_ms(nullptr, 2, iters, [&] {
+        for (int r = 0; r < GemmRing::kCopies; ++r)
+          f8.run_e4m3(x_codes.as<uint8_t>(), x_scale.as<float>(), codes[r].as<uint8_t>(), scales.as<float>() + r * kScaleStride,
+                      ring.y.data(), gm.f32_out, gm.acc, M, gm.N, gm.K, nullptr);
+      }) / GemmRing::kCopies;
+      const double t_q = 1e3 * bench::time_gpu_ms(nullptr, 2, iters, [&] {
+        cuda::quantize_e4m3_tensor(ring.x.as<bf16>(), M, gm.K, amax.as<float>(), x_codes.as<uint8_t>(), x_scale.as<float>(),
+                                   nullptr, after_norm);
       });
-      const double t_simt = !simt ? -1 : ring_us([&](const uint8_t* w, const float* ws) {
-        cuda::gemv_e4m3(ring.x.as<bf16>(), w, ws, ring.y.data(), gm.f32_out, gm.acc, M, gm.N, gm.K, nullptr);
-      });
-      const double t_w8a8 = ring_us([&](const uint8_t* w, const float* ws) {
-        quantize_x(M);
-        f8.run_e4m3(x_codes.as<uint8_t>(), x_scale.as<float>(), w, ws, ring.y.data(), gm.f32_out, gm.acc, M, gm.N, gm.K,
-                    nullptr);
-      });
-      const double t_q = 1e3 * bench::time_gpu_ms(nullptr, 2, iters, [&] { quantize_x(M); });
-      const bool gemv = f8.gemv_e4m3_path(ring.x.data(), codes[0].data(), M, gm.K);
-      const double t_fwd = gemv ? (mma ? t_mma : t_simt) : t_w8a8;
-      const auto cell = [](double us) { return us < 0 ? std::string("-") : fmt::format("{:.1f}", us); };
-      std::printf("| %s | %ld | %.1f | %s | %s | %.1f | %.1f | %.2fx | %.0f |\n", gm.name, static_cast<long>(M), t_bf,
-                  cell(t_mma).c_str(), cell(t_simt).c_str(), t_w8a8, t_q, t_fwd / t_bf, gm.N * gm.K / t_fwd / 1e3);
+      std::printf("| %s | %ld | %.1f | %.1f | %.1f (%d) | %.2fx | %.2fx | %.0f |\n", gm.name, static_cast<long>(M), t_bf, t_gemm,
+                  t_q, after_norm ? 1 : 2, t_gemm / t_bf, (t_gemm + t_q) / t_bf, gm.N * gm.K / t_gemm / 1e3);
       std::fflush(stdout);
     }
   }

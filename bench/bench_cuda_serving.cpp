@@ -12,11 +12,9 @@
 // events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]
 // [--no-mixed] [--quantization fp8] (--decode-only: tables (b) and (c); --mixed-only: table (d);
 // --no-mixed: all but (d); fp8: the
-// layers' projections in FP8 E4M3, BackendOptions::projections_fp8; --fp8-w8a16-rows N: forwards of
-// up to N rows keep x in bf16, BackendOptions::fp8_w8a16_rows)
+// layers' projections in FP8 E4M3, BackendOptions::projections_fp8)
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -168,7 +166,6 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick, bool fp8_weights)
 int main(int argc, char** argv) {
   using namespace inferscale;
   bool quick = false, decode_only = false, mixed_only = false, no_mixed = false, fp8_weights = false;
-  int64_t w8a16_rows = kFp8W8A16Rows;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quantization") == 0 && i + 1 < argc &&
         (std::strcmp(argv[i + 1], "fp8") == 0 || std::strcmp(argv[i + 1], "none") == 0)) {
@@ -181,10 +178,8 @@ int main(int argc, char** argv) {
       mixed_only = true;
     } else if (std::strcmp(argv[i], "--no-mixed") == 0) {
       no_mixed = true;
-    } else if (std::strcmp(argv[i], "--fp8-w8a16-rows") == 0 && i + 1 < argc) {
-      w8a16_rows = std::atoll(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only] [--no-mixed] [--quantization none|fp8] [--fp8-w8a16-rows N]\n");
+      std::fprintf(stderr, "usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only] [--no-mixed] [--quantization none|fp8]\n");
       return 2;
     }
   }
@@ -205,7 +200,6 @@ int main(int argc, char** argv) {
   o.num_cache_blocks = 4096;  // 65,536 tokens, 8.6 GB
   o.num_pool_blocks = 128;    // 2,048 fact tokens
   o.projections_fp8 = fp8_weights;
-  o.fp8_w8a16_rows = w8a16_rows;
   const double t_load = bench::now_ms();
   auto be = make_cuda_backend_random(cfg, 42, o);
   std::printf("device: %s\nmodel: Llama-3.1-8B shapes, random bf16 weights%s (%.1f GB), KV cache + pool %.1f GB, init %.0f ms\n",

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/fp8_projections.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "tensor/dtype.h"
@@ -72,9 +71,6 @@ struct BackendOptions {
   // per-tensor scheme), so a request's logits may move with its batchmates at FP8's rounding.
   // The CPU backend emulates the numbers in f32 (for measuring quality; no faster, no smaller).
   bool projections_fp8 = false;
-  // With projections_fp8: forwards of up to this many rows keep x in bf16 (W8A16 GEMVs, no
-  // quantization of x; backend/fp8_projections.h); 0: W8A8 at every size.
-  int64_t fp8_w8a16_rows = kFp8W8A16Rows;
 };
 
 class Backend {

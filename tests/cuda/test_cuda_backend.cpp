@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_twins.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/graph_batch.h"
 #include "cuda_test_util.h"
 #include "model/weights.h"
 #include "../fp8_test_util.h"
@@ -991,8 +992,8 @@ TEST(CudaBackend, OpProfileTilesTheForward) {
 }
 
 // FP8 projections (--quantization fp8) against the same model's bf16 GPU backend: prefills of
-// several sequences (W8A8: x quantized per forward, cuBLASLt's FP8 GEMM), decode steps of 1-3
-// rows (W8A16 GEMV) and a question after a prefix, within FP8's rounding, greedy tokens mostly
+// several sequences, decode steps of 1-3 rows and a question after a prefix (W8A8 throughout: x
+// quantized per forward, cuBLASLt's FP8 GEMM), within FP8's rounding, greedy tokens mostly
 // the same; the projections take about half their bf16 bytes; a graphed decode step and a
 // graphed short prefill (the quantization scratch inside the graph) replay what they captured.
 TEST(CudaBackend, Fp8ProjectionsFollowBf16) {
@@ -1029,12 +1030,12 @@ TEST(CudaBackend, Fp8ProjectionsFollowBf16) {
       Builder d(bs, &next_block);
       for (size_t s = 0; s < n; ++s) d.add(seqs[s], {next[s]});
       step(d.fb, "decode_n" + std::to_string(n));
-      // The same step again through its graph (it rewrites the same KV): what eager gave. Its
-      // padding rows (3 -> bucket 4) cannot move x's rounding: steps of up to kFp8W8A16Rows rows
-      // keep x in bf16 (W8A16 GEMVs, each row alone).
+      // The same step again through its graph (it rewrites the same KV): what eager gave, where
+      // the bucket is the batch; padding rows (3 -> bucket 4) share x's one FP8 scale.
       ForwardOutput g;
       run_graphed(*fp8, d.fb, g, tag + "/graph_decode_n" + std::to_string(n));
-      test::record(tag + "/graph_decode_n" + std::to_string(n), test::compare(g.values, lf), 1e-6);
+      const bool padded = graph_shape(d.fb).bucket != static_cast<int32_t>(n);
+      test::record(tag + "/graph_decode_n" + std::to_string(n), test::compare(g.values, lf), padded ? 5e-2 : 1e-6);
     }
     Builder q(bs, &next_block);
     q.add(seqs[2], random_tokens(20, 93, V));

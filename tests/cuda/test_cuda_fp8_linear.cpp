@@ -1,7 +1,6 @@
 // Parity of the FP8 projections (--quantization fp8) against their CPU twins at odd shapes:
 //   quantize_e4m3_tensor   bit for bit against tensor/fp8.h's quantize_e4m3_row over the tensor
-//   gemv_e4m3, gemv_silu_mul_e4m3 (W8A16) and Gemm::run_e4m3 (W8A8, cuBLASLt)
-//                          against the same products in double of the dequantized codes
+//   Gemm::run_e4m3 (W8A8, cuBLASLt) against the product in double of the dequantized codes
 // Outputs are poisoned (NaN) before each launch; every element must be written.
 #include <gtest/gtest.h>
 
@@ -105,77 +104,6 @@ TEST(CudaFp8Linear, RmsNormRowMaximaMatchItsOutputs) {
       EXPECT_EQ(download<uint8_t>(c1, yh.size()), download<uint8_t>(c2, yh.size())) << tag;
       EXPECT_EQ(download<float>(s1, 1), download<float>(s2, 1)) << tag;
       test::note(tag, "row maxima and codes as the unfused pass");
-    }
-  }
-}
-
-// The two W8A16 kernels: the CUDA-core one (M <= 4, K % 16 == 0) and the tensor-core one (M <= 8,
-// K % 64 == 0), each at the shapes it takes.
-struct E4m3Gemv {
-  const char* name;
-  int64_t max_rows, k_multiple;
-  bool mma;
-};
-constexpr E4m3Gemv kE4m3Gemvs[] = {{"gemv_e4m3", cuda::kGemvMaxRows, 16, false},
-                                   {"gemv_e4m3_mma", cuda::kGemvE4m3MmaMaxRows, 64, true}};
-
-// W8A16: bf16 x against E4M3 codes times their scale; N that fills no block (or tile), K of one
-// 16-byte chunk or one 64-column step, tails past the batched loop, long rows; every M each takes.
-TEST(CudaFp8Linear, GemvMatchesReference) {
-  REQUIRE_GPU();
-  struct Shape {
-    int64_t N, K;
-  };
-  Gemm via_gemm;  // Gemm's own choice of W8A16 kernel at these M (the tensor-core one allowed)
-  via_gemm.set_gemv_e4m3_max_rows(cuda::kGemvE4m3MmaMaxRows);
-  via_gemm.set_e4m3_mma_gemv(true);
-  for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1, 64}, Shape{37, 192}, Shape{1000, 4096}, Shape{4099, 1040},
-                         Shape{4099, 1024}, Shape{129, 14336}, Shape{960, 576}}) {
-    const E4m3Matrix w = quantize_host(randn(static_cast<size_t>(sh.N * sh.K), 900 + sh.N, 0.05f));
-    DeviceBuffer dw = upload(w.codes), dscale = upload(std::vector<float>{w.scale});
-    for (const E4m3Gemv& kernel : kE4m3Gemvs) {
-      if (sh.K % kernel.k_multiple != 0) continue;
-      for (int64_t M = 1; M <= kernel.max_rows; ++M) {
-        const std::vector<float> x = round_bf16(randn(static_cast<size_t>(M * sh.K), 800 + M));
-        DeviceBuffer dx = upload(test::to_bf16(x));
-        const std::vector<float> ref = test::matmul_nt_ref(x, w.values, M, sh.N, sh.K);
-        EXPECT_TRUE(via_gemm.gemv_e4m3_path(dx.data(), dw.data(), M, sh.K));
-        test::check_linear_outputs(shape_tag(kernel.name, M, sh.N, sh.K), ref, randn(ref.size(), 77),
-                                   [&](DeviceBuffer& y, bool f32, bool acc, const std::string&) {
-          const auto run = kernel.mma ? cuda::gemv_e4m3_mma : cuda::gemv_e4m3;
-          run(dx.as<bf16>(), dw.as<uint8_t>(), dscale.as<float>(), y.data(), f32, acc, M, sh.N, sh.K, nullptr);
-        });
-      }
-    }
-  }
-}
-
-TEST(CudaFp8Linear, GemvSiluMulMatchesReference) {
-  REQUIRE_GPU();
-  struct Shape {
-    int64_t I, K;
-  };
-  for (const Shape sh : {Shape{1, 16}, Shape{37, 144}, Shape{1001, 4096}, Shape{130, 1040}, Shape{1, 64}, Shape{1536, 576},
-                         Shape{130, 1024}}) {
-    const E4m3Matrix w = quantize_host(randn(static_cast<size_t>(2 * sh.I * sh.K), 700 + sh.I, 0.05f));
-    DeviceBuffer dw = upload(w.codes), dscale = upload(std::vector<float>{w.scale});
-    for (const E4m3Gemv& kernel : kE4m3Gemvs) {
-      if (sh.K % kernel.k_multiple != 0) continue;
-      for (int64_t M = 1; M <= kernel.max_rows; ++M) {
-        const std::vector<float> x = round_bf16(randn(static_cast<size_t>(M * sh.K), 600 + M));
-        const std::vector<float> gu = test::matmul_nt_ref(x, w.values, M, 2 * sh.I, sh.K);
-        std::vector<float> ref(static_cast<size_t>(M * sh.I));
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t i = 0; i < sh.I; ++i) {
-            const double g = gu[static_cast<size_t>(m * 2 * sh.I + i)], u = gu[static_cast<size_t>(m * 2 * sh.I + sh.I + i)];
-            ref[static_cast<size_t>(m * sh.I + i)] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
-          }
-        DeviceBuffer dx = upload(test::to_bf16(x)), y = poisoned(ref.size() * 2);
-        const auto run = kernel.mma ? cuda::gemv_silu_mul_e4m3_mma : cuda::gemv_silu_mul_e4m3;
-        run(dx.as<bf16>(), dw.as<uint8_t>(), dscale.as<float>(), y.as<bf16>(), M, sh.I, sh.K, nullptr);
-        record(shape_tag(kernel.mma ? "gemv_silu_mul_e4m3_mma" : "gemv_silu_mul_e4m3", M, sh.I, sh.K),
-               compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
-      }
     }
   }
 }

@@ -29,7 +29,7 @@ class CpuBackend final : public Backend {
     kv_.cache = CpuKvStore(cfg_.num_layers, kv_.cache_slots, cfg_.num_kv_heads, cfg_.head_dim, opts.cache_fp8);
     kv_.pool = CpuKvStore(cfg_.num_layers, num_pool_blocks_ * block_size_, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
     ops_ = std::make_unique<CpuForwardOps>(cfg_, kv_, block_size_, opts.num_threads, opts.cpu_linear_rows,
-                                           opts.cpu_quant_linears, opts.projections_fp8, opts.fp8_w8a16_rows);
+                                           opts.cpu_quant_linears, opts.projections_fp8);
     arch_ = make_architecture(cfg_);
     arch_->load(*ops_, w);
   }

@@ -24,8 +24,7 @@ const float* vec(const Weight& w) { return w.empty() ? nullptr : static_cast<con
 }  // namespace
 
 CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads,
-                             bool linear_rows, bool quant_linears, bool e4m3_projections,
-                             int64_t fp8_w8a16_rows)
+                             bool linear_rows, bool quant_linears, bool e4m3_projections)
     : cfg_(cfg),
       kv_(kv),
       rope_(cfg),
@@ -33,8 +32,7 @@ CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_si
       threads_(num_threads),
       linear_rows_(linear_rows && cpu::linear_rows_available()),
       quant_linears_(quant_linears && cpu::linear_rows_available()),
-      e4m3_projections_(e4m3_projections),
-      fp8_w8a16_rows_(fp8_w8a16_rows) {
+      e4m3_projections_(e4m3_projections) {
   if (num_threads > 0) openblas_set_num_threads(num_threads);
 }
 
@@ -206,7 +204,7 @@ void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bo
   const float* b = vec(bias);
   const int64_t T = x.rows, K = x.cols;
   const float* xs = f(x);
-  if (m.e4m3 && !fp8_keeps_x(T, K, fp8_w8a16_rows_)) {  // the GPU's W8A8: x rounded to E4M3 with one scale for the batch
+  if (m.e4m3) {  // the GPU's W8A8: x rounded to E4M3 with one scale for the batch
     x_e4m3_.resize(static_cast<size_t>(T * K));
     round_e4m3_row(xs, T * K, x_e4m3_.data());
     xs = x_e4m3_.data();

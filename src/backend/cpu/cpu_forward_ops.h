@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kv_store.h"
-#include "backend/fp8_projections.h"
 #include "model/config.h"
 #include "model/forward_ops.h"
 #include "model/rope.h"
@@ -33,10 +32,9 @@ class CpuForwardOps final : public ForwardOps {
   // stored in a block type with a kernel (Q4_1, Q8_0) read those blocks instead of the f32 copy.
   // e4m3_projections (--quantization fp8): the projections' numbers as the GPU's FP8 path makes
   // them (backend/fp8_projections.h), computed in f32: each matrix rounded to E4M3 with one scale,
-  // and x rounded the same way where the GPU runs W8A8. For measuring quality; no faster.
+  // and x rounded the same way (the GPU runs W8A8). For measuring quality; no faster.
   CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true,
-                bool quant_linears = true, bool e4m3_projections = false,
-                int64_t fp8_w8a16_rows = kFp8W8A16Rows);
+                bool quant_linears = true, bool e4m3_projections = false);
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
   Weight vector(std::initializer_list<const HostTensor*> parts) override;
@@ -87,7 +85,6 @@ class CpuForwardOps final : public ForwardOps {
   int32_t block_size_;
   ThreadPool threads_;  // attention, norms, activations, linears of a few rows; other GEMMs use OpenBLAS's threads
   bool linear_rows_, quant_linears_, e4m3_projections_;
-  int64_t fp8_w8a16_rows_;  // rows up to which the GPU keeps x (fp8_keeps_x)
   std::vector<float> x_e4m3_;  // a linear's x rounded to E4M3 (emulated W8A8)
   std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
   std::deque<HostTensor> vectors_;  // ... of vectors here

@@ -82,7 +82,7 @@ class CudaBackendImpl final : public CudaBackend {
     ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_,
                                             CudaTiming{ev_start_, ev_stop_, &last_gpu_ms_});
     ops_->set_mixed_attention(opts.split_mixed_attention ? kDefaultMixedAttention : MixedAttention::kTiles);
-    ops_->set_e4m3_projections(opts.projections_fp8, opts.fp8_w8a16_rows);
+    ops_->set_e4m3_projections(opts.projections_fp8);
     arch_ = make_architecture(cfg_);
     if (weights != nullptr) {
       arch_->load(*ops_, *weights);

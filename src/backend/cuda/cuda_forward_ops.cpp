@@ -332,11 +332,10 @@ void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate
   const int64_t M = x.rows, N = wt.rows, K = wt.cols;
   const bool f32_out = y.type == ActType::kF32;
   const float* w_scale = static_cast<const float*>(wt.scale);
-  if (gemm_.gemv_e4m3_path(x.data, wt.impl, M, K)) {  // W8A16: x stays bf16
-    gemm_.e4m3_gemv(p<bf16>(x), w<uint8_t>(wt), w_scale, y.data, f32_out, accumulate, false, M, N, K, stream_);
-    return;
-  }
-  // W8A8: x's codes and scale into the scratch slots, then cuBLASLt's FP8 GEMM.
+  // W8A8 at every size, x's codes and scale into the scratch slots, then cuBLASLt's FP8 GEMM: in
+  // graphed decode steps it beat W8A16 GEMVs (CUDA-core and tensor-core) even at one row, as the
+  // quantization of x hides behind its neighbours (PDL) and the row maxima come from RMSNorm
+  // (docs/BENCHMARKS.md run 27: batch-1 decode 4.11 against 4.90 ms on the H100).
   auto* codes = static_cast<uint8_t*>(buffer(kQuantCodes, static_cast<size_t>(M * K)));
   auto* row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(M) * 4));
   auto* x_scale = static_cast<float*>(buffer(kQuantScale, 4));
@@ -421,9 +420,7 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
 
 void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
   if (skip()) return;
-  const bool gemv = wt.quantized() ? gemm_.gemv_e4m3_path(x.data, wt.impl, x.rows, wt.cols)
-                                   : gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols);
-  if (!gemv) {  // cuBLASLt into gu, then the SiLU kernel
+  if (wt.quantized() || !gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols)) {  // cuBLASLt into gu, then the SiLU kernel
     ForwardOps::linear_silu_mul(x, wt, gu, out);
     return;
   }
@@ -431,12 +428,7 @@ void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
   IS_CHECK(x.type == ActType::kCompute && out.type == ActType::kCompute && x.cols == wt.cols &&
                wt.rows == 2 * out.cols && x.rows == out.rows,
            "linear_silu_mul [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, out.rows, out.cols);
-  if (wt.quantized()) {
-    gemm_.e4m3_gemv(p<bf16>(x), w<uint8_t>(wt), static_cast<const float*>(wt.scale), out.data, false, false, true, x.rows,
-                    out.cols, wt.cols, stream_);
-  } else {
-    cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
-  }
+  cuda::gemv_silu_mul(p<bf16>(x), w<bf16>(wt), p<bf16>(out), x.rows, out.cols, wt.cols, stream_);
 }
 
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {

@@ -4,8 +4,8 @@
 //   weights      matrices bf16 (stacked parts stay one matrix: the fused QKV and gate/up GEMMs),
 //                vectors f32 (DeviceWeightStore); with set_e4m3_projections (--quantization fp8)
 //                the layers' projections as FP8 E4M3 codes and one scale each (W8A8 GEMMs: x
-//                quantized per forward with one scale, as vLLM's dynamic per-tensor FP8; W8A16 at
-//                GEMV sizes). The embedding and the LM head stay bf16.
+//                quantized per forward with one scale, as vLLM's dynamic per-tensor FP8, at every
+//                size). The embedding and the LM head stay bf16.
 //   activations  kF32 f32; kCompute bf16 (GEMM inputs)
 //   linear       cuBLASLt, bf16 x bf16 -> f32 accumulate; accumulate = beta 1 (the residual adds);
 //                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
@@ -92,12 +92,8 @@ class CudaForwardOps final : public ForwardOps {
   void complete();
 
   // Projections loaded after this call are stored in E4M3 where cuBLASLt's FP8 GEMM takes their
-  // shape (rows and cols multiples of 16), bf16 otherwise; forwards of up to w8a16_rows rows run
-  // them as W8A16 GEMVs (backend/fp8_projections.h).
-  void set_e4m3_projections(bool on, int64_t w8a16_rows = kFp8W8A16Rows) {
-    e4m3_projections_ = on;
-    gemm_.set_gemv_e4m3_max_rows(w8a16_rows);
-  }
+  // shape (rows and cols multiples of 16), bf16 otherwise.
+  void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
   // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'

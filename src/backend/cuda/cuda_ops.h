@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_plan.h"
-#include "backend/fp8_projections.h"
 #include "model/sampling.h"
 
 namespace inferscale::cuda {
@@ -74,24 +73,6 @@ void gemv(const bf16* x, const bf16* w, void* y, bool y_f32, bool accumulate, in
 // The gated MLP's input projection and its SiLU * up in one pass (gate and up never leave registers):
 //   out[m, i] = silu(x[m] . w[i]) * (x[m] . w[I + i])     x: [M, K]; w: [2 I, K]; out: [M, I] bf16
 void gemv_silu_mul(const bf16* x, const bf16* w, bf16* out, int64_t M, int64_t I, int64_t K, cudaStream_t stream);
-// The same two over FP8 weights (--quantization fp8): w holds E4M3 codes [N, K] (or [2 I, K]) whose
-// values are code * (*w_scale) (one scale for the matrix, on the device); x stays bf16. Needs K % 16 == 0.
-bool gemv_e4m3_supports(int64_t M, int64_t K, const void* x, const void* w);
-void gemv_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate, int64_t M,
-               int64_t N, int64_t K, cudaStream_t stream);
-void gemv_silu_mul_e4m3(const bf16* x, const uint8_t* w, const float* w_scale, bf16* out, int64_t M, int64_t I,
-                        int64_t K, cudaStream_t stream);
-
-// The same two on tensor cores (gemv_e4m3_mma.cu: 16 weight rows a block, x's rows as the MMA's
-// 8 columns): M <= kGemvE4m3MmaMaxRows, K % 64 == 0.
-inline constexpr int64_t kGemvE4m3MmaMaxRows = kFp8MmaGemvMaxRows;  // backend/fp8_projections.h
-static_assert(kGemvMaxRows == kFp8CoreGemvMaxRows, "the CPU's FP8 emulation follows the GEMVs' shapes");
-bool gemv_e4m3_mma_supports(int64_t M, int64_t K, const void* x, const void* w);
-void gemv_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, void* y, bool y_f32, bool accumulate,
-                   int64_t M, int64_t N, int64_t K, cudaStream_t stream);
-void gemv_silu_mul_e4m3_mma(const bf16* x, const uint8_t* w, const float* w_scale, bf16* out, int64_t M, int64_t I,
-                            int64_t K, cudaStream_t stream);
-
 // A bf16 tensor into FP8 E4M3 with one scale for all of it (the FP8 projections' operands):
 //   s = max |x| / 448 (0 for an all-zero tensor), codes[m, k] = e4m3(x[m, k] * (1 / s))
 // as tensor/fp8.h's quantize_e4m3_row over the M * K values (the CPU twin, bit for bit).

@@ -37,7 +37,7 @@ T cap_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a
 
 }  // namespace
 
-Gemm::Gemm() : gemv_e4m3_max_rows_(kFp8W8A16Rows) {
+Gemm::Gemm() {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_.resize(kWorkspaceBytes);
 }
@@ -182,28 +182,6 @@ cublasLtMatmulAlgo_t Gemm::fastest(const Plan& p, const std::vector<cublasLtMatm
 
 bool Gemm::gemv_path(const void* x, const void* w, int64_t M, int64_t K) const {
   return M <= gemv_max_rows_ && cuda::gemv_supports(M, K, x, w);
-}
-
-bool Gemm::gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const {
-  // fp8_keeps_x is the rule the CPU's emulation follows; the kernels' own checks add alignment.
-  return fp8_keeps_x(M, K, gemv_e4m3_max_rows_) &&
-         ((e4m3_mma_ && cuda::gemv_e4m3_mma_supports(M, K, x, w)) || cuda::gemv_e4m3_supports(M, K, x, w));
-}
-
-void Gemm::e4m3_gemv(const __nv_bfloat16* x, const uint8_t* w, const float* w_scale, void* y, bool f32_out,
-                     bool accumulate, bool silu_mul, int64_t M, int64_t N, int64_t K, cudaStream_t stream) const {
-  auto* out = static_cast<__nv_bfloat16*>(y);
-  if (e4m3_mma_ && cuda::gemv_e4m3_mma_supports(M, K, x, w)) {
-    if (silu_mul) {
-      cuda::gemv_silu_mul_e4m3_mma(x, w, w_scale, out, M, N, K, stream);
-    } else {
-      cuda::gemv_e4m3_mma(x, w, w_scale, y, f32_out, accumulate, M, N, K, stream);
-    }
-  } else if (silu_mul) {
-    cuda::gemv_silu_mul_e4m3(x, w, w_scale, out, M, N, K, stream);
-  } else {
-    cuda::gemv_e4m3(x, w, w_scale, y, f32_out, accumulate, M, N, K, stream);
-  }
 }
 
 void Gemm::launch(const void* x, const void* w, void* y, int64_t M, int64_t N, int64_t K, bool f32_out,

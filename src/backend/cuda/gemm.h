@@ -67,18 +67,6 @@ class Gemm {
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
   // Whether run() takes cuda::gemv for these operands (CudaForwardOps fuses SiLU * up into it then).
   bool gemv_path(const void* x, const void* w, int64_t M, int64_t K) const;
-  // The same for E4M3 weights (a W8A16 GEMV instead of quantizing x for run_e4m3): M <= rows,
-  // default kFp8W8A16Rows, and a shape a GEMV takes (fp8_keeps_x in backend/fp8_projections.h:
-  // the CPU's emulation follows it). e4m3_gemv runs the tensor-core kernel where it takes the
-  // shape (M <= 8, K % 64 == 0), else the CUDA-core one (M <= 4, K % 16 == 0);
-  // set_e4m3_mma_gemv(false) keeps to the CUDA-core one (tests, bench).
-  void set_gemv_e4m3_max_rows(int64_t rows) { gemv_e4m3_max_rows_ = rows; }
-  void set_e4m3_mma_gemv(bool on) { e4m3_mma_ = on; }
-  bool gemv_e4m3_path(const void* x, const void* w, int64_t M, int64_t K) const;
-  // y (+)= x (w * w_scale)^T, or with `silu_mul` out = silu(x w[:I]^T) * (x w[I:]^T) into y (bf16,
-  // N = I); gemv_e4m3_path must hold.
-  void e4m3_gemv(const __nv_bfloat16* x, const uint8_t* w, const float* w_scale, void* y, bool f32_out, bool accumulate,
-                 bool silu_mul, int64_t M, int64_t N, int64_t K, cudaStream_t stream) const;
   // The algorithm a shape runs (planned now if it is not yet, into a scratch output), as "algo A
   // tile T stages S splitK K reduction R swizzle W cluster C" (cuBLASLt's config ids), or "gemv".
   std::string describe(const void* x, const void* w, int64_t M, int64_t N, int64_t K, bool f32_out, bool accumulate,
@@ -113,8 +101,6 @@ class Gemm {
   bool split_k_ = false;
   int forced_splits_ = 0;
   int64_t gemv_max_rows_ = 1;
-  int64_t gemv_e4m3_max_rows_;
-  bool e4m3_mma_ = true;
   std::map<Key, Plan> plans_;
 };
 
