@@ -320,7 +320,7 @@ void gemm_section(int iters) {
 // The layer GEMMs with E4M3 weights against bf16. bf16 as CudaForwardOps::linear runs it
 // (cuda::gemv at M = 1, else cuBLASLt); FP8 as the forward runs it (W8A8 at every M): x quantized,
 // then cuBLASLt's FP8 GEMM. The quantization takes one kernel where RMSNorm gave the row maxima
-// (qkv, gate_up) and two (row maxima, codes) where not (o_proj, down); each is timed alone here,
+// (qkv, gate_up) or x is small, and two (row maxima, codes) where not (o_proj, down); each is timed alone here,
 // launch gaps included, while in a graphed forward it overlaps its neighbours (PDL). Rings of 8
 // weight copies.
 void gemm_fp8_section(int iters) {
@@ -361,7 +361,7 @@ void gemm_fp8_section(int iters) {
                                    nullptr, after_norm);
       });
       std::printf("| %s | %ld | %.1f | %.1f | %.1f (%d) | %.2fx | %.2fx | %.0f |\n", gm.name, static_cast<long>(M), t_bf, t_gemm,
-                  t_q, after_norm ? 1 : 2, t_gemm / t_bf, (t_gemm + t_q) / t_bf, gm.N * gm.K / t_gemm / 1e3);
+                  t_q, after_norm || M * gm.K <= cuda::kQuantizeOneBlockElems ? 1 : 2, t_gemm / t_bf, (t_gemm + t_q) / t_bf, gm.N * gm.K / t_gemm / 1e3);
       std::fflush(stdout);
     }
   }

@@ -51,10 +51,14 @@ TEST(CudaFp8Linear, QuantizeTensorMatchesTwinBitForBit) {
   struct Shape {
     int64_t M, K;
   };
-  // One 8-value chunk, odd M, rows past a block's threads, more rows than the grid's blocks.
-  for (const Shape sh : {Shape{1, 8}, Shape{3, 136}, Shape{37, 4096}, Shape{1030, 24}, Shape{5, 14336}, Shape{2, 16}}) {
+  // One 8-value chunk, odd M, rows past a block's threads, more rows than the grid's blocks; up to
+  // kQuantizeOneBlockElems values the one-block kernel (a decode step's o_proj and down inputs:
+  // {4, 4096}, {1, 14336}), above it the row maxima and codes' kernels ({5, 4096}).
+  static_assert(cuda::kQuantizeOneBlockElems == 4 * 4096);
+  for (const Shape sh : {Shape{1, 8}, Shape{3, 136}, Shape{37, 4096}, Shape{1030, 24}, Shape{5, 14336}, Shape{2, 16},
+                         Shape{4, 4096}, Shape{1, 14336}, Shape{5, 4096}}) {
     for (int zero = 0; zero < 2; ++zero) {
-      if (zero == 1 && sh.M != 3) continue;  // an all-zero tensor: scale 0, codes 0
+      if (zero == 1 && sh.M != 3 && sh.M != 37) continue;  // an all-zero tensor: scale 0, codes 0
       std::vector<float> x = round_bf16(randn(static_cast<size_t>(sh.M * sh.K), 40 + sh.M, 0.3f));
       if (zero == 1) std::fill(x.begin(), x.end(), 0.0f);
       if (zero == 0) x[x.size() / 2] = 7.5f;  // one outlier sets the scale

@@ -78,7 +78,10 @@ void gemv_silu_mul(const bf16* x, const bf16* w, bf16* out, int64_t M, int64_t I
 // as tensor/fp8.h's quantize_e4m3_row over the M * K values (the CPU twin, bit for bit).
 //   x: [M, K] bf16; row_amax: [M] f32 scratch; codes: [M, K]; scale: [1] f32 (device)
 // Needs K % 8 == 0, x 16-byte and codes 8-byte aligned (quantize_e4m3_supports). row_amax_ready:
-// row_amax already holds max_k |x[m, k]| (rmsnorm wrote it), so only the codes' kernel runs.
+// row_amax already holds max_k |x[m, k]| (rmsnorm wrote it), so only the codes' kernel runs;
+// else two kernels (row maxima, codes), or for M * K <= kQuantizeOneBlockElems one block of one
+// kernel (row_amax is not written then).
+inline constexpr int64_t kQuantizeOneBlockElems = 16384;
 bool quantize_e4m3_supports(int64_t K, const void* x, const void* codes);
 void quantize_e4m3_tensor(const bf16* x, int64_t M, int64_t K, float* row_amax, uint8_t* codes, float* scale,
                           cudaStream_t stream, bool row_amax_ready = false);
