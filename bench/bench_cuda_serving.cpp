@@ -11,8 +11,7 @@
 // the logits. Wall time covers the host (planning, uploads, the ids' copy); GPU time is between
 // events on the backend's stream. Usage: bench_cuda_serving [--quick] [--decode-only] [--mixed-only]
 // [--no-mixed] [--quantization fp8] (--decode-only: tables (b) and (c); --mixed-only: table (d);
-// --no-mixed: all but (d); fp8: the
-// layers' projections in FP8 E4M3, BackendOptions::projections_fp8)
+// --no-mixed: all but (d); fp8: the layers' projections in FP8 E4M3, BackendOptions::projections_fp8)
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

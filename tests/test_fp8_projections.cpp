@@ -51,10 +51,10 @@ TEST(Fp8Projections, CpuLinearRoundsTheStackedWeightsAndXAsOneTensorEach) {
   ASSERT_TRUE(fp8_projection_shape(N, K));
   const HostTensor w0 = random_tensor(N0, K, 1), w1 = random_tensor(N1, K, 2);
   const Weight w = ops.projection({&w0, &w1});
-  std::vector<float> wr(static_cast<size_t>(N * K));
-  std::memcpy(wr.data(), w0.as<const float>(), static_cast<size_t>(N0 * K) * 4);
-  std::memcpy(wr.data() + N0 * K, w1.as<const float>(), static_cast<size_t>(N1 * K) * 4);
-  round_e4m3_row(wr.data(), N * K, wr.data());
+  std::vector<float> wn(static_cast<size_t>(N * K)), wr(wn.size());  // the parts stacked, and rounded as one
+  std::memcpy(wn.data(), w0.as<const float>(), static_cast<size_t>(N0 * K) * 4);
+  std::memcpy(wn.data() + N0 * K, w1.as<const float>(), static_cast<size_t>(N1 * K) * 4);
+  round_e4m3_row(wn.data(), N * K, wr.data());
   for (int64_t M : {1, 3, 40}) {
     const HostTensor xs = random_tensor(M, K, static_cast<uint32_t>(10 + M));
     const Act x = ops.act(0, M, K, ActType::kF32), y = ops.act(1, M, N, ActType::kF32);
@@ -68,7 +68,7 @@ TEST(Fp8Projections, CpuLinearRoundsTheStackedWeightsAndXAsOneTensorEach) {
         double want = 0, native = 0;
         for (int64_t k = 0; k < K; ++k) {
           want += static_cast<double>(xr[m * K + k]) * wr[n * K + k];
-          native += static_cast<double>(xs.as<const float>()[m * K + k]) * (n < N0 ? w0 : w1).as<const float>()[(n % N0) * K + k];
+          native += static_cast<double>(xs.as<const float>()[m * K + k]) * wn[n * K + k];
         }
         const double got = static_cast<const float*>(y.data)[m * N + n];
         err = std::max(err, std::abs(got - want));

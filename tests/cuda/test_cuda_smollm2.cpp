@@ -11,12 +11,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <span>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "../forward_test_util.h"
 #include "engine/engine.h"
+#include "engine/logprobs.h"
 #include "model/model.h"
 
 namespace inferscale {
@@ -144,21 +146,10 @@ TEST_F(CudaSmolLM2, Fp8ProjectionsStayCloseToBf16) {
     fp8->forward(fb, lf);
     ASSERT_EQ(lr.size(), lf.size());
     for (int32_t t = 0; t < n; ++t) {
-      const float* p = lr.data() + t * V;
-      const float* q = lf.data() + t * V;
-      const double mp = *std::max_element(p, p + V), mq = *std::max_element(q, q + V);
-      double zp = 0, zq = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        zp += std::exp(p[v] - mp);
-        zq += std::exp(q[v] - mq);
-      }
-      double kl = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        const double lp = p[v] - mp - std::log(zp), lq = q[v] - mq - std::log(zq);
-        kl += std::exp(lp) * (lp - lq);
-      }
-      kl_sum += kl;
-      agree += std::max_element(p, p + V) - p == std::max_element(q, q + V) - q;
+      const std::vector<double> lp = log_softmax_row(std::span<const float>(lr.data() + t * V, static_cast<size_t>(V)));
+      const std::vector<double> lq = log_softmax_row(std::span<const float>(lf.data() + t * V, static_cast<size_t>(V)));
+      for (int64_t v = 0; v < V; ++v) kl_sum += std::exp(lp[v]) * (lp[v] - lq[v]);
+      agree += std::max_element(lp.begin(), lp.end()) - lp.begin() == std::max_element(lq.begin(), lq.end()) - lq.begin();
       ++tokens;
     }
   }

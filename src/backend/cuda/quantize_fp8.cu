@@ -23,6 +23,28 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// This thread's max |x| over the 16-byte words v[i], i = threadIdx.x, + blockDim.x, ... < n8 (a
+// NaN is dropped by fmaxf, as the host's fmax drops it).
+__device__ __forceinline__ float absmax_words(const Bf16x8* __restrict__ v, int64_t n8) {
+  float a = 0.0f;
+  for (int64_t i = threadIdx.x; i < n8; i += blockDim.x) {
+    float f[8];
+    bf16x8_to_f32(v[i], f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(f[j]));
+  }
+  return a;
+}
+
+// The codes of the same words (8 a word), x times `inv` (1 / scale).
+__device__ __forceinline__ void codes_of_words(const Bf16x8* __restrict__ v, int64_t n8, float inv, uint2* __restrict__ out) {
+  for (int64_t i = threadIdx.x; i < n8; i += blockDim.x) {
+    float f[8];
+    bf16x8_to_f32(v[i], f);
+    out[i] = f32x8_to_e4m3(f, inv);
+  }
+}
+
 // One block a row (grid-strided): amax[m] = max |x[m, :]|, x read as 16-byte words (K % 8 == 0).
 __global__ void __launch_bounds__(kThreads) absmax_rows_kernel(const bf16* __restrict__ x, int64_t M, int64_t K,
                                                                 float* __restrict__ amax) {
@@ -30,15 +52,7 @@ __global__ void __launch_bounds__(kThreads) absmax_rows_kernel(const bf16* __res
   pdl_begin();
   const int64_t K8 = K / 8;
   for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const Bf16x8* row = reinterpret_cast<const Bf16x8*>(x + m * K);
-    float a = 0.0f;
-    for (int64_t i = threadIdx.x; i < K8; i += kThreads) {
-      float f[8];
-      bf16x8_to_f32(row[i], f);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(f[j]));  // fmaxf drops a NaN: the host's fmax does too
-    }
-    a = block_max(a, scratch);
+    const float a = block_max(absmax_words(reinterpret_cast<const Bf16x8*>(x + m * K), K8), scratch);
     if (threadIdx.x == 0) amax[m] = a;
   }
 }
@@ -57,15 +71,8 @@ __global__ void __launch_bounds__(kThreads) quantize_e4m3_tensor_kernel(const bf
   const float scale = e4m3_scale(a), inv = e4m3_inv(scale);
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
   const int64_t K8 = K / 8;
-  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
-    const Bf16x8* row = reinterpret_cast<const Bf16x8*>(x + m * K);
-    uint2* out = reinterpret_cast<uint2*>(codes + m * K);
-    for (int64_t i = threadIdx.x; i < K8; i += kThreads) {
-      float f[8];
-      bf16x8_to_f32(row[i], f);
-      out[i] = f32x8_to_e4m3(f, inv);
-    }
-  }
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x)
+    codes_of_words(reinterpret_cast<const Bf16x8*>(x + m * K), K8, inv, reinterpret_cast<uint2*>(codes + m * K));
 }
 
 // A small tensor (a decode step's x) in one block: its maximum, then its codes, from the same
@@ -83,23 +90,9 @@ __global__ void __launch_bounds__(kOneBlockThreads) quantize_e4m3_one_block_kern
   __shared__ float scratch[32];
   pdl_begin();
   const Bf16x8* v = reinterpret_cast<const Bf16x8*>(x);
-  const int64_t n8 = n / 8;
-  float a = 0.0f;
-  for (int64_t i = threadIdx.x; i < n8; i += kOneBlockThreads) {
-    float f[8];
-    bf16x8_to_f32(v[i], f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(f[j]));  // as absmax_rows_kernel (NaN dropped)
-  }
-  a = block_max(a, scratch);
-  const float scale = e4m3_scale(a), inv = e4m3_inv(scale);
+  const float scale = e4m3_scale(block_max(absmax_words(v, n / 8), scratch)), inv = e4m3_inv(scale);
   if (threadIdx.x == 0) *scale_out = scale;
-  uint2* out = reinterpret_cast<uint2*>(codes);
-  for (int64_t i = threadIdx.x; i < n8; i += kOneBlockThreads) {
-    float f[8];
-    bf16x8_to_f32(v[i], f);
-    out[i] = f32x8_to_e4m3(f, inv);
-  }
+  codes_of_words(v, n / 8, inv, reinterpret_cast<uint2*>(codes));
 }
 
 unsigned row_blocks(int64_t M) {
