@@ -78,9 +78,30 @@ TEST(CudaFp8Linear, QuantizeTensorMatchesTwinBitForBit) {
   }
 }
 
-// RMSNorm's row maxima (the FP8 projections' fused first pass): each row's max |y| of the bf16
-// outputs exactly, on the vector path and the scalar one (odd H), with a row gather too; and the
-// codes quantize_e4m3_tensor makes from them equal the ones of its own pass.
+// A kernel's fused row maxima (amax: [R]) of its bf16 output y ([R, H], on the device): each
+// row's max |y| exactly; and (H % 8 == 0) the codes quantize_e4m3_tensor makes from them equal the
+// ones of its own pass.
+void expect_row_maxima_of(const DeviceBuffer& y, const DeviceBuffer& amax, int64_t R, int64_t H, const std::string& tag) {
+  const std::vector<float> yh = test::from_bf16(download<uint16_t>(y, static_cast<size_t>(R * H)));
+  const std::vector<float> got = download<float>(amax, static_cast<size_t>(R));
+  for (int64_t r = 0; r < R; ++r) {
+    float want = 0;
+    for (int64_t h = 0; h < H; ++h) want = std::max(want, std::fabs(yh[static_cast<size_t>(r * H + h)]));
+    EXPECT_EQ(got[static_cast<size_t>(r)], want) << tag << " row " << r;
+  }
+  if (H % 8 != 0) return;
+  DeviceBuffer c1 = poisoned(yh.size()), c2 = poisoned(yh.size()), s1 = poisoned(4), s2 = poisoned(4),
+               scratch = poisoned(static_cast<size_t>(R) * 4);
+  cuda::quantize_e4m3_tensor(y.as<bf16>(), R, H, amax.as<float>(), c1.as<uint8_t>(),
+                             s1.as<float>(), nullptr, true);
+  cuda::quantize_e4m3_tensor(y.as<bf16>(), R, H, scratch.as<float>(), c2.as<uint8_t>(), s2.as<float>(), nullptr);
+  EXPECT_EQ(download<uint8_t>(c1, yh.size()), download<uint8_t>(c2, yh.size())) << tag;
+  EXPECT_EQ(download<float>(s1, 1), download<float>(s2, 1)) << tag;
+  test::note(tag, "row maxima and codes as the unfused pass");
+}
+
+// RMSNorm's row maxima (the FP8 projections' fused first pass): on the vector path and the scalar
+// one (odd H), with a row gather too.
 TEST(CudaFp8Linear, RmsNormRowMaximaMatchItsOutputs) {
   REQUIRE_GPU();
   for (const int64_t H : {int64_t{4096}, int64_t{576}, int64_t{100}, int64_t{18432}}) {
@@ -92,22 +113,25 @@ TEST(CudaFp8Linear, RmsNormRowMaximaMatchItsOutputs) {
                    amax = poisoned(static_cast<size_t>(R) * 4);
       cuda::rmsnorm(dx.as<float>(), gather ? drows.as<int32_t>() : nullptr, dw.as<float>(), y.as<bf16>(), R, H, 1e-5f, nullptr,
                     amax.as<float>());
-      const std::vector<float> yh = test::from_bf16(download<uint16_t>(y, static_cast<size_t>(R * H)));
-      const std::vector<float> got = download<float>(amax, static_cast<size_t>(R));
-      const std::string tag = "rmsnorm_row_amax/H" + std::to_string(H) + (gather ? "_gather" : "");
-      for (int64_t r = 0; r < R; ++r) {
-        float want = 0;
-        for (int64_t h = 0; h < H; ++h) want = std::max(want, std::fabs(yh[static_cast<size_t>(r * H + h)]));
-        EXPECT_EQ(got[static_cast<size_t>(r)], want) << tag << " row " << r;
-      }
-      if (H % 8 != 0) continue;
-      DeviceBuffer c1 = poisoned(yh.size()), c2 = poisoned(yh.size()), s1 = poisoned(4), s2 = poisoned(4),
-                   scratch = poisoned(static_cast<size_t>(R) * 4);
-      cuda::quantize_e4m3_tensor(y.as<bf16>(), R, H, amax.as<float>(), c1.as<uint8_t>(), s1.as<float>(), nullptr, true);
-      cuda::quantize_e4m3_tensor(y.as<bf16>(), R, H, scratch.as<float>(), c2.as<uint8_t>(), s2.as<float>(), nullptr);
-      EXPECT_EQ(download<uint8_t>(c1, yh.size()), download<uint8_t>(c2, yh.size())) << tag;
-      EXPECT_EQ(download<float>(s1, 1), download<float>(s2, 1)) << tag;
-      test::note(tag, "row maxima and codes as the unfused pass");
+      expect_row_maxima_of(y, amax, R, H, "rmsnorm_row_amax/H" + std::to_string(H) + (gather ? "_gather" : ""));
+    }
+  }
+}
+
+// The SiLU's row maxima (the down projection's input): one block a row, on the vector path (I % 8
+// == 0) and the scalar one, with the same output bits as the grid-wide kernel without them.
+TEST(CudaFp8Linear, SiluMulRowMaximaMatchItsOutputs) {
+  REQUIRE_GPU();
+  for (const int64_t I : {int64_t{14336}, int64_t{1000}, int64_t{100}, int64_t{13}}) {
+    for (const int64_t T : {int64_t{1}, int64_t{9}}) {
+      const std::vector<float> gu = round_bf16(randn(static_cast<size_t>(T * 2 * I), 60 + I + T, 2.0f));
+      DeviceBuffer dgu = upload(test::to_bf16(gu)), y = poisoned(static_cast<size_t>(T * I) * 2),
+                   plain = poisoned(static_cast<size_t>(T * I) * 2), amax = poisoned(static_cast<size_t>(T) * 4);
+      cuda::silu_mul(dgu.as<bf16>(), y.as<bf16>(), T, I, nullptr, amax.as<float>());
+      cuda::silu_mul(dgu.as<bf16>(), plain.as<bf16>(), T, I, nullptr);
+      const std::string tag = "silu_mul_row_amax/I" + std::to_string(I) + "_T" + std::to_string(T);
+      EXPECT_EQ(download<uint16_t>(y, static_cast<size_t>(T * I)), download<uint16_t>(plain, static_cast<size_t>(T * I))) << tag;
+      expect_row_maxima_of(y, amax, T, I, tag);
     }
   }
 }

@@ -321,7 +321,10 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
   IS_CHECK(y.type == ActType::kF32 || !accumulate, "a GEMM accumulates into f32 outputs only");
   if (wt.quantized()) {
     linear_e4m3(x, wt, y, accumulate);
-  } else if (y.type == ActType::kF32) {
+    return;
+  }
+  row_amax_of_ = nullptr;  // a bf16 weight (a shape FP8 does not take): the maxima go unused
+  if (y.type == ActType::kF32) {
     gemm_.run(p<bf16>(x), w<bf16>(wt), p<float>(y), x.rows, wt.rows, wt.cols, accumulate, stream_);
   } else {
     gemm_.run(p<bf16>(x), w<bf16>(wt), p<bf16>(y), x.rows, wt.rows, wt.cols, stream_);
@@ -334,12 +337,12 @@ void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate
   const float* w_scale = static_cast<const float*>(wt.scale);
   // W8A8 at every size, x's codes and scale into the scratch slots, then cuBLASLt's FP8 GEMM: in
   // graphed decode steps it beat W8A16 GEMVs (CUDA-core and tensor-core) even at one row, as the
-  // quantization of x hides behind its neighbours (PDL) and the row maxima come from RMSNorm
-  // (docs/BENCHMARKS.md run 27: batch-1 decode 4.11 against 4.90 ms on the H100).
+  // quantization of x hides behind its neighbours (PDL) and the row maxima come from RMSNorm or
+  // the SiLU (docs/BENCHMARKS.md run 27: batch-1 decode 4.11 against 4.90 ms on the H100).
   auto* codes = static_cast<uint8_t*>(buffer(kQuantCodes, static_cast<size_t>(M * K)));
   auto* row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(M) * 4));
   auto* x_scale = static_cast<float*>(buffer(kQuantScale, 4));
-  const bool amax_ready = x.data == row_amax_of_;  // x is the last norm's output (rms_norm)
+  const bool amax_ready = x.data == row_amax_of_;  // x is rms_norm's or silu_mul's output
   row_amax_of_ = nullptr;
   cuda::quantize_e4m3_tensor(p<bf16>(x), M, K, row_amax, codes, x_scale, stream_, amax_ready);
   gemm_.run_e4m3(codes, x_scale, w<uint8_t>(wt), w_scale, y.data, f32_out, accumulate, M, N, K, stream_);
@@ -415,7 +418,14 @@ cuda::AttnKernel CudaForwardOps::decode_kernel_for(int32_t num_seqs) const {
 void CudaForwardOps::silu_mul(Act gu, Act out) {
   if (skip()) return;
   mark("silu_mul");
-  cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_);
+  // With FP8 projections the output feeds the down projection: its row maxima come along, as
+  // rms_norm's do.
+  float* row_amax = nullptr;
+  if (e4m3_projections_) {
+    row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(out.rows) * 4));
+    row_amax_of_ = out.data;
+  }
+  cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_, row_amax);
 }
 
 void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {

@@ -158,8 +158,8 @@ class CudaForwardOps final : public ForwardOps {
   static constexpr int kQuantCodes = 61, kQuantRowAmax = 62, kQuantScale = 63;
   // Slot `slot`'s buffer with room for `bytes` (grown outside graphs only).
   void* buffer(int slot, size_t bytes);
-  // The activation whose row maxima rms_norm left in slot kQuantRowAmax (its output), until a
-  // projection's quantization takes them; null: none.
+  // The activation whose row maxima rms_norm or silu_mul left in slot kQuantRowAmax (their
+  // output), until the next linear layer: an FP8 one's quantization takes them; null: none.
   const void* row_amax_of_ = nullptr;
   // Per-forward device memory. Eager forwards and graphs have their own, so that an eager prefill
   // growing its buffers never moves what a graph points into.

@@ -61,7 +61,9 @@ void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int6
              cudaStream_t stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i].   gate_up: [T, 2I] bf16; out: [T, I] bf16
-void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream);
+// row_amax (null: none): [T] max_i |out[t, i]| of the rounded outputs, as rmsnorm's (the down
+// projection's input under --quantization fp8); one block a row then.
+void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream, float* row_amax = nullptr);
 
 // Skinny linear layers: y[m, n] (+)= sum_k x[m, k] w[n, k] for M <= kGemvMaxRows (decode steps of
 // a few sequences), one warp per column.   x: [M, K] bf16; w: [N, K] bf16; y: [M, N] f32 (accumulate

@@ -134,6 +134,20 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(const float* __restrict__
   }
 }
 
+// silu(g) * u of a row's 8 outputs from chunk c (16 bytes) of its gate and up halves, and of one.
+__device__ __forceinline__ Bf16x8 silu_mul8(const bf16* row, int64_t I, int64_t c) {
+  float g[8], u[8], o[8];
+  bf16x8_to_f32(reinterpret_cast<const Bf16x8*>(row)[c], g);
+  bf16x8_to_f32(reinterpret_cast<const Bf16x8*>(row + I)[c], u);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) o[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
+  return f32_to_bf16x8(o);
+}
+__device__ __forceinline__ bf16 silu_mul1(const bf16* row, int64_t I, int64_t c) {
+  const float g = __bfloat162float(row[c]), u = __bfloat162float(row[I + c]);
+  return __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+}
+
 // gate_up: [T, 2I] bf16 -> out: [T, I] bf16. One thread per 8 outputs when I % 8 == 0.
 __global__ void silu_mul_kernel(const bf16* __restrict__ gu, bf16* __restrict__ out, int64_t T, int64_t I) {
   pdl_begin();
@@ -145,17 +159,40 @@ __global__ void silu_mul_kernel(const bf16* __restrict__ gu, bf16* __restrict__ 
     const int64_t t = idx / per_row, c = idx % per_row;
     const bf16* row = gu + t * 2 * I;
     if (vec) {
-      float g[8], u[8], o[8];
-      bf16x8_to_f32(reinterpret_cast<const Bf16x8*>(row)[c], g);
-      bf16x8_to_f32(reinterpret_cast<const Bf16x8*>(row + I)[c], u);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) o[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];
-      reinterpret_cast<Bf16x8*>(out + t * I)[c] = f32_to_bf16x8(o);
+      reinterpret_cast<Bf16x8*>(out + t * I)[c] = silu_mul8(row, I, c);
     } else {
-      const float g = __bfloat162float(row[c]), u = __bfloat162float(row[I + c]);
-      out[t * I + c] = __float2bfloat16_rn(g / (1.0f + __expf(-g)) * u);
+      out[t * I + c] = silu_mul1(row, I, c);
     }
   }
+}
+
+// The same, one block per row, with the row's max |out| as stored into row_amax[t] (the down
+// projection's input under --quantization fp8: its quantization then skips its own max pass).
+__global__ void silu_mul_row_amax_kernel(const bf16* __restrict__ gu, bf16* __restrict__ out, int64_t I,
+                                         float* __restrict__ row_amax) {
+  __shared__ float scratch[32];
+  pdl_begin();
+  const int64_t t = blockIdx.x;
+  const bf16* row = gu + t * 2 * I;
+  float am = 0.0f;
+  if (I % 8 == 0) {
+    for (int64_t c = threadIdx.x; c < I / 8; c += blockDim.x) {
+      const Bf16x8 v = silu_mul8(row, I, c);
+      reinterpret_cast<Bf16x8*>(out + t * I)[c] = v;
+      float f[8];
+      bf16x8_to_f32(v, f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) am = fmaxf(am, fabsf(f[i]));
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < I; c += blockDim.x) {
+      const bf16 v = silu_mul1(row, I, c);
+      out[t * I + c] = v;
+      am = fmaxf(am, fabsf(__bfloat162float(v)));
+    }
+  }
+  am = block_max(am, scratch);
+  if (threadIdx.x == 0) row_amax[t] = am;
 }
 
 // One thread per chunk (16 bytes, or 4 for rows that are not a whole number of 16) of
@@ -248,8 +285,14 @@ void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int6
   rmsnorm_impl(x, rows, w, y, R, H, eps, stream, static_cast<float*>(nullptr));
 }
 
-void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream) {
+void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream, float* row_amax) {
   if (T == 0) return;
+  if (row_amax != nullptr) {
+    KERNEL_REQUIRE(T <= 0x7fffffff, "silu_mul: too many rows");
+    const unsigned threads = I % 8 == 0 ? row_threads(I / 8, 4) : kRowThreads;
+    launch(silu_mul_row_amax_kernel, dim3(static_cast<unsigned>(T)), dim3(threads), 0, stream, gate_up, out, I, row_amax);
+    return;
+  }
   const int64_t work = T * (I % 8 == 0 ? I / 8 : I);
   launch(silu_mul_kernel, dim3(grid_for(work, 256)), dim3(256), 0, stream, gate_up, out, T, I);
 }

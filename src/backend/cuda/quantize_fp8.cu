@@ -77,11 +77,12 @@ __global__ void __launch_bounds__(kThreads) quantize_e4m3_tensor_kernel(const bf
 
 // A small tensor (a decode step's x) in one block: its maximum, then its codes, from the same
 // 16-byte words (the second pass hits L1/L2). One kernel instead of absmax_rows + quantize: a
-// kernel boundary fewer in the forward, where x's row maxima are not ready (the output and down
-// projections' inputs). Larger tensors keep the two grid-wide kernels: on the H100 (run 27, call
+// kernel boundary fewer in the forward, where x's row maxima are not ready (the output
+// projection's input). Larger tensors keep the two grid-wide kernels: on the H100 (run 27, call
 // I) one block took batch-1 decode from 4.14-4.15 to 4.00 ms (o_proj's 4,096 values and down's
 // 14,336), but with a cut at 32,768 values (o_proj at batch 8 in one block) batch 8 went from
-// 4.80-4.89 to 5.04-5.05 ms; hence kQuantizeOneBlockElems = 16,384.
+// 4.80-4.89 to 5.04-5.05 ms; hence kQuantizeOneBlockElems = 16,384. (The down projection's input
+// took this path then; the SiLU now writes its row maxima, as RMSNorm does for QKV and gate/up.)
 constexpr int kOneBlockThreads = 1024;
 
 __global__ void __launch_bounds__(kOneBlockThreads) quantize_e4m3_one_block_kernel(const bf16* __restrict__ x, int64_t n,
