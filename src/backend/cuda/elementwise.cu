@@ -289,7 +289,7 @@ void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t
   if (T == 0) return;
   if (row_amax != nullptr) {
     KERNEL_REQUIRE(T <= 0x7fffffff, "silu_mul: too many rows");
-    const unsigned threads = I % 8 == 0 ? row_threads(I / 8, 4) : kRowThreads;
+    const unsigned threads = I % 8 == 0 ? row_threads(I / 8, 2) : kRowThreads;
     launch(silu_mul_row_amax_kernel, dim3(static_cast<unsigned>(T)), dim3(threads), 0, stream, gate_up, out, I, row_amax);
     return;
   }
