@@ -1051,6 +1051,28 @@ TEST(MemoryService, TokenCachesForgetDeletedFactsAndStayBounded) {
   }
 }
 
+// The facts encoding reads stay in the cache retrievals take their hits from, so the first
+// request after an encoding reads no fact rows; a write anywhere empties it at the next use, and a
+// deleted fact is never served from it.
+TEST(MemoryService, EncodingFillsTheFactCache) {
+  TempDir dir;
+  Stack s(dir.path());
+  const auto ids = add_alice(*s.store);
+  EXPECT_EQ(s.service->num_cached_facts(), 0u);
+  s.service->encode_facts(kDefaultTenant, "alice", ids, 2);
+  EXPECT_EQ(s.service->num_cached_facts(), ids.size());
+  MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);
+  EXPECT_EQ(p.facts.size(), ids.size());
+  EXPECT_EQ(p.encoded, 0);
+  s.service->release(p);
+  s.store->remove(kDefaultTenant, "alice", ids[1]);
+  MemoryPrompt q = s.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);  // sync() runs first
+  EXPECT_EQ(q.facts.size(), ids.size() - 1);
+  for (const Fact& f : q.facts) EXPECT_NE(f.id, ids[1]);
+  EXPECT_EQ(s.service->num_cached_facts(), ids.size() - 1) << "the cache was emptied and refilled by the retrieval";
+  s.service->release(q);
+}
+
 TEST(MemoryService, RestartReloadsFactsAndKvFiles) {
   TempDir dir;
   const FirstRun first = first_run(dir.path());

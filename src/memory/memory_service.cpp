@@ -97,7 +97,12 @@ std::vector<CaptureSeq> MemoryService::queued_captures(int32_t max_facts) {
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kNotFound) throw;
     }
-    if (!f || has_kv(*f, w)) {
+    if (!f) {
+      ++background_skipped_;
+      continue;
+    }
+    cache_facts({&*f, 1});  // read after sync()'s drop_caches_of_past_epochs()
+    if (has_kv(*f, w)) {
       ++background_skipped_;
       continue;
     }
@@ -364,13 +369,29 @@ MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const
   return r;
 }
 
-std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant, const std::string& user,
-                                                      std::span<const ScoredFact> hits) {
-  drop_caches_of_past_epochs();
+void MemoryService::make_room_in_fact_cache() const {
   if (fact_cache_.size() >= kMaxCachedFactRows || fact_cache_bytes_ >= kMaxCachedFactBytes) {
     fact_cache_.clear();
     fact_cache_bytes_ = 0;
   }
+}
+
+void MemoryService::insert_facts(std::span<const Fact> facts) const {
+  for (const Fact& f : facts) {
+    fact_cache_bytes_ += f.text.size() + f.metadata.size();
+    fact_cache_.insert_or_assign(f.id, f);  // another tenant's fact of this id goes
+  }
+}
+
+void MemoryService::cache_facts(std::span<const Fact> facts) const {
+  make_room_in_fact_cache();
+  insert_facts(facts);
+}
+
+std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant, const std::string& user,
+                                                      std::span<const ScoredFact> hits) {
+  drop_caches_of_past_epochs();
+  make_room_in_fact_cache();  // before the lookups: what they find stays to the end of this call
   auto cached = [&](int64_t id) -> const Fact* {
     const auto it = fact_cache_.find(id);
     return it != fact_cache_.end() && it->second.tenant == tenant && it->second.user == user ? &it->second : nullptr;
@@ -379,11 +400,7 @@ std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant,
   std::vector<int64_t> missing;
   for (const ScoredFact& h : hits)
     if (!cached(h.id)) missing.push_back(h.id);
-  for (Fact& f : store_.get_existing(tenant, user, missing)) {
-    fact_cache_bytes_ += f.text.size() + f.metadata.size();
-    const int64_t id = f.id;
-    fact_cache_.insert_or_assign(id, std::move(f));  // another tenant's fact of this id goes
-  }
+  if (!missing.empty()) insert_facts(store_.get_existing(tenant, user, missing));
   std::vector<FactHit> out;
   out.reserve(hits.size());
   for (const ScoredFact& h : hits)
@@ -521,7 +538,9 @@ int64_t MemoryService::encode_facts(const std::string& tenant, const std::string
   const size_t batch = 64;
   for (size_t i = 0; i < ids.size(); i += batch) {
     std::vector<Fact> facts;
+    drop_caches_of_past_epochs();  // before the reads (cache_facts)
     for (size_t j = i; j < std::min(ids.size(), i + batch); ++j) facts.push_back(store_.get(tenant, user, ids[j]));
+    cache_facts(facts);
     encoded += encode_unpinned(facts, w);
     if (progress) progress->add(static_cast<int64_t>(facts.size()));
   }

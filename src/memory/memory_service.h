@@ -184,6 +184,8 @@ class MemoryService : private FactStoreListener {
   uint64_t kv_fingerprint() const { return fingerprint_; }
   // Entries in the token caches (MemoryOptions::max_cached_facts), both together (engine thread).
   size_t num_cached_tokens() const { return token_cache_.size() + window_cache_.size(); }
+  // Facts in the cache of store reads retrievals take their hits from (engine thread).
+  size_t num_cached_facts() const { return fact_cache_.size(); }
   int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
@@ -255,8 +257,9 @@ class MemoryService : private FactStoreListener {
   //   fact_cache_    the facts retrievals read, by fact id, served only to their own tenant and
   //                  user (ids are per tenant): a retrieval reads from the store only the hits not
   //                  here (the fetch took ~0.1-0.25 ms of a request's preparation on the CPU at
-  //                  k = 5-50, docs/BENCHMARKS.md run 16); also emptied past kMaxCachedFactRows
-  //                  facts or kMaxCachedFactBytes of text.
+  //                  k = 5-50, docs/BENCHMARKS.md run 16); the facts encoding reads go in too, so
+  //                  the first request after a fact's encoding does not fetch it; also emptied past
+  //                  kMaxCachedFactRows facts or kMaxCachedFactBytes of text.
   struct WindowEntry {
     int64_t version = 0;
     int32_t w = 0;
@@ -273,6 +276,11 @@ class MemoryService : private FactStoreListener {
   mutable uint64_t cache_epoch_ = 0;
   std::atomic<uint64_t> store_epoch_{0};
   void drop_caches_of_past_epochs() const;
+  // Facts read from the store after the last drop_caches_of_past_epochs() into fact_cache_, which
+  // is emptied first if it is past its bounds (make_room_in_fact_cache; insert_facts alone does not).
+  void cache_facts(std::span<const Fact> facts) const;
+  void make_room_in_fact_cache() const;
+  void insert_facts(std::span<const Fact> facts) const;
   // fetch_hits (retriever.h) through fact_cache_.
   std::vector<FactHit> fetch_hits_cached(const std::string& tenant, const std::string& user,
                                          std::span<const ScoredFact> hits);
