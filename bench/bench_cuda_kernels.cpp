@@ -319,8 +319,9 @@ void gemm_section(int iters) {
 
 // The layer GEMMs with E4M3 weights against bf16. bf16 as CudaForwardOps::linear runs it
 // (cuda::gemv at M = 1, else cuBLASLt); FP8 as the forward runs it (W8A8 at every M): x quantized,
-// then cuBLASLt's FP8 GEMM. The quantization takes one kernel where RMSNorm gave the row maxima
-// (qkv, gate_up) or x is small, and two (row maxima, codes) where not (o_proj, down); each is timed alone here,
+// then cuBLASLt's FP8 GEMM. The quantization takes one kernel where RMSNorm or the SiLU gave the row
+// maxima (qkv, gate_up; down above one block's size) or x is small, and two (row maxima, codes)
+// where not (o_proj); each is timed alone here,
 // launch gaps included, while in a graphed forward it overlaps its neighbours (PDL). Rings of 8
 // weight copies.
 void gemm_fp8_section(int iters) {
@@ -331,7 +332,6 @@ void gemm_fp8_section(int iters) {
   constexpr int64_t kRows[] = {1, 2, 4, 8, 16, 32, 52, 100, 128, 448, 1532};
   for (size_t i = 0; i < kLayerGemmsNoHead; ++i) {
     const LayerGemm& gm = kLayerGemms[i];
-    const bool after_norm = i == 0 || i == 2;  // qkv, gate_up: RMSNorm's row maxima
     const int64_t max_rows = kRows[std::size(kRows) - 1];
     GemmRing ring(gm, max_rows);
     std::vector<DeviceBuffer> codes;
@@ -347,6 +347,9 @@ void gemm_fp8_section(int iters) {
     }
     Gemm bf, f8;
     for (int64_t M : kRows) {
+      // qkv, gate_up: RMSNorm's row maxima; down: the SiLU's where one block would not quantize x.
+      const bool one_block = cuda::quantize_e4m3_in_one_block(M, gm.K);
+      const bool maxima_given = i == 0 || i == 2 || (i == 3 && !one_block);
       const double t_bf = 1e3 * ring.ms(bf, M, iters);
       // x's codes once (row maxima first), then the GEMM alone over the ring, then the quantization alone.
       cuda::quantize_e4m3_tensor(ring.x.as<bf16>(), M, gm.K, amax.as<float>(), x_codes.as<uint8_t>(), x_scale.as<float>(),
@@ -358,10 +361,10 @@ void gemm_fp8_section(int iters) {
       }) / GemmRing::kCopies;
       const double t_q = 1e3 * bench::time_gpu_ms(nullptr, 2, iters, [&] {
         cuda::quantize_e4m3_tensor(ring.x.as<bf16>(), M, gm.K, amax.as<float>(), x_codes.as<uint8_t>(), x_scale.as<float>(),
-                                   nullptr, after_norm);
+                                   nullptr, maxima_given);
       });
       std::printf("| %s | %ld | %.1f | %.1f | %.1f (%d) | %.2fx | %.2fx | %.0f |\n", gm.name, static_cast<long>(M), t_bf, t_gemm,
-                  t_q, after_norm || M * gm.K <= cuda::kQuantizeOneBlockElems ? 1 : 2, t_gemm / t_bf, (t_gemm + t_q) / t_bf, gm.N * gm.K / t_gemm / 1e3);
+                  t_q, maxima_given || one_block ? 1 : 2, t_gemm / t_bf, (t_gemm + t_q) / t_bf, gm.N * gm.K / t_gemm / 1e3);
       std::fflush(stdout);
     }
   }

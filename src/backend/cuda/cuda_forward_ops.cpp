@@ -297,11 +297,7 @@ void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool ou
   if (y.type == ActType::kCompute) {
     // With FP8 projections the norm's output feeds one (QKV, gate/up): its row maxima come along,
     // and the projection's quantization skips its own pass over x (linear_e4m3).
-    float* row_amax = nullptr;
-    if (e4m3_projections_ && !output_rows) {
-      row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(y.rows) * 4));
-      row_amax_of_ = y.data;
-    }
+    float* row_amax = e4m3_projections_ && !output_rows ? row_amax_for(y) : nullptr;
     cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<bf16>(y), y.rows, y.cols, eps, stream_, row_amax);
   } else {
     cuda::rmsnorm(p<float>(x), rows, w<float>(wt), p<float>(y), y.rows, y.cols, eps, stream_);
@@ -329,6 +325,11 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
   } else {
     gemm_.run(p<bf16>(x), w<bf16>(wt), p<bf16>(y), x.rows, wt.rows, wt.cols, stream_);
   }
+}
+
+float* CudaForwardOps::row_amax_for(Act out) {
+  row_amax_of_ = out.data;
+  return static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(out.rows) * 4));
 }
 
 void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate) {
@@ -419,14 +420,11 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
   if (skip()) return;
   mark("silu_mul");
   // With FP8 projections the output feeds the down projection: its row maxima come along, as
-  // rms_norm's do, where they save a kernel: x of at most kQuantizeOneBlockElems values is
-  // quantized by one kernel of one block anyway, and the SiLU over one block a row is slower than
-  // over the grid (batch-1 FP8 decode 4.12-4.15 against 4.02-4.04 ms on the H100, run 28).
-  float* row_amax = nullptr;
-  if (e4m3_projections_ && out.rows * out.cols > cuda::kQuantizeOneBlockElems) {
-    row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(out.rows) * 4));
-    row_amax_of_ = out.data;
-  }
+  // rms_norm's do, where they save a kernel: a small x is quantized by one kernel of one block
+  // anyway, and the SiLU over one block a row is slower than over the grid (batch-1 FP8 decode
+  // 4.12-4.15 against 4.02-4.04 ms on the H100, run 28).
+  float* row_amax =
+      e4m3_projections_ && !cuda::quantize_e4m3_in_one_block(out.rows, out.cols) ? row_amax_for(out) : nullptr;
   cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_, row_amax);
 }
 

@@ -161,6 +161,8 @@ class CudaForwardOps final : public ForwardOps {
   // The activation whose row maxima rms_norm or silu_mul left in slot kQuantRowAmax (their
   // output), until the next linear layer: an FP8 one's quantization takes them; null: none.
   const void* row_amax_of_ = nullptr;
+  // The slot for out's row maxima, which a kernel writing out is about to fill (row_amax_of_ = out).
+  float* row_amax_for(Act out);
   // Per-forward device memory. Eager forwards and graphs have their own, so that an eager prefill
   // growing its buffers never moves what a graph points into.
   struct Workspace {

@@ -84,6 +84,9 @@ void gemv_silu_mul(const bf16* x, const bf16* w, bf16* out, int64_t M, int64_t I
 // else two kernels (row maxima, codes), or for M * K <= kQuantizeOneBlockElems one block of one
 // kernel (row_amax is not written then).
 inline constexpr int64_t kQuantizeOneBlockElems = 16384;
+// Whether x of [M, K] without its row maxima is quantized by that one block (else two kernels, so
+// a kernel before that writes the maxima saves one).
+inline bool quantize_e4m3_in_one_block(int64_t M, int64_t K) { return M * K <= kQuantizeOneBlockElems; }
 bool quantize_e4m3_supports(int64_t K, const void* x, const void* codes);
 void quantize_e4m3_tensor(const bf16* x, int64_t M, int64_t K, float* row_amax, uint8_t* codes, float* scale,
                           cudaStream_t stream, bool row_amax_ready = false);

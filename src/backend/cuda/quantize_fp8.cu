@@ -112,7 +112,7 @@ void quantize_e4m3_tensor(const bf16* x, int64_t M, int64_t K, float* row_amax, 
                           cudaStream_t stream, bool row_amax_ready) {
   KERNEL_REQUIRE(quantize_e4m3_supports(K, x, codes), "quantize_e4m3_tensor: K % 8 == 0, x 16-byte and codes 8-byte aligned");
   if (M == 0) return;
-  if (!row_amax_ready && M * K <= kQuantizeOneBlockElems) {
+  if (!row_amax_ready && quantize_e4m3_in_one_block(M, K)) {
     launch(quantize_e4m3_one_block_kernel, dim3(1), dim3(kOneBlockThreads), 0, stream, x, M * K, codes, scale);
     return;
   }
