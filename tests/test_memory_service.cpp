@@ -1061,6 +1061,12 @@ TEST(MemoryService, EncodingFillsTheFactCache) {
   EXPECT_EQ(s.service->num_cached_facts(), 0u);
   s.service->encode_facts(kDefaultTenant, "alice", ids, 2);
   EXPECT_EQ(s.service->num_cached_facts(), ids.size());
+  size_t bytes = 0;
+  for (const Fact& f : s.store->get_existing(kDefaultTenant, "alice", ids)) bytes += f.text.size() + f.metadata.size();
+  EXPECT_EQ(s.service->cached_fact_bytes(), bytes);
+  s.service->encode_facts(kDefaultTenant, "alice", ids, 2);  // read again: each entry replaced, not counted twice
+  EXPECT_EQ(s.service->num_cached_facts(), ids.size());
+  EXPECT_EQ(s.service->cached_fact_bytes(), bytes);
   MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);
   EXPECT_EQ(p.facts.size(), ids.size());
   EXPECT_EQ(p.encoded, 0);

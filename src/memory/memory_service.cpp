@@ -377,9 +377,15 @@ void MemoryService::make_room_in_fact_cache() const {
 }
 
 void MemoryService::insert_facts(std::span<const Fact> facts) const {
+  auto bytes = [](const Fact& f) { return f.text.size() + f.metadata.size(); };
   for (const Fact& f : facts) {
-    fact_cache_bytes_ += f.text.size() + f.metadata.size();
-    fact_cache_.insert_or_assign(f.id, f);  // another tenant's fact of this id goes
+    // An entry of this id (a re-read, or another tenant's fact of the id) is replaced: its bytes go.
+    const auto [it, added] = fact_cache_.try_emplace(f.id, f);
+    if (!added) {
+      fact_cache_bytes_ -= bytes(it->second);
+      it->second = f;
+    }
+    fact_cache_bytes_ += bytes(f);
   }
 }
 

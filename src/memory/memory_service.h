@@ -186,6 +186,8 @@ class MemoryService : private FactStoreListener {
   size_t num_cached_tokens() const { return token_cache_.size() + window_cache_.size(); }
   // Facts in the cache of store reads retrievals take their hits from (engine thread).
   size_t num_cached_facts() const { return fact_cache_.size(); }
+  // Their text and metadata bytes, which bound the cache with their count (engine thread).
+  size_t cached_fact_bytes() const { return fact_cache_bytes_; }
   int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
