@@ -17,7 +17,8 @@
 # cell), MAX_SECONDS (no cell starts after this many seconds), QUESTIONS (per conversation, 0: all),
 # NO_BACKGROUND_WAIT=1 (start the cells right after the warm-up, while the background encoding of
 # the facts it did not retrieve still drains; by default the cells wait for the drain), SERVE_ARGS
-# (more `serve` flags, e.g. "--kv-cache-dtype fp8").
+# (more `serve` flags, e.g. "--kv-cache-dtype fp8"), KV_CACHE_MB and MEMORY_POOL_MB (the two sizes
+# below; an 80 GB card takes 20480 and 24576 with SERVE_ARGS="--memory-kv-dtype fp8").
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
@@ -43,7 +44,7 @@ echo "self-test rc=$?"; tail -4 "$OUT/selftest.txt"
 # (~5,900 facts, ~41 GB), so the grid's inject cells encode nothing after the warm-up.
 SERVE="env LD_LIBRARY_PATH=$LIBS $HERE/inferscale serve --model $HERE/data/Llama-3.1-8B.json --random-weights \
   --random-dtype bf16 --tokenizer $HERE/data/tokenizer.model.v3 --device cuda --data-dir /tmp/http-load-data \
-  --window 2 --kv-cache-mb 40960 --memory-pool-mb 49152 --max-num-seqs 256 --max-pending 1024 ${SERVE_ARGS:-} --port {port}"
+  --window 2 --kv-cache-mb ${KV_CACHE_MB:-40960} --memory-pool-mb ${MEMORY_POOL_MB:-49152} --max-num-seqs 256 --max-pending 1024 ${SERVE_ARGS:-} --port {port}"
 rm -rf /tmp/http-load-data
 BG_WAIT=--background-wait
 [ -n "${NO_BACKGROUND_WAIT:-}" ] && BG_WAIT=""

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 9's targets measured in one device call, then printed as one table (bench/targets_table.py):
+# decode at batch 1 (and 32), TTFT at k = 50 in process and over HTTP at one client, 100 clients
+# over HTTP and 100 users at once in process, each with bf16 and with FP8 projections. Llama-3.1-8B
+# shapes, random weights, LoCoMo (conv-26 in process; all 10 conversations over HTTP), w = 2,
+# an FP8 KV cache over HTTP as the earlier runs.
+#
+# Runs from the bundle (scripts/gpu_bundle.sh copies it and targets_table.py into .gpu/cuda):
+#   run(command="bash .gpu/cuda/gpu_targets.sh", carry=[".gpu/cuda"])
+# Writes $OUT/targets/{device.txt,serving_Q.log,mem_Q.log,http_Q/...,targets.md} (Q: none, fp8).
+# Environment: QUANTS (default "none fp8"), SKIP_HTTP=1 (in process only); about 4 minutes a Q.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-/tmp/gpu_out}
+T="$OUT/targets"
+mkdir -p "$T"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:$HERE:${LD_LIBRARY_PATH:-}" && break
+done
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-$HERE}"
+nvidia-smi --query-gpu=name --format=csv,noheader | head -1 > "$T/device.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+D="$HERE/data"
+t0=$(date +%s)
+for q in ${QUANTS:-none fp8}; do
+  timeout 100 "$HERE/bench_cuda_serving" --decode-only --quick --quantization "$q" > "$T/serving_$q.log" 2>&1
+  echo "decode $q rc=$? $(($(date +%s) - t0)) s"
+  timeout 150 "$HERE/bench_memory_serving" --device cuda --config "$D/Llama-3.1-8B.json" --tokenizer "$D/tokenizer.model.v3" \
+    --locomo "$D/locomo10.json" --questions 10 --k 50 --users 100 --max-tokens 32 --kv-cache-mb 40960 \
+    --kv-cache-dtype fp8 --quantization "$q" > "$T/mem_$q.log" 2>&1
+  echo "in process $q rc=$? $(($(date +%s) - t0)) s"
+  [ -n "${SKIP_HTTP:-}" ] && continue
+  # The pool holds every fact of the 10 users: 48 GB in bf16 on a 141 GB card, FP8 on an 80 GB one.
+  sizes="KV_CACHE_MB=40960 MEMORY_POOL_MB=49152"
+  extra=""
+  if [ "${mem_mib:-0}" -lt 100000 ]; then sizes="KV_CACHE_MB=20480 MEMORY_POOL_MB=24576"; extra="--memory-kv-dtype fp8"; fi
+  env $sizes OUT="$T/http_$q" SERVE_ARGS="--kv-cache-dtype fp8 --no-background-encoding --quantization $q $extra" \
+    GRID_CLIENTS=1,100 GRID_K=50 GRID_MODES=inject CELL_SECONDS=10 QUESTIONS=60 MAX_SECONDS=60 \
+    timeout 170 bash "$HERE/gpu_http_load.sh" > "$T/http_$q.txt" 2>&1
+  echo "http $q rc=$? $(($(date +%s) - t0)) s"
+done
+python3 "$HERE/targets_table.py" "$T" | tee "$T/targets.md"
