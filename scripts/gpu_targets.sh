@@ -7,7 +7,9 @@
 #
 # Runs from the bundle (scripts/gpu_bundle.sh copies it and targets_table.py into .gpu/cuda):
 #   run(command="bash .gpu/cuda/gpu_targets.sh", carry=[".gpu/cuda"])
-# Writes $OUT/targets/{device.txt,serving_Q.log,mem_Q.log,http_Q/...,targets.md} (Q: none, fp8).
+# Writes $OUT/targets.md (the table) and $OUT/targets.tgz (every log: device.txt, serving_Q.log,
+# mem_Q.log, http_Q/... with the HTTP results.json; Q: none, fp8), two files, so that the device
+# tool brings them all back (it returns a limited number of files, none deep in folders).
 # Environment: QUANTS (default "none fp8"), SKIP_HTTP=1 (in process only); about 4 minutes a Q.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -40,4 +42,5 @@ for q in ${QUANTS:-none fp8}; do
     timeout 170 bash "$HERE/gpu_http_load.sh" > "$T/http_$q.txt" 2>&1
   echo "http $q rc=$? $(($(date +%s) - t0)) s"
 done
-python3 "$HERE/targets_table.py" "$T" | tee "$T/targets.md"
+python3 "$HERE/targets_table.py" "$T" | tee "$OUT/targets.md"
+tar -czf "$OUT/targets.tgz" -C "$OUT" targets && rm -rf "$T"
