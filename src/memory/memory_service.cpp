@@ -376,22 +376,18 @@ void MemoryService::make_room_in_fact_cache() const {
   }
 }
 
-void MemoryService::insert_facts(std::span<const Fact> facts) const {
-  auto bytes = [](const Fact& f) { return f.text.size() + f.metadata.size(); };
-  for (const Fact& f : facts) {
-    // An entry of this id (a re-read, or another tenant's fact of the id) is replaced: its bytes go.
-    const auto [it, added] = fact_cache_.try_emplace(f.id, f);
-    if (!added) {
-      fact_cache_bytes_ -= bytes(it->second);
-      it->second = f;
-    }
-    fact_cache_bytes_ += bytes(f);
-  }
+void MemoryService::insert_fact(Fact f) const {
+  auto bytes = [](const Fact& x) { return x.text.size() + x.metadata.size(); };
+  fact_cache_bytes_ += bytes(f);
+  // An entry of this id (a re-read, or another tenant's fact of the id) is replaced: its bytes go.
+  const auto [it, added] = fact_cache_.try_emplace(f.id);
+  if (!added) fact_cache_bytes_ -= bytes(it->second);
+  it->second = std::move(f);
 }
 
 void MemoryService::cache_facts(std::span<const Fact> facts) const {
   make_room_in_fact_cache();
-  insert_facts(facts);
+  for (const Fact& f : facts) insert_fact(f);
 }
 
 std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant, const std::string& user,
@@ -406,7 +402,8 @@ std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant,
   std::vector<int64_t> missing;
   for (const ScoredFact& h : hits)
     if (!cached(h.id)) missing.push_back(h.id);
-  if (!missing.empty()) insert_facts(store_.get_existing(tenant, user, missing));
+  if (!missing.empty())
+    for (Fact& f : store_.get_existing(tenant, user, missing)) insert_fact(std::move(f));
   std::vector<FactHit> out;
   out.reserve(hits.size());
   for (const ScoredFact& h : hits)

@@ -279,10 +279,10 @@ class MemoryService : private FactStoreListener {
   std::atomic<uint64_t> store_epoch_{0};
   void drop_caches_of_past_epochs() const;
   // Facts read from the store after the last drop_caches_of_past_epochs() into fact_cache_, which
-  // is emptied first if it is past its bounds (make_room_in_fact_cache; insert_facts alone does not).
+  // is emptied first if it is past its bounds (make_room_in_fact_cache; insert_fact alone does not).
   void cache_facts(std::span<const Fact> facts) const;
   void make_room_in_fact_cache() const;
-  void insert_facts(std::span<const Fact> facts) const;
+  void insert_fact(Fact f) const;
   // fetch_hits (retriever.h) through fact_cache_.
   std::vector<FactHit> fetch_hits_cached(const std::string& tenant, const std::string& user,
                                          std::span<const ScoredFact> hits);
