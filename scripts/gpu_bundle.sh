@@ -25,7 +25,7 @@ BINS=("$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_cuda_kernels" "$BUILD/be
       "$BUILD/bench/bench_memory_serving" "$BUILD/bench/bench_quality_locomo")
 cp "${BINS[@]}" "$DEST/"
 for b in "${BINS[@]}"; do strip "$DEST/$(basename "$b")"; done  # symbols stay in the build; the carry is 64 MiB
-cp scripts/gpu_run.sh scripts/gpu_serve_check.sh scripts/gpu_http_load.sh scripts/gpu_targets.sh "$DEST/"
+cp scripts/gpu_env.sh scripts/gpu_run.sh scripts/gpu_serve_check.sh scripts/gpu_http_load.sh scripts/gpu_targets.sh "$DEST/"
 # The HTTP load benchmark (gpu_http_load.sh runs it) travels as its two files; it also needs
 # `inferscale` and data/ below (the 8B config, the tokenizer, locomo10.json).
 cp bench/http_load.py bench/locomo_eval.py bench/targets_table.py "$DEST/"

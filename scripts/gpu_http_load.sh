@@ -18,15 +18,13 @@
 # NO_BACKGROUND_WAIT=1 (start the cells right after the warm-up, while the background encoding of
 # the facts it did not retrieve still drains; by default the cells wait for the drain), SERVE_ARGS
 # (more `serve` flags, e.g. "--kv-cache-dtype fp8"), KV_CACHE_MB and MEMORY_POOL_MB (the two sizes
-# below; an 80 GB card takes 20480 and 24576 with SERVE_ARGS="--memory-kv-dtype fp8").
+# below, which otherwise follow the card's memory).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
-LIBS="$HERE"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && LIBS="$d:$HERE" && break
-done
+. "$HERE/gpu_env.sh"
+LIBS=$LD_LIBRARY_PATH  # for the server only: the Python client runs without it
 PORT=${PORT:-8124}
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
@@ -41,7 +39,14 @@ echo "self-test rc=$?"; tail -4 "$OUT/selftest.txt"
 
 # Memory sizes for the 8B shape (128 KiB of bf16 KV a token): the KV cache holds 100 contexts of
 # ~2,800 tokens (k = 50 in text mode) and then some; the pool holds every fact of the 10 users
-# (~5,900 facts, ~41 GB), so the grid's inject cells encode nothing after the warm-up.
+# (~5,900 facts, ~41 GB), so the grid's inject cells encode nothing after the warm-up. A card of
+# under 100 GB (an H100) takes half of each, and the pool in FP8 (the same facts in half the bytes).
+if [ -z "${KV_CACHE_MB:-}${MEMORY_POOL_MB:-}" ] &&
+   [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
+  KV_CACHE_MB=20480 MEMORY_POOL_MB=24576
+  case " ${SERVE_ARGS:-} " in *" --memory-kv-dtype "*) ;; *) SERVE_ARGS="${SERVE_ARGS:-} --memory-kv-dtype fp8" ;; esac
+  echo "a card of under 100 GB: --kv-cache-mb $KV_CACHE_MB --memory-pool-mb $MEMORY_POOL_MB,$SERVE_ARGS"
+fi
 SERVE="env LD_LIBRARY_PATH=$LIBS $HERE/inferscale serve --model $HERE/data/Llama-3.1-8B.json --random-weights \
   --random-dtype bf16 --tokenizer $HERE/data/tokenizer.model.v3 --device cuda --data-dir /tmp/http-load-data \
   --window 2 --kv-cache-mb ${KV_CACHE_MB:-40960} --memory-pool-mb ${MEMORY_POOL_MB:-49152} --max-num-seqs 256 --max-pending 1024 ${SERVE_ARGS:-} --port {port}"

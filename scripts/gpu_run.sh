@@ -9,16 +9,7 @@ OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 QUICK=${GPU_RUN_QUICK:+--quick}
 
-# cuBLASLt comes from the machine's CUDA toolkit (too large to carry).
-CUBLAS_DIR=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13.0/lib64 /usr/lib/x86_64-linux-gnu; do
-  if [ -e "$d/libcublasLt.so.13" ]; then CUBLAS_DIR=$d; break; fi
-done
-if [ -z "$CUBLAS_DIR" ]; then
-  f=$(find / -name 'libcublasLt.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
-  [ -n "$f" ] && CUBLAS_DIR=$(dirname "$f")
-fi
-export LD_LIBRARY_PATH="$CUBLAS_DIR:$HERE:${LD_LIBRARY_PATH:-}"
+. "$HERE/gpu_env.sh"  # cuBLASLt from the machine's CUDA toolkit (too large to carry)
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv

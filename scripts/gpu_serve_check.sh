@@ -11,9 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
 W=$(mktemp -d)
 mkdir -p "$OUT"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:$HERE:${LD_LIBRARY_PATH:-}" && break
-done
+. "$HERE/gpu_env.sh"
 B="$HERE/inferscale"
 cat > "$W/config.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 4,

@@ -16,13 +16,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/gpu_out}
 T="$OUT/targets"
 mkdir -p "$T"
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && export LD_LIBRARY_PATH="$d:$HERE:${LD_LIBRARY_PATH:-}" && break
-done
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-$HERE}"
+. "$HERE/gpu_env.sh"
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1 > "$T/device.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 D="$HERE/data"
 t0=$(date +%s)
 for q in ${QUANTS:-none fp8}; do
@@ -33,11 +29,7 @@ for q in ${QUANTS:-none fp8}; do
     --kv-cache-dtype fp8 --quantization "$q" > "$T/mem_$q.log" 2>&1
   echo "in process $q rc=$? $(($(date +%s) - t0)) s"
   [ -n "${SKIP_HTTP:-}" ] && continue
-  # The pool holds every fact of the 10 users: 48 GB in bf16 on a 141 GB card, FP8 on an 80 GB one.
-  sizes="KV_CACHE_MB=40960 MEMORY_POOL_MB=49152"
-  extra=""
-  if [ "${mem_mib:-0}" -lt 100000 ]; then sizes="KV_CACHE_MB=20480 MEMORY_POOL_MB=24576"; extra="--memory-kv-dtype fp8"; fi
-  env $sizes OUT="$T/http_$q" SERVE_ARGS="--kv-cache-dtype fp8 --no-background-encoding --quantization $q $extra" \
+  OUT="$T/http_$q" SERVE_ARGS="--kv-cache-dtype fp8 --no-background-encoding --quantization $q" \
     GRID_CLIENTS=1,100 GRID_K=50 GRID_MODES=inject CELL_SECONDS=10 QUESTIONS=60 MAX_SECONDS=60 \
     timeout 170 bash "$HERE/gpu_http_load.sh" > "$T/http_$q.txt" 2>&1
   echo "http $q rc=$? $(($(date +%s) - t0)) s"
