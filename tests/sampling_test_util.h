@@ -26,7 +26,10 @@ inline std::vector<double> sampling_probabilities(const std::vector<float>& logi
     keep = static_cast<size_t>(s.top_k);
     while (keep < n && logits[order[keep]] == logits[order[keep - 1]]) ++keep;
   }
-  const double m = logits[order[0]];
+  // min-p: the ids at most min_gap below the largest logit (a prefix of the order).
+  const float mf = logits[order[0]];
+  while (keep > 1 && logits[order[keep - 1]] - mf < s.min_gap) --keep;
+  const double m = mf;
   std::vector<double> w(keep);
   for (size_t i = 0; i < keep; ++i) w[i] = std::exp((logits[order[i]] - m) / s.temperature);
   const double total = std::accumulate(w.begin(), w.end(), 0.0);

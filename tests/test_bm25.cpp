@@ -23,7 +23,7 @@ std::vector<ScoredFact> reference(const std::map<int64_t, std::string>& docs, co
   std::map<int64_t, std::vector<std::string>> toks;
   double total = 0;
   for (const auto& [id, text] : docs) {
-    toks[id] = bm25_tokenize(text);
+    toks[id] = bm25_terms(text);
     total += static_cast<double>(toks[id].size());
   }
   const double n = static_cast<double>(docs.size());
@@ -32,7 +32,7 @@ std::vector<ScoredFact> reference(const std::map<int64_t, std::string>& docs, co
   for (const auto& [id, dt] : toks) {
     double score = 0;
     bool matched = false;
-    for (const std::string& t : bm25_tokenize(query)) {
+    for (const std::string& t : bm25_terms(query)) {
       double df = 0;
       for (const auto& [_, other] : toks) df += std::count(other.begin(), other.end(), t) > 0 ? 1 : 0;
       const double tf = static_cast<double>(std::count(dt.begin(), dt.end(), t));
@@ -84,18 +84,39 @@ TEST(Bm25Tokenize, LowercasesAsciiSplitsOnPunctuationKeepsUtf8) {
   EXPECT_EQ(bm25_tokenize("snake_case\tTAB"), (std::vector<std::string>{"snake", "case", "tab"}));
 }
 
+TEST(Bm25Terms, DropStopWordsAndStemEnglishWords) {
+  EXPECT_EQ(bm25_terms("What pet did I adopt, and what is its name?"), (std::vector<std::string>{"pet", "adopt", "name"}));
+  EXPECT_EQ(bm25_terms("Alice adopted a cat named Miso"), (std::vector<std::string>{"alic", "adopt", "cat", "name", "miso"}));
+  EXPECT_EQ(bm25_terms("running runs 2023 Caf\xc3\xa9s"), (std::vector<std::string>{"run", "run", "2023", "caf\xc3\xa9s"}));
+  EXPECT_EQ(bm25_terms("Is it what you were?"), std::vector<std::string>{});
+  EXPECT_TRUE(is_stop_word("my"));
+  EXPECT_FALSE(is_stop_word("cat"));
+  EXPECT_EQ(stem_word("adopting"), "adopt");
+  EXPECT_EQ(stem_word("x9"), "x9");  // not plain letters: kept whole
+}
+
+TEST(Bm25Index, FindsAnInflectedWordOfTheQuestion) {
+  Bm25Index idx;
+  idx.put(1, "Alice adopted a cat named Miso");
+  idx.put(2, "My sister lives in Lisbon");
+  const auto hits = idx.search("What pet did I adopt?", 5);
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(hits[0].id, 1);
+  EXPECT_TRUE(idx.search("What is it?", 5).empty());  // only stop words: no terms
+}
+
 TEST(Bm25Index, HandComputedScore) {
   Bm25Index idx;
-  idx.put(1, "a b");
-  idx.put(2, "a c c");
-  // N = 2, df(c) = 1, idf = ln(1 + 1.5 / 1.5) = ln 2; d2: tf 2, |d| 3, avgdl 2.5.
+  idx.put(1, "x y");
+  idx.put(2, "x z z");
+  // N = 2, df(z) = 1, idf = ln(1 + 1.5 / 1.5) = ln 2; d2: tf 2, |d| 3, avgdl 2.5.
   const double want = std::log(2.0) * 2 * 2.2 / (2 + 1.2 * (0.25 + 0.75 * 3 / 2.5));
-  const auto hits = idx.search("C", 10);
+  const auto hits = idx.search("Z", 10);
   ASSERT_EQ(hits.size(), 1u);
   EXPECT_EQ(hits[0].id, 2);
   EXPECT_NEAR(hits[0].score, want, 1e-12);
   // Repeated query tokens count again (rank_bm25's sum over the query).
-  EXPECT_NEAR(idx.search("c c", 10)[0].score, 2 * want, 1e-12);
+  EXPECT_NEAR(idx.search("z z", 10)[0].score, 2 * want, 1e-12);
 }
 
 TEST(Bm25Index, TiesBreakByAscendingId) {

@@ -65,7 +65,9 @@ TEST(Sampler, SampleRowFollowsTheRuleDistribution) {
   for (float& x : l) x = nd(g);
   l[3] = l[17] = l[30] = 20.0f;  // a tie at the top, at the top-k threshold for k = 2
   for (const RowSampling k : {RowSampling{0.8f, 0, 1.0f, 0}, RowSampling{1.2f, 9, 1.0f, 0}, RowSampling{1.0f, 2, 1.0f, 0},
-                              RowSampling{1.0f, 0, 0.7f, 0}, RowSampling{0.6f, 20, 0.9f, 0}, RowSampling{3.0f, 0, 0.2f, 0}}) {
+                              RowSampling{1.0f, 0, 0.7f, 0}, RowSampling{0.6f, 20, 0.9f, 0}, RowSampling{3.0f, 0, 0.2f, 0},
+                              RowSampling{0.8f, 40, 0.95f, 0, min_p_gap(0.8f, 0.05f)},  // llama.cpp's defaults
+                              RowSampling{2.0f, 0, 1.0f, 0, min_p_gap(2.0f, 0.1f)}, RowSampling{1.0f, 9, 0.5f, 0, min_p_gap(1.0f, 0.3f)}}) {
     const std::vector<double> want = test::sampling_probabilities(l, k);
     const int N = 20000;
     std::vector<int> count(l.size(), 0);
@@ -75,7 +77,8 @@ TEST(Sampler, SampleRowFollowsTheRuleDistribution) {
       ++count[static_cast<size_t>(sample_row(l.data(), static_cast<int64_t>(l.size()), s))];
     }
     for (size_t i = 0; i < l.size(); ++i) {
-      EXPECT_LE(std::abs(count[i] - want[i] * N), 2.0) << "id " << i << " T " << k.temperature << " k " << k.top_k << " p " << k.top_p;
+      EXPECT_LE(std::abs(count[i] - want[i] * N), 2.0) << "id " << i << " T " << k.temperature << " k " << k.top_k << " p " << k.top_p
+                                                          << " min_gap " << k.min_gap;
       if (want[i] == 0.0) EXPECT_EQ(count[i], 0) << "id " << i << " is outside the kept set";
     }
   }
@@ -109,6 +112,28 @@ TEST(Sampler, SeededDrawsPassChiSquare) {
     chi2 += (count[i] - e) * (count[i] - e) / e;
   }
   EXPECT_LT(chi2, 100.0);
+}
+
+// min-p keeps the ids whose tempered probability is at least min_p times the largest: with
+// probabilities 0.5, 0.3, 0.15, 0.05 (T = 1), min_p 0.2 keeps the first three, and at T = 2
+// (probabilities ~ sqrt of those, renormalized) min_p 0.2 keeps all four.
+TEST(Sampler, MinPKeepsIdsWithinAFactorOfTheLargest) {
+  const std::vector<float> l{std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  const auto p1 = test::sampling_probabilities(l, {1.0f, 0, 1.0f, 0, min_p_gap(1.0f, 0.2f)});
+  EXPECT_GT(p1[2], 0.0);
+  EXPECT_EQ(p1[3], 0.0);
+  EXPECT_NEAR(p1[0], 0.5 / 0.95, 1e-6);
+  const auto p2 = test::sampling_probabilities(l, {2.0f, 0, 1.0f, 0, min_p_gap(2.0f, 0.2f)});
+  EXPECT_GT(p2[3], 0.0);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.min_p = 0.2f;
+  std::mt19937_64 rng(4);
+  std::map<int, int> seen;
+  for (int i = 0; i < 3000; ++i) ++seen[sample_token(l, p, rng)];
+  EXPECT_EQ(seen.count(3), 0u);
+  EXPECT_GT(seen[2], 300);  // 0.15 / 0.95 of the draws
+  EXPECT_EQ(min_p_gap(1.0f, 0.0f), -INFINITY);
 }
 
 TEST(Sampler, DrawsAreInTheUnitInterval) {

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/memory_options.h"
 #include "cli/model_options.h"
+#include "cli/sampling_options.h"
 #include "memory/memory_service.h"
 #include "util/check.h"
 
@@ -27,9 +28,7 @@ struct ChatArgs {
   std::string order = "rank";
   std::string system;
   int32_t max_tokens = 256;
-  float temperature = 0.7f;
-  float top_p = 0.95f;
-  int64_t seed = -1;
+  SamplingArgs sampling;
   bool remember = false;
   bool quiet = false;
 };
@@ -59,11 +58,8 @@ void run_chat(const ChatArgs& a) {
     req.user = a.user;
     req.mode = mode;
     req.order = order;
-    SamplingParams sp;
+    SamplingParams sp = sampling_params(a.sampling, model.sampling);
     sp.max_tokens = a.max_tokens;
-    sp.temperature = a.temperature;
-    sp.top_p = a.top_p;
-    if (a.seed >= 0) sp.seed = static_cast<uint64_t>(a.seed);
     // The request's memory is resolved by the engine, as the server's is (engine/memory_connector.h):
     // the facts are shown once its prompt is ready, before the answer streams.
     auto ticket = service.ticket(req, PromptSource::of_chat(history));
@@ -131,9 +127,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--order", a->order, "rank (best fact last) | time")->capture_default_str();
   cmd->add_option("--system", a->system, "system prompt");
   cmd->add_option("--max-tokens,-n", a->max_tokens, "tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature,-t", a->temperature, "0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-p", a->top_p, "nucleus mass")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", a->seed, "sampling seed (-1 = random)")->capture_default_str();
+  add_sampling_options(*cmd, a->sampling);
   cmd->add_flag("--remember", a->remember, "store each exchange as conversation turns");
   cmd->add_flag("--quiet,-q", a->quiet, "do not print facts and timings");
   cmd->callback([a] { run_chat(*a); });

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/sampling_options.h"
 #include "util/check.h"
 
 namespace inferscale::cli {
@@ -17,10 +18,7 @@ struct GenerateArgs {
   bool chat = false;
   std::string system;
   int32_t max_tokens = 128;
-  float temperature = 0.8f;
-  float top_p = 1.0f;
-  int32_t top_k = 0;
-  int64_t seed = -1;
+  SamplingArgs sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
 };
@@ -40,12 +38,8 @@ void run_generate(const GenerateArgs& a) {
   } else {
     ids = tok.encode(a.prompt, {.add_special = tok.adds_bos(), .parse_special = false});
   }
-  SamplingParams sp;
+  SamplingParams sp = sampling_params(a.sampling, m.sampling);
   sp.max_tokens = a.max_tokens;
-  sp.temperature = a.temperature;
-  sp.top_p = a.top_p;
-  sp.top_k = a.top_k;
-  if (a.seed >= 0) sp.seed = static_cast<uint64_t>(a.seed);
   sp.stop = a.stop;
   sp.ignore_eos = a.ignore_eos;
 
@@ -65,6 +59,7 @@ void run_generate(const GenerateArgs& a) {
     }
   }
   std::fputc('\n', stdout);
+  std::fflush(stdout);  // the text's newline before the log line on stderr
   const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double decode_rate = generated > 1 && total > ttft ? static_cast<double>(generated - 1) / (total - ttft) : 0.0;
   spdlog::info("{} prompt tokens, {} generated ({}), TTFT {:.1f} ms, decode {:.1f} tok/s, total {:.2f} s",
@@ -81,10 +76,7 @@ void register_generate(CLI::App& app) {
   cmd->add_flag("--chat", args->chat, "wrap the prompt as a user message in the model's chat template");
   cmd->add_option("--system", args->system, "system message (with --chat)");
   cmd->add_option("--max-tokens,-n", args->max_tokens, "tokens to generate")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--temperature,-t", args->temperature, "0 = greedy")->capture_default_str()->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-p", args->top_p, "nucleus sampling mass")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--top-k", args->top_k, "0 = off")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", args->seed, "sampling seed (-1 = random)")->capture_default_str();
+  add_sampling_options(*cmd, args->sampling);
   cmd->add_option("--stop", args->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "keep generating past end-of-sequence tokens");
   cmd->callback([args] { run_generate(*args); });

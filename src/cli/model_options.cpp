@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <mutex>
 #include <string>
 
@@ -51,11 +52,33 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
                  "emulated in f32, for measuring quality)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "fp8"}));
+  cmd.add_option("--generation-config", a.generation_config,
+                 "the default sampling of requests that set none: a generation_config.json (or a directory holding "
+                 "one) read over the model's own, or 'openai' for OpenAI's (temperature 1, nothing else). Default: "
+                 "the model's generation_config.json or GGUF sampling keys, over llama.cpp's defaults (temperature "
+                 "0.8, top_k 40, top_p 0.95, min_p 0.05)");
+  cmd.add_option("--default-sampling", a.default_sampling,
+                 "override single default sampling fields, e.g. temperature=0.2,top_p=0.9 (temperature, top_k, top_p, "
+                 "min_p); a request's own fields always win");
   cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
                "CUDA: launch each kernel after the previous one ends (no Programmatic Dependent Launch)");
   cmd.add_flag("--mixed-attention-tiles", a.mixed_attention_tiles,
                "CUDA: run every sequence of a mixed step (prefills beside decodes) on the prefill attention tiles, "
                "instead of the decodes on the decode kernel (for comparison)");
+}
+
+SamplingDefaults resolve_sampling(const ModelArgs& a, const SamplingDefaults& model_own) {
+  SamplingDefaults d = model_own;
+  if (a.generation_config == "openai") {
+    d = SamplingDefaults{};
+  } else if (!a.generation_config.empty()) {
+    std::filesystem::path p(a.generation_config);
+    if (std::filesystem::is_directory(p)) p /= "generation_config.json";
+    IS_REQUIRE(std::filesystem::is_regular_file(p), kNotFound, "--generation-config: no file at {}", p.string());
+    d = read_generation_config(p, d);
+  }
+  if (!a.default_sampling.empty()) d = parse_sampling_overrides(a.default_sampling, d);
+  return d;
 }
 
 Model load_model_from_args(const ModelArgs& a) {
@@ -68,10 +91,12 @@ Model load_model_from_args(const ModelArgs& a) {
   else if (a.random_dtype == "bf16") lo.random_dtype = DType::kBF16;
   else IS_THROW(kInvalidInput, "--random-dtype must be f32, f16 or bf16, not '{}'", a.random_dtype);
   Model m = load_model(a.model, lo);
+  m.sampling = resolve_sampling(a, m.sampling);
   const std::string pre = m.tokenizer->pre_tokenizer();
   spdlog::info("model {} ({}, {} layers, hidden {}, vocab {}), tokenizer {}{}, chat template {}", m.name,
                m.config.architecture, m.config.num_layers, m.config.hidden_size, m.config.vocab_size, m.tokenizer->kind(),
                pre.empty() ? "" : " (pre-tokenizer " + pre + ")", chat_family_name(m.chat_template.family()));
+  spdlog::info("default sampling: {}", m.sampling.describe());
   if (m.random_weights)
     spdlog::warn("{} has random weights: its text is meaningless (use it for plumbing and speed, not answers)", m.name);
   return m;

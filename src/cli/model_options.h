@@ -34,11 +34,17 @@ struct ModelArgs {
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;
   std::string device = "auto";  // auto | cpu | cuda
+  std::string generation_config;  // --generation-config: FILE or DIR (a generation_config.json), or "openai"
+  std::string default_sampling;   // --default-sampling: "temperature=0.2,top_p=0.9"
 };
 
 void add_model_options(CLI::App& cmd, ModelArgs& args);
-// Loads the model; logs what was loaded and says plainly when its text is meaningless.
+// Loads the model and resolves its default sampling (--generation-config, --default-sampling over
+// the model's own: model/generation_config.h); logs what was loaded and says plainly when its text
+// is meaningless.
 Model load_model_from_args(const ModelArgs& args);
+// The default sampling --generation-config and --default-sampling make of the model's own.
+SamplingDefaults resolve_sampling(const ModelArgs& args, const SamplingDefaults& model_own);
 EngineOptions engine_options(const ModelArgs& args);
 // The backend --device names: cuda (this build has the CUDA backend, a GPU is present and the
 // backend runs the model's shape, else a clear error), cpu, or auto (cuda when it can, else cpu).

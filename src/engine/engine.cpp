@@ -44,6 +44,7 @@ void Engine::check_sampling(const SamplingParams& sp) const {
   IS_REQUIRE(sp.temperature >= 0.0f, kInvalidInput, "temperature must be >= 0, got {}", sp.temperature);
   IS_REQUIRE(sp.top_p > 0.0f && sp.top_p <= 1.0f, kInvalidInput, "top_p must be in (0, 1], got {}", sp.top_p);
   IS_REQUIRE(sp.top_k >= 0, kInvalidInput, "top_k must be >= 0, got {}", sp.top_k);
+  IS_REQUIRE(sp.min_p >= 0.0f && sp.min_p <= 1.0f, kInvalidInput, "min_p must be in [0, 1], got {}", sp.min_p);
 }
 
 void Engine::check_prompt(const std::vector<int32_t>& prompt, const SamplingParams& sp,

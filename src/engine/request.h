@@ -26,6 +26,7 @@ struct SamplingParams {
   float temperature = 1.0f;   // 0 = greedy
   int32_t top_k = 0;          // 0 = off
   float top_p = 1.0f;         // 1 = off
+  float min_p = 0.0f;         // 0 = off; else ids below min_p x the top id's probability are dropped
   std::optional<uint64_t> seed;
   int32_t max_tokens = 256;
   std::vector<std::string> stop;         // stop strings: output ends before the first match

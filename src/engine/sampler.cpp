@@ -10,6 +10,7 @@ RowSampling row_sampling(const SamplingParams& p, std::mt19937_64& rng) {
   s.temperature = p.temperature;
   s.top_k = p.top_k;
   s.top_p = p.top_p;
+  s.min_gap = min_p_gap(p.temperature, p.min_p);
   s.u = draw_uniform(rng);
   return s;
 }

@@ -1,4 +1,4 @@
-// Token sampling from one row of logits: greedy, temperature, top-k, top-p, seeded per request.
+// Token sampling from one row of logits: greedy, temperature, top-k, top-p, min-p, seeded per request.
 // The rule itself is model/sampling.h (sample_row), which the backends also run on their own
 // logits (ForwardBatch::Output::kSample); this layer turns a request's parameters and its rng into
 // a RowSampling. Each non-greedy sampled token takes exactly one draw from the request's rng,

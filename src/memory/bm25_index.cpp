@@ -4,27 +4,9 @@
 
 namespace inferscale {
 
-std::vector<std::string> bm25_tokenize(std::string_view text) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) {
-      cur.push_back(static_cast<char>(c));
-    } else if (c >= 'A' && c <= 'Z') {
-      cur.push_back(static_cast<char>(c - 'A' + 'a'));
-    } else if (!cur.empty()) {
-      out.push_back(std::move(cur));
-      cur.clear();
-    }
-  }
-  if (!cur.empty()) out.push_back(std::move(cur));
-  return out;
-}
-
 void Bm25Index::put(int64_t id, std::string_view text) {
   remove(id);
-  const std::vector<std::string> tokens = bm25_tokenize(text);
+  const std::vector<std::string> tokens = bm25_terms(text);
   std::unordered_map<std::string, int32_t> tf;
   for (const std::string& t : tokens) ++tf[t];
   Doc doc;
@@ -58,7 +40,7 @@ std::vector<ScoredFact> Bm25Index::search(std::string_view query, size_t k) cons
   const double k1 = params_.k1, b = params_.b;
   // Per document the terms are summed in query-token order, so scores are reproducible.
   std::unordered_map<int64_t, double> acc;
-  for (const std::string& t : bm25_tokenize(query)) {
+  for (const std::string& t : bm25_terms(query)) {
     auto p = postings_.find(t);
     if (p == postings_.end()) continue;
     const double df = static_cast<double>(p->second.size());

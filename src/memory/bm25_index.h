@@ -5,7 +5,8 @@
 //   idf(t)      = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))        (always > 0)
 //
 // N = documents, df = documents holding t, |d| = tokens in d, avgdl = mean |d|. Only documents
-// that share at least one token with the query are returned (their score is > 0).
+// that share at least one token with the query are returned (their score is > 0). Tokens are the
+// terms of text_terms.h: stop words dropped, the rest stemmed, for documents and queries alike.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,12 +15,9 @@
 #include <vector>
 
 #include "memory/retriever.h"
+#include "memory/text_terms.h"
 
 namespace inferscale {
-
-// Lowercases ASCII and splits on every byte that is not an ASCII letter or digit; bytes >= 0x80
-// count as word characters, so UTF-8 words (accents, CJK runs) stay whole tokens.
-std::vector<std::string> bm25_tokenize(std::string_view text);
 
 struct Bm25Params {
   double k1 = 1.2;

@@ -102,6 +102,7 @@ Model load_demo(const LoadOptions& opts) {
   m.weights = timed_random_weights(m.config, opts.seed, opts.random_dtype);
   m.name = m.source = "demo";
   m.random_weights = true;
+  m.sampling = llama_cpp_sampling_defaults();
   Fingerprinter fp;
   fp.add("demo").add(kRandomWeightsVersion).add(m.config.fingerprint()).add(opts.seed).add(dtype_name(opts.random_dtype));
   attach_tokenizer(m, {std::make_shared<ByteTokenizer>(), ChatTemplate(ChatFamily::kChatML)}, fp);
@@ -121,6 +122,7 @@ Model load_random(const fs::path& p, const LoadOptions& opts) {
   m.name = (is_dir || stem == "config" ? dir_name(config.parent_path()) : stem) + "-random";
   m.source = p.string();
   m.random_weights = true;
+  m.sampling = llama_cpp_sampling_defaults();
   Fingerprinter fp;
   fp.add(kRandomWeightsVersion).add(m.config.fingerprint()).add(opts.seed).add(dtype_name(opts.random_dtype));
   attach_tokenizer(m, pick_tokenizer(config.parent_path(), opts, fp), fp);
@@ -137,6 +139,9 @@ Model load_hf_dir(const fs::path& dir, const LoadOptions& opts) {
   m.weights = load_weights(m.config, ckpt);
   m.name = dir_name(dir);
   m.source = dir.string();
+  m.sampling = llama_cpp_sampling_defaults();
+  if (fs::is_regular_file(dir / "generation_config.json"))
+    m.sampling = read_generation_config(dir / "generation_config.json", m.sampling);
   // Weights: each file's size and header (names, dtypes, shapes, offsets). Hashing the data itself
   // would read gigabytes at every start.
   Fingerprinter fp;
@@ -154,6 +159,7 @@ Model load_gguf(const fs::path& path, const LoadOptions& opts) {
   m.weights = load_weights(m.config, g);
   m.name = path.stem().string();
   m.source = path.string();
+  m.sampling = gguf_sampling_defaults(g, llama_cpp_sampling_defaults());
   // The header holds the metadata (vocabulary included) and every tensor's type, shape and offset.
   Fingerprinter fp;
   fp.add("gguf").add(m.config.fingerprint()).add(g.file_size());

@@ -3,7 +3,8 @@
 //   "demo"                      built-in deterministic random Llama + byte tokenizer (the default);
 //                               LoadOptions::seed picks other weights
 //   DIR                         HF layout: config.json + model.safetensors or sharded index,
-//                               tokenizer.json / tokenizer.model, tokenizer_config.json
+//                               tokenizer.json / tokenizer.model, tokenizer_config.json,
+//                               generation_config.json (the default sampling)
 //   FILE.gguf                   GGUF v2/v3, llama architecture, vocab inside; F32/F16/BF16 tensors
 //                               and the block types Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q2_K..Q6_K (kept as
 //                               stored; the backends dequantize them)
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/generation_config.h"
 #include "model/weights.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +37,9 @@ struct Model {
   std::string name;        // short name for listings (/v1/models)
   std::string source;      // what was loaded: a path or "demo"
   bool random_weights = false;  // its text is meaningless
+  // What a request gets for the sampling fields it does not set (generation_config.h): the
+  // model's generation_config.json or GGUF sampling keys over llama.cpp's defaults.
+  SamplingDefaults sampling;
   // Identifies weights + tokenizer for KV fingerprints: changes whenever the numbers could.
   std::string fingerprint;
 };

@@ -89,7 +89,7 @@ std::vector<std::string> parse_stop(const JsonFields& f) {
 }
 
 // The fields shared by both endpoints.
-GenerateRequest parse_common(const json& body, ApiKind kind) {
+GenerateRequest parse_common(const json& body, ApiKind kind, const SamplingDefaults& defaults) {
   GenerateRequest r;
   r.kind = kind;
   const JsonFields f(body);
@@ -107,12 +107,17 @@ GenerateRequest parse_common(const json& body, ApiKind kind) {
     sp.max_tokens = static_cast<int32_t>(*max_tokens);
     r.max_tokens_given = true;
   }
-  sp.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0).value_or(1.0));
+  sp.temperature = defaults.temperature;
+  sp.top_p = defaults.top_p;
+  sp.top_k = defaults.top_k;
+  sp.min_p = defaults.min_p;
+  if (auto t = f.number("temperature", 0.0, 2.0)) sp.temperature = static_cast<float>(*t);
   if (auto top_p = f.number("top_p", 0.0, 1.0)) {
     if (*top_p <= 0.0) f.fail("top_p", "must be greater than 0 and at most 1");
     sp.top_p = static_cast<float>(*top_p);
   }
   if (auto top_k = f.integer("top_k", -1, std::numeric_limits<int32_t>::max())) sp.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);
+  if (auto min_p = f.number("min_p", 0.0, 1.0)) sp.min_p = static_cast<float>(*min_p);
   if (auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
     sp.seed = static_cast<uint64_t>(*seed);
   sp.stop = parse_stop(f);
@@ -157,8 +162,8 @@ json parse_json_body(const std::string& body) {
   return j;
 }
 
-GenerateRequest parse_chat_request(const json& body) {
-  GenerateRequest r = parse_common(body, ApiKind::kChat);
+GenerateRequest parse_chat_request(const json& body, const SamplingDefaults& defaults) {
+  GenerateRequest r = parse_common(body, ApiKind::kChat, defaults);
   const JsonFields f(body);
   const json* msgs = f.get("messages");
   if (!msgs) f.fail("messages", "is required (a non-empty array of messages)");
@@ -191,8 +196,8 @@ GenerateRequest parse_chat_request(const json& body) {
   return r;
 }
 
-GenerateRequest parse_completion_request(const json& body) {
-  GenerateRequest r = parse_common(body, ApiKind::kCompletion);
+GenerateRequest parse_completion_request(const json& body, const SamplingDefaults& defaults) {
+  GenerateRequest r = parse_common(body, ApiKind::kCompletion, defaults);
   const JsonFields f(body);
   const json* p = f.get("prompt");
   if (!p) f.fail("prompt", "is required (a string or an array of token ids)");

@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/request.h"
+#include "model/generation_config.h"
 #include "tokenizer/chat_render.h"
 #include "server/memory_spec.h"
 #include "tokenizer/chat_template.h"
@@ -51,7 +52,9 @@ struct GenerateRequest {
 // Parses a body: 400 when it is not valid JSON or not a JSON object.
 nlohmann::json parse_json_body(const std::string& body);
 
-GenerateRequest parse_chat_request(const nlohmann::json& body);
-GenerateRequest parse_completion_request(const nlohmann::json& body);
+// `defaults` fill the sampling fields the body does not set (the served model's: model/
+// generation_config.h); a field the body sets, even to OpenAI's default value, wins.
+GenerateRequest parse_chat_request(const nlohmann::json& body, const SamplingDefaults& defaults = {});
+GenerateRequest parse_completion_request(const nlohmann::json& body, const SamplingDefaults& defaults = {});
 
 }  // namespace inferscale::server

@@ -124,7 +124,8 @@ bool stream_events(StreamingState& st, httplib::DataSink& sink) {
 
 void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
   const nlohmann::json body = parse_json_body(req.body);
-  GenerateRequest g = kind == ApiKind::kChat ? parse_chat_request(body) : parse_completion_request(body);
+  GenerateRequest g =
+      kind == ApiKind::kChat ? parse_chat_request(body, model_.sampling) : parse_completion_request(body, model_.sampling);
   if (g.memory) apply_tenant_header(req, *g.memory);
   if (g.model != model_.name)
     throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),

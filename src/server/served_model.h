@@ -14,8 +14,11 @@ struct ServedModel {
   std::string name;  // the "model" clients must send, listed by GET /v1/models
   std::shared_ptr<const Tokenizer> tokenizer;
   ChatTemplate chat_template;
+  SamplingDefaults sampling;  // for the sampling fields a request does not set
 
-  static ServedModel from(const Model& m) { return ServedModel{m.name.empty() ? m.source : m.name, m.tokenizer, m.chat_template}; }
+  static ServedModel from(const Model& m) {
+    return ServedModel{m.name.empty() ? m.source : m.name, m.tokenizer, m.chat_template, m.sampling};
+  }
 };
 
 }  // namespace inferscale::server

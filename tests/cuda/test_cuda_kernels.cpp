@@ -548,14 +548,16 @@ TEST(CudaKernels, ArgmaxRows) {
 }
 
 // Device sampling against its twin on random logits at odd shapes and every kind of parameter
-// (greedy, temperature only, top-k with ties at the threshold, top-p, both).
+// (greedy, temperature only, top-k with ties at the threshold, top-p, both, min-p with and without them).
 TEST(CudaKernels, SampleRows) {
   REQUIRE_GPU();
   struct Case {
     int64_t R, ld, n;
   };
   const RowSampling kinds[] = {{0.0f, 0, 1.0f, 0}, {0.7f, 0, 1.0f, 0}, {1.3f, 7, 1.0f, 0}, {1.0f, 0, 0.8f, 0},
-                               {0.9f, 40, 0.6f, 0}, {2.0f, 1, 1.0f, 0}, {0.5f, 100000, 0.95f, 0}};
+                               {0.9f, 40, 0.6f, 0}, {2.0f, 1, 1.0f, 0}, {0.5f, 100000, 0.95f, 0},
+                               {0.8f, 40, 0.95f, 0, min_p_gap(0.8f, 0.05f)}, {1.5f, 0, 1.0f, 0, min_p_gap(1.5f, 0.01f)}};
+  constexpr int64_t kKinds = sizeof kinds / sizeof kinds[0];
   for (Case c : {Case{1, 1, 1}, Case{7, 1000, 1000}, Case{9, 1031, 17}, Case{14, 49152, 49152},
                  Case{21, 151669, 151665}, Case{130, 32768, 32768}}) {
     auto logits = randn(static_cast<size_t>(c.R * c.ld), static_cast<uint64_t>(c.R * 11 + c.n));
@@ -567,7 +569,7 @@ TEST(CudaKernels, SampleRows) {
       if (r % 3 == 1 && c.n >= 10)  // ties at the top
         for (int64_t i = 0; i < 10; ++i) row[i * (c.n / 10)] = 12.0f;
       for (int64_t i = c.n; i < c.ld; ++i) row[i] = 1e9f;  // must not compete
-      params[static_cast<size_t>(r)] = kinds[r % 7];
+      params[static_cast<size_t>(r)] = kinds[r % kKinds];
       params[static_cast<size_t>(r)].u = std::uniform_real_distribution<float>(0.0f, 0.9999f)(rng);
     }
     std::vector<int32_t> ref(static_cast<size_t>(c.R));
@@ -587,7 +589,8 @@ TEST(CudaKernels, SampleRowsDistribution) {
   const int64_t V = 50, R = 20000;
   auto base = randn(static_cast<size_t>(V), 99);
   for (const RowSampling k : {RowSampling{0.8f, 0, 1.0f, 0}, RowSampling{1.2f, 9, 1.0f, 0}, RowSampling{1.0f, 0, 0.7f, 0},
-                              RowSampling{0.6f, 20, 0.9f, 0}}) {
+                              RowSampling{0.6f, 20, 0.9f, 0}, RowSampling{1.0f, 0, 1.0f, 0, min_p_gap(1.0f, 0.1f)},
+                              RowSampling{0.8f, 40, 0.95f, 0, min_p_gap(0.8f, 0.05f)}}) {
     std::vector<float> logits(static_cast<size_t>(R * V));
     std::vector<RowSampling> params(static_cast<size_t>(R), k);
     for (int64_t r = 0; r < R; ++r) {

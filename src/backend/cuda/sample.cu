@@ -59,6 +59,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   for (int64_t i = threadIdx.x; i < n; i += kThreads) m = fmaxf(m, row[i]);
   m = block_all_reduce(m, Max{}, fpart);
   const float inv_t = 1.0f / s.temperature;
+  // Kept: at or above the threshold key, and min-p's: at most min_gap below m (sample_row's float test).
+  auto keeps = [&](float l, uint32_t bar) { return order_key(l) >= bar && l - m >= s.min_gap; };
 
   // 1. The top-k threshold: the largest key K with at least top_k keys >= K (the k-th largest).
   uint32_t lo = 0;
@@ -74,14 +76,14 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   if (s.top_p < 1.0f) {
     float total = 0.0f;
     for (int64_t i = threadIdx.x; i < n; i += kThreads)
-      if (order_key(row[i]) >= lo) total += expf((row[i] - m) * inv_t);
+      if (keeps(row[i], lo)) total += expf((row[i] - m) * inv_t);
     const float target = s.top_p * block_all_reduce(total, Sum{}, fpart);
     uint32_t k = 0;
     for (int bit = 31; bit >= 0; --bit) {
       const uint32_t cand = k | (1u << bit), bar = max(cand, lo);
       float w = 0.0f;
       for (int64_t i = threadIdx.x; i < n; i += kThreads)
-        if (order_key(row[i]) >= bar) w += expf((row[i] - m) * inv_t);
+        if (keeps(row[i], bar)) w += expf((row[i] - m) * inv_t);
       if (block_all_reduce(w, Sum{}, fpart) >= target) k = cand;
     }
     lo = max(k, lo);
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
   float w = 0.0f;
   int32_t last = -1;  // this chunk's last kept id
   for (int64_t i = begin; i < end; ++i)
-    if (order_key(row[i]) >= lo) {
+    if (keeps(row[i], lo)) {
       w += expf((row[i] - m) * inv_t);
       last = static_cast<int32_t>(i);
     }
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const float* __re
     float cum = before;
     int32_t pick = last;
     for (int64_t i = begin; i < end; ++i)
-      if (order_key(row[i]) >= lo) {
+      if (keeps(row[i], lo)) {
         cum += expf((row[i] - m) * inv_t);
         if (cum > r) {
           pick = static_cast<int32_t>(i);
