@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
               c.sample_id.c_str(), ids.size(), args.window, qs.size(), rounds);
   std::printf("| k | ticket resolve | retriever search | store fetch | frame (encode) | encode after facts |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  const FactsBlock block{mo.header, mo.footer};
+  const FactsBlock block = FactsBlock::for_user(mo.header, mo.footer, c.sample_id);
   for (int k : ks) {
     std::vector<double> resolve, search, fetch, frame, after;
     for (int r = 0; r < rounds; ++r) {

@@ -9,7 +9,7 @@ the plain one under greedy decoding), usage, stream_options.include_usage, seeds
 scoring (chat logprobs / top_logprobs streamed and not, legacy completion logprobs with echo and
 max_tokens 0, vLLM's prompt_logprobs and continue_final_message through `extra_body`), and the
 errors the client maps to exceptions (400, 404). With --memory-user (a server started with
---data-dir, USER having facts): memory through `extra_body`, inject vs text (same facts, same
+--data-dir, USER having facts; one fact's text is the retrieval query): memory through `extra_body`, inject vs text (same facts, same
 prompt size), the `memory` report in the first streamed chunk, and scoring with memory: the
 logprobs of mode text equal those of a plain request with the same prompt tokens, and mode
 inject's are finite and close to them. CI runs it as the ctest
@@ -17,8 +17,11 @@ inject's are finite and close to them. CI runs it as the ctest
 'N passed, N failed'; exits non-zero on a failure.
 """
 import argparse
+import json
 import math
 import sys
+import urllib.parse
+import urllib.request
 
 import openai
 
@@ -172,10 +175,17 @@ def main() -> int:
                                    extra_body={"memory": {"user": "alice", "k": 5, "mode": "inject"}}))
     else:
         ask = [{"role": "user", "content": "What did we talk about last time?"}]
+        # The retrieval query: the text of one of the user's facts, so the checks find facts for any
+        # user that has some, whatever the retriever (a generic question matches no fact with BM25).
+        root = args.base_url.rstrip("/").removesuffix("/v1")
+        with urllib.request.urlopen(f"{root}/v1/memory/users/{urllib.parse.quote(args.memory_user)}/facts?limit=1") as r:
+            facts = json.load(r)["data"]
+        assert facts, f"user {args.memory_user} has no facts"
+        query = facts[0]["text"]
 
         def memory_of(mode):
             r = client.chat.completions.create(model=model, messages=ask, max_tokens=8, temperature=0,
-                                               extra_body={"memory": {"user": args.memory_user, "k": 5, "mode": mode}})
+                                               extra_body={"memory": {"user": args.memory_user, "k": 5, "mode": mode, "query": query}})
             return r, (r.model_extra or {}).get("memory")
 
         def memory_inject_vs_text():
@@ -190,7 +200,7 @@ def main() -> int:
         def memory_in_first_chunk():
             stream = client.chat.completions.create(
                 model=model, messages=ask, max_tokens=8, temperature=0, stream=True,
-                extra_body={"memory": {"user": args.memory_user, "k": 3}})
+                extra_body={"memory": {"user": args.memory_user, "k": 3, "query": query}})
             first = next(iter(stream))
             mem = (first.model_extra or {}).get("memory")
             assert mem and len(mem["facts"]) > 0, first
@@ -202,7 +212,8 @@ def main() -> int:
             def scored(mode):
                 return client.chat.completions.create(
                     model=model, messages=ask, max_tokens=4, temperature=0, logprobs=True, top_logprobs=1,
-                    extra_body={"memory": {"user": args.memory_user, "k": 5, "mode": mode}, "prompt_logprobs": 0,
+                    extra_body={"memory": {"user": args.memory_user, "k": 5, "mode": mode, "query": query},
+                                "prompt_logprobs": 0,
                                 "return_token_ids": True})
             rt, ri = scored("text"), scored("inject")
             ids = rt.model_extra["prompt_token_ids"]

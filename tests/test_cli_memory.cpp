@@ -282,7 +282,9 @@ TEST_F(CliMemory, ErrorsAreOneLineAndNonZero) {
   fails({"memory", "import", "--data-dir", data, "--user", "u", write("broken.json", "[{\"text\": ")}, "broken.json: not valid JSON");
   fails({"memory", "import-locomo", write("notlocomo.json", "{\"a\": 1}"), "--data-dir", data}, "expected a list of LoCoMo samples");
   fails({"memory", "search", "--data-dir", data, "--user", "u", "--query", "q", "--top-k", "0"},
-        "error: --top-k must be at least 1, got 0");
+        "error: --top-k must be in [1, 256], got 0");
+  fails({"memory", "search", "--data-dir", data, "--user", "u", "--query", "q", "--top-k", "100000"},
+        "error: --top-k must be in [1, 256], got 100000");  // the server's limit
   fails({"memory", "import-locomo", "x.json", "--data-dir", data, "--window", "-3"}, "--window must be 0 or more");
   fails({"memory", "search", "--data-dir", data, "--user", "u"}, "--query");
   fails({"memory"}, "");

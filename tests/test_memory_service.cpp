@@ -105,6 +105,11 @@ struct ServedKv {
 
 const std::vector<ChatMessage> kAsk{{"user", "What is the name of the cat Alice adopted?"}};
 
+// The memory block's text around alice's facts (req()'s user), as the service renders it.
+FactsBlock alices_block(const MemoryService& service) {
+  return FactsBlock::for_user(service.options().header, service.options().footer, "alice");
+}
+
 MemoryRequest req(MemoryMode mode, int32_t k = 3, int32_t w = 0) {
   MemoryRequest r;
   r.user = "alice";
@@ -712,7 +717,7 @@ TEST(MemoryService, PlainFormatModelKeepsTheInvariants) {
   TempDir dir;
   Stack s(dir.path(), {}, 512, 256, plain_model);
   add_alice(*s.store);
-  const std::vector<ChatMessage> ask{{"user", "What is the cat called? <|im_end|>"}};
+  const std::vector<ChatMessage> ask{{"user", "What is Alice's cat called? <|im_end|>"}};
   const auto plain = ordinary(ask);
   EXPECT_EQ(plain.front(), ByteTokenizer::kBos);  // the tokenizer's BOS, then text only
   EXPECT_EQ(std::count(plain.begin(), plain.end(), ByteTokenizer::kImEnd), 0);
@@ -720,9 +725,9 @@ TEST(MemoryService, PlainFormatModelKeepsTheInvariants) {
   EXPECT_EQ(s.service->prepare(req(MemoryMode::kOff, 5), ask).tokens, plain);
   MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3), ask);
   ASSERT_EQ(text.facts.size(), 3u);
-  std::string memory = s.service->options().header;
+  std::string memory = alices_block(*s.service).header;
   for (const Fact& f : text.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
-  memory += s.service->options().footer;
+  memory += alices_block(*s.service).footer;
   EXPECT_EQ(text.tokens, ordinary({{"system", memory}, ask[0]}));
   MemoryPrompt inject = s.service->prepare(req(MemoryMode::kInject, 3), ask);
   EXPECT_EQ(inject.tokens, text.tokens);  // inject differs only in how the facts' KV gets in
@@ -773,9 +778,9 @@ TEST(MemoryService, CompletionsPlaceTheFactsBeforeThePrompt) {
     MemoryPrompt text = s.service->prepare(req(MemoryMode::kText, 3), *src);
     ASSERT_EQ(text.facts.size(), 3u);
     EXPECT_EQ(text.facts.back().text, "Alice adopted a cat named Miso in March");  // retrieved by the prompt
-    std::string memory = s.service->options().header;
+    std::string memory = alices_block(*s.service).header;
     for (const Fact& f : text.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
-    memory += s.service->options().footer;
+    memory += alices_block(*s.service).footer;
     // Byte tokens: the concatenation of the parts' tokens is the tokens of the concatenated text.
     EXPECT_EQ(text.tokens, tok.encode(memory + prompt, as_text));
     MemoryPrompt inject = s.service->prepare(req(MemoryMode::kInject, 3), *src);
@@ -827,9 +832,9 @@ TEST(MemoryService, TextModeIsTheOrdinaryPromptWithTheRenderedFacts) {
   EXPECT_FALSE(p.injected.has_value());
   // Best-ranked fact last: scores ascend in placement order.
   for (size_t i = 1; i < p.scores.size(); ++i) EXPECT_LE(p.scores[i - 1], p.scores[i]);
-  std::string memory = s.service->options().header;
+  std::string memory = alices_block(*s.service).header;
   for (const Fact& f : p.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
-  memory += s.service->options().footer;
+  memory += alices_block(*s.service).footer;
   std::vector<ChatMessage> with{{"system", memory}, kAsk[0]};
   const auto ordinary = plain_tokens(with);
   EXPECT_EQ(p.tokens, ordinary);
@@ -1564,7 +1569,7 @@ TEST(MemoryService, RecomputeChunkedAndPreemptedEqualOneShot) {
     }
   }
   // A cache too small for all three at once: preemption recomputes and re-injects.
-  Stack small(dir.path(), {}, 24);
+  Stack small(dir.path(), {}, 26);
   std::vector<MemoryPrompt> ps;
   for (const auto& q : questions) {
     ps.push_back(small.service->prepare(recompute_req(2), {{"user", q}}));
@@ -1655,7 +1660,8 @@ TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
   MemoryService svc(*store, retriever, m, engine.backend(), engine.blocks(), {});
   const MemoryPrompt p = svc.prepare(req(MemoryMode::kText, 2), kAsk);
   const std::string text = m.tokenizer->decode(p.tokens, false);
-  EXPECT_EQ(text.rfind("<|im_start|>system\nYou are a helpful AI assistant named Demo\n\nMemories from earlier", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("<|im_start|>system\nYou are a helpful AI assistant named Demo\n\n" + alices_block(svc).header, 0), 0u)
+      << text;
   // Mode off: exactly the plain prompt, default system prompt included.
   const MemoryPrompt off = svc.prepare(req(MemoryMode::kOff, 2), kAsk);
   EXPECT_EQ(m.tokenizer->decode(off.tokens, false), m.chat_template.render(kAsk, true));

@@ -61,6 +61,45 @@ TEST(ServerParse, ChatFieldsBecomeSamplingParams) {
   EXPECT_FALSE(r.memory);
 }
 
+// The served model's default sampling fills what a body leaves out; what it sets wins, even
+// OpenAI's own default value (temperature 1).
+TEST(ServerParse, AbsentSamplingFieldsTakeTheModelsDefaults) {
+  const SamplingDefaults d{0.2f, 40, 0.9f, 0.05f, "test"};
+  const GenerateRequest none = parse_chat_request(chat(), d);
+  EXPECT_FLOAT_EQ(none.sampling.temperature, 0.2f);
+  EXPECT_EQ(none.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(none.sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(none.sampling.min_p, 0.05f);
+  const GenerateRequest own = parse_completion_request(
+      json{{"model", "m"}, {"prompt", "x"}, {"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0}, {"min_p", 0.0}}, d);
+  EXPECT_FLOAT_EQ(own.sampling.temperature, 1.0f);
+  EXPECT_EQ(own.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(own.sampling.top_p, 1.0f);
+  EXPECT_FLOAT_EQ(own.sampling.min_p, 0.0f);
+  // Without defaults: OpenAI's (temperature 1, nothing else).
+  const GenerateRequest openai = parse_chat_request(chat());
+  EXPECT_FLOAT_EQ(openai.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(openai.sampling.min_p, 0.0f);
+  EXPECT_FLOAT_EQ(parse_chat_request(chat({{"min_p", 0.1}})).sampling.min_p, 0.1f);
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"min_p", 1.5}})); }).param, "min_p");
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"min_p", "x"}})); }).param, "min_p");
+}
+
+// memory.store: true or "user" stores the user's message, "all" the reply too; memory.name.
+TEST(ServerParse, MemoryStoreAndName) {
+  auto spec = [](json mem) { return *parse_chat_request(chat({{"memory", mem}})).memory; };
+  EXPECT_EQ(spec({{"user", "a"}}).store, MemorySpec::Store::kNone);
+  EXPECT_EQ(spec({{"user", "a"}, {"store", true}}).store, MemorySpec::Store::kUser);
+  EXPECT_EQ(spec({{"user", "a"}, {"store", "user"}}).store, MemorySpec::Store::kUser);
+  EXPECT_EQ(spec({{"user", "a"}, {"store", "all"}}).store, MemorySpec::Store::kAll);
+  EXPECT_EQ(spec({{"user", "a"}, {"store", false}}).store, MemorySpec::Store::kNone);
+  EXPECT_EQ(spec({{"user", "a"}, {"store", "none"}}).store, MemorySpec::Store::kNone);
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"store", 1}}}})); }).param, "memory.store");
+  EXPECT_EQ(spec({{"user", "a"}, {"name", "Alice Smith"}}).name, "Alice Smith");
+  EXPECT_EQ(spec({{"user", "a"}}).name, "");
+  EXPECT_EQ(error_of([] { parse_chat_request(chat({{"memory", {{"user", "a"}, {"name", ""}}}})); }).param, "memory.name");
+}
+
 TEST(ServerParse, MessagesAndContentParts) {
   const GenerateRequest r = parse_chat_request(chat(
       {{"messages",

@@ -20,8 +20,9 @@ std::vector<int64_t> ids_of(const json& stored) { return stored.get<std::vector<
 
 TEST_F(WriteBackTest, TwoTurnsThenAThirdRetrievesAFactFromTheFirst) {
   const Api a = api("wb");
-  // Turn 1, not streamed: the answer says what it stored, and it is in the store once the answer is here.
-  const json r1 = Api::ok(a.post("/v1/chat/completions", chat("My dog is called Rex.", {{"user", "ann"}, {"store", true}, {"k", 0}})));
+  // Turn 1, not streamed, "store": "all": the answer says what it stored (the message and the
+  // reply), and it is in the store once the answer is here.
+  const json r1 = Api::ok(a.post("/v1/chat/completions", chat("My dog is called Rex.", {{"user", "ann"}, {"store", "all"}, {"k", 0}})));
   const std::vector<int64_t> first = ids_of(r1["memory"]["stored"]);
   ASSERT_EQ(first.size(), 2u);
   const std::vector<Fact> after1 = s->store->list("wb", "ann");
@@ -39,7 +40,8 @@ TEST_F(WriteBackTest, TwoTurnsThenAThirdRetrievesAFactFromTheFirst) {
   EXPECT_EQ(after1[0].turn_index, 0);
   EXPECT_EQ(after1[1].turn_index, 1);
 
-  // Turn 2, streamed: the finish chunk carries the stored ids.
+  // Turn 2, streamed, "store": true: only the user's message is stored, and the finish chunk
+  // carries its id.
   // k 0: nothing retrieved, so nothing encoded before turn 3.
   json body2 = chat("I live in Bergen and work as a carpenter.", {{"user", "ann"}, {"store", true}, {"k", 0}});
   body2["stream"] = true;
@@ -52,13 +54,11 @@ TEST_F(WriteBackTest, TwoTurnsThenAThirdRetrievesAFactFromTheFirst) {
   const json& finish = events[events.size() - 2];
   EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
   const std::vector<int64_t> second = ids_of(finish["memory"]["stored"]);
-  ASSERT_EQ(second.size(), 2u);
+  ASSERT_EQ(second.size(), 1u);
   EXPECT_GT(second[0], first[1]);
-  std::string streamed;
-  for (const json& e : events)
-    if (e.is_object() && !e["choices"].empty()) streamed += e["choices"][0]["delta"].value("content", "");
-  EXPECT_EQ(s->store->get("wb", "ann", second[1]).text, streamed);
-  EXPECT_EQ(s->store->get("wb", "ann", second[1]).turn_index, 3);
+  EXPECT_EQ(s->store->get("wb", "ann", second[0]).text, "I live in Bergen and work as a carpenter.");
+  EXPECT_EQ(s->store->get("wb", "ann", second[0]).source.speaker, "user");
+  EXPECT_EQ(s->store->get("wb", "ann", second[0]).turn_index, 2);
 
   // Turn 3 retrieves the first turn's fact; its KV is encoded now, at its first retrieval.
   const json r3 = Api::ok(a.post("/v1/chat/completions", chat("What is my dog called?", {{"user", "ann"}, {"k", 1}})));
@@ -68,13 +68,13 @@ TEST_F(WriteBackTest, TwoTurnsThenAThirdRetrievesAFactFromTheFirst) {
   EXPECT_EQ(r3["memory"]["encoded"], 1);
   EXPECT_GT(r3["memory"]["injected_tokens"].get<int>(), 0);
   EXPECT_FALSE(r3["memory"].contains("stored"));  // no store asked: nothing written
-  EXPECT_EQ(s->store->count("wb", "ann"), 4u);
+  EXPECT_EQ(s->store->count("wb", "ann"), 3u);
 }
 
 // The turns are durable before the final chunk: when the client reads the finish chunk, the store
 // already holds them (and the finish chunk is what names them).
 TEST_F(WriteBackTest, TheWriteIsDoneBeforeTheFinishChunkIsSent) {
-  json body = chat("Remember that my car is green.", {{"user", "stream-1"}, {"store", true}, {"conversation", "garage"}}, 16);
+  json body = chat("Remember that my car is green.", {{"user", "stream-1"}, {"store", "all"}, {"conversation", "garage"}}, 16);
   body["stream"] = true;
   const std::string text = body.dump();
   RawConnection conn(s->port);

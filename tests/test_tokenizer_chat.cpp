@@ -129,8 +129,9 @@ TEST(TokenizerChatTemplate, PlainFallbackFormat) {
 }
 
 // The fallback rule of resolve_chat_template: recognized source -> its family; unrecognized or
-// missing -> a warning, then the vocabulary's family, else the plain format.
-TEST(TokenizerChatTemplate, ResolveFallsBackWithAWarning) {
+// missing -> a note (for the loader of a chat model to log), then the vocabulary's family, else
+// the plain format.
+TEST(TokenizerChatTemplate, ResolveFallsBackWithANote) {
   BpeTokenizerSpec spec;
   spec.tokens = byte_level_tokens();
   const BpeTokenizer no_chat_tokens(spec);
@@ -139,38 +140,37 @@ TEST(TokenizerChatTemplate, ResolveFallsBackWithAWarning) {
   const std::string smol = load_fixture("chat_template_goldens.json").at("detect").at("smollm2");
   const std::string unknown = "{% for m in messages %}### {{ m.role }}: {{ m.content }}\n{% endfor %}";
   {
-    LogCapture log;
     const ChatTemplate t = resolve_chat_template(smol, no_chat_tokens, "", "", "m");
     EXPECT_EQ(t.family(), ChatFamily::kChatML);  // the source decides, not the vocabulary
     EXPECT_EQ(t.default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-    EXPECT_EQ(log.count("warn"), 0u);
+    EXPECT_EQ(t.note(), "");
   }
   {
-    LogCapture log;
     const ChatTemplate t = resolve_chat_template(unknown, chatml_vocab, "", "", "model-x");
     EXPECT_EQ(t.family(), ChatFamily::kChatML);
     EXPECT_EQ(t.default_system(), "");  // a guessed ChatML writes no default system prompt
-    EXPECT_EQ(log.count("model-x: chat template not recognized"), 1u);
+    EXPECT_EQ(t.note().rfind("model-x: chat template not recognized", 0), 0u) << t.note();
   }
   {
-    LogCapture log;
     const ChatTemplate t = resolve_chat_template(unknown, no_chat_tokens, "", "", "model-y");
     EXPECT_EQ(t.family(), ChatFamily::kPlain);
-    EXPECT_EQ(log.count("model-y: chat template not recognized"), 1u);
+    EXPECT_EQ(t.note().rfind("model-y: chat template not recognized", 0), 0u) << t.note();
   }
   {
-    LogCapture log;
-    EXPECT_EQ(resolve_chat_template("", no_chat_tokens, "", "", "base").family(), ChatFamily::kPlain);
-    EXPECT_EQ(resolve_chat_template("", chatml_vocab, "", "", "base").family(), ChatFamily::kChatML);
-    EXPECT_EQ(log.count("base: no chat template"), 2u);
+    const ChatTemplate plain = resolve_chat_template("", no_chat_tokens, "", "", "base");
+    const ChatTemplate guessed = resolve_chat_template("", chatml_vocab, "", "", "base");
+    EXPECT_EQ(plain.family(), ChatFamily::kPlain);
+    EXPECT_EQ(guessed.family(), ChatFamily::kChatML);
+    EXPECT_EQ(plain.note().rfind("base: no chat template", 0), 0u) << plain.note();
+    EXPECT_EQ(guessed.note().rfind("base: no chat template", 0), 0u) << guessed.note();
   }
   {
-    LogCapture log;  // reasoning blocks are not rendered: say so
+    // Reasoning blocks are not rendered: say so.
     const ChatTemplate t =
         resolve_chat_template("<|im_start|>{{ m.content }}<|im_end|>{% if x %}<think>{% endif %}", chatml_vocab, "", "",
                               "qwen3");
     EXPECT_EQ(t.family(), ChatFamily::kChatML);
-    EXPECT_EQ(log.count("reasoning blocks"), 1u);
+    EXPECT_NE(t.note().find("reasoning blocks"), std::string::npos) << t.note();
   }
 }
 

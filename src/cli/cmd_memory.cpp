@@ -205,7 +205,8 @@ std::vector<float> parse_query_vector(const std::string& text) {
 }
 
 void run_search(const MemoryCmdArgs& a) {
-  IS_REQUIRE(a.top_k >= 1, kInvalidInput, "--top-k must be at least 1, got {}", a.top_k);
+  IS_REQUIRE(a.top_k >= 1 && a.top_k <= MemoryRequest::kMaxK, kInvalidInput, "--top-k must be in [1, {}], got {}",
+             MemoryRequest::kMaxK, a.top_k);
   auto store = open_store(a, false);
   // Dense: embeds this user's facts that have no vector yet (kept in the store), then searches.
   const auto retriever = make_retriever(a.embedder, *store);
@@ -319,7 +320,7 @@ void register_memory(CLI::App& app) {
     IS_REQUIRE(query->count() + vec->count() == 1, kInvalidInput, "memory search needs --query or --query-vector");
     run_search(*a);
   });
-  search->add_option("--top-k", a->top_k, "How many facts")->capture_default_str();
+  search->add_option("--top-k", a->top_k, "How many facts, 1 to 256 (the server's limit)")->capture_default_str();
   search->add_flag("--json", a->json, "Print a JSON array of {id, score, text, source}");
   add_embedder_options(*search, a->embedder);
   add_retrieval_option(*search, a->embedder);

@@ -142,6 +142,10 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
       ->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxRecomputeLast));
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
+  cmd.add_option("--memory-header", a.header, "the memory block's text before the facts ({user}: the user's name)")
+      ->capture_default_str();
+  cmd.add_option("--memory-footer", a.footer, "the memory block's text after the facts ({user}: the user's name)")
+      ->capture_default_str();
   cmd.add_flag("--sink", a.sink, "encode each fact after a BOS token (its KV discarded)");
   add_embedder_options(cmd, a.embedder);
   add_retrieval_option(cmd, a.embedder);
@@ -150,6 +154,8 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
 MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   MemoryOptions o;
   o.fact_template = a.fact_template;
+  o.header = a.header;
+  o.footer = a.footer;
   o.default_k = a.k;
   o.default_window = a.window;
   if (a.window < 0) {

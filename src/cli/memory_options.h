@@ -57,6 +57,8 @@ struct MemoryArgs {
   int32_t recompute_last = 0;  // memory.recompute_last when a request gives none
   bool kv_files = false;
   std::string fact_template = MemoryOptions{}.fact_template;
+  std::string header = MemoryOptions{}.header;  // {user}: the user's name
+  std::string footer = MemoryOptions{}.footer;
   bool sink = false;
 };
 

@@ -96,6 +96,7 @@ Model load_model_from_args(const ModelArgs& a) {
   spdlog::info("model {} ({}, {} layers, hidden {}, vocab {}), tokenizer {}{}, chat template {}", m.name,
                m.config.architecture, m.config.num_layers, m.config.hidden_size, m.config.vocab_size, m.tokenizer->kind(),
                pre.empty() ? "" : " (pre-tokenizer " + pre + ")", chat_family_name(m.chat_template.family()));
+  if (!m.chat_template.note().empty()) spdlog::warn("{}", m.chat_template.note());
   spdlog::info("default sampling: {}", m.sampling.describe());
   if (m.random_weights)
     spdlog::warn("{} has random weights: its text is meaningless (use it for plumbing and speed, not answers)", m.name);

@@ -34,6 +34,7 @@ struct MemoryRequest {
 
   std::string tenant = kDefaultTenant;
   std::string user;
+  std::string name;               // how the memory block names the user; empty: `user`
   int32_t k = -1;                 // -1: MemoryOptions::default_k
   int32_t window = -1;            // -1: MemoryOptions::default_window
   MemoryMode mode = MemoryMode::kInject;

@@ -456,16 +456,24 @@ std::vector<Fact> FactStore::window(std::string_view tenant, std::string_view us
 }
 
 std::vector<Fact> FactStore::window(const Fact& f, size_t w) const {
-  if (!f.turn_index || w == 0) return {};
+  if (w == 0) return {};
   std::lock_guard lock(mu_);
   const auto key = find_user_key(f.tenant, f.user);
   if (!key) return {};  // the user is gone since `f` was read
   const std::string_view tenant = f.tenant, user = f.user;
-  // One range scan of facts_by_turn, newest first, then reversed to reading order.
-  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
-                         " FROM facts f WHERE f.user_key = ? AND f.conversation = ? AND f.turn_index IS NOT NULL "
-                         "AND f.turn_index < ? ORDER BY f.turn_index DESC LIMIT ?");
-  s->bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, static_cast<int64_t>(std::min<size_t>(w, INT64_MAX)));
+  const int64_t limit = static_cast<int64_t>(std::min<size_t>(w, INT64_MAX));
+  // A turn: one range scan of facts_by_turn, newest first. A free-standing fact: the user's
+  // free-standing facts written before it (facts_by_user backwards). Then reversed to reading order.
+  auto s = db_->prepare(f.turn_index ? "SELECT " IS_FACT_COLUMNS
+                                        " FROM facts f WHERE f.user_key = ? AND f.conversation = ? AND f.turn_index IS "
+                                        "NOT NULL AND f.turn_index < ? ORDER BY f.turn_index DESC LIMIT ?"
+                                      : "SELECT " IS_FACT_COLUMNS
+                                        " FROM facts f WHERE f.user_key = ? AND f.turn_index IS NULL AND f.id < ? "
+                                        "ORDER BY f.id DESC LIMIT ?");
+  if (f.turn_index)
+    s->bind(1, *key).bind(2, f.source.conversation).bind(3, *f.turn_index).bind(4, limit);
+  else
+    s->bind(1, *key).bind(2, f.key).bind(3, limit);
   std::vector<Fact> out;
   while (s->step()) out.push_back(read_fact(*s, tenant, user));
   std::reverse(out.begin(), out.end());

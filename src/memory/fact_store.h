@@ -91,8 +91,10 @@ class FactStore {
   std::vector<Fact> get_existing(std::string_view tenant, std::string_view user, std::span<const int64_t> ids) const;
   // Ascending by id, paginated (see ListOptions).
   std::vector<Fact> list(std::string_view tenant, std::string_view user, const ListOptions& opts = {}) const;
-  // The encoding window of a turn: the (at most) w turns of the same conversation that precede
-  // it, oldest first. Empty for a fact that is not a conversation turn, or for w = 0.
+  // The encoding window of a fact, oldest first, empty for w = 0: for a turn, the (at most) w
+  // turns of the same conversation that precede it; for a free-standing fact (no turn index),
+  // the (at most) w free-standing facts the user wrote before it. Either way the fact's KV is
+  // encoded after text like what it is served beside: other memories of the same user.
   std::vector<Fact> window(std::string_view tenant, std::string_view user, int64_t fact_id, size_t w) const;
   // The same for a fact already read: no lookup of the fact itself, so it also answers after the
   // fact was deleted meanwhile (a request composed from it is served as it was retrieved).

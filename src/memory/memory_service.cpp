@@ -473,7 +473,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
 
   std::vector<std::vector<int32_t>> fact_toks;
   for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
-  const FactsBlock block{opts_.header, opts_.footer};
+  const FactsBlock block = FactsBlock::for_user(opts_.header, opts_.footer, req.name.empty() ? req.user : req.name);
   const PromptFrame frame = frame_prompt(prompt, tok, model_.chat_template, &block, &frame_cache_);
   ComposedPrompt c = compose_tokens(frame.before, fact_toks, frame.after);
   out.tokens = std::move(c.tokens);

@@ -46,8 +46,11 @@ class Progress;
 
 struct MemoryOptions {
   std::string fact_template = "[{date}] {speaker}: {text}";
-  std::string header = "Memories from earlier conversations with the user (most relevant last):\n";
-  std::string footer = "\n";
+  // The memory block around the facts (prompt_layout.h's FactsBlock::for_user): it tells the
+  // model whose memories these are and to answer from them; "{user}" is the user's name
+  // (memory.name, else the user id). The same tokens in modes inject and text.
+  std::string header = "You are talking with {user}. What you remember about {user} (most relevant last):\n";
+  std::string footer = "Answer {user}'s questions from these memories.\n";
   int32_t default_k = 10;
   int32_t default_window = 2;
   int32_t default_recompute = 0;          // MemoryRequest::recompute when the request gives none

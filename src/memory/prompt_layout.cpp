@@ -63,6 +63,24 @@ PromptFrame frame_completion(const PromptSource& src, const Tokenizer& tok, cons
 
 }  // namespace
 
+namespace {
+
+std::string fill_user(const std::string& tmpl, std::string_view name) {
+  static constexpr std::string_view kUser = "{user}";
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = tmpl.find(kUser, at)) != std::string::npos; at = hit + kUser.size())
+    out.append(tmpl, at, hit - at).append(name);
+  return out.append(tmpl, at);
+}
+
+}  // namespace
+
+FactsBlock FactsBlock::for_user(const std::string& header_template, const std::string& footer_template,
+                                std::string_view name) {
+  return FactsBlock{fill_user(header_template, name), fill_user(footer_template, name)};
+}
+
 std::vector<int32_t> EncodeCache::encode(const Tokenizer& tok, const std::string& text, EncodeOptions opts) {
   std::string key(1, static_cast<char>((opts.add_special ? 1 : 0) | (opts.parse_special ? 2 : 0)));
   key += text;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -48,6 +49,11 @@ struct PromptSource {
 struct FactsBlock {
   std::string header;
   std::string footer;
+
+  // The block of one user: every "{user}" in the two templates replaced by `name` (the user's
+  // display name, else the user id), so the model is told whose memories these are.
+  static FactsBlock for_user(const std::string& header_template, const std::string& footer_template,
+                             std::string_view name);
 };
 
 struct PromptFrame {

@@ -11,11 +11,29 @@
 
 namespace inferscale::server {
 
+namespace {
+
+// true / "user": the user's message; "all": the reply too; false / "none": nothing.
+MemorySpec::Store parse_store(const JsonFields& f) {
+  const nlohmann::json* v = f.get("store");
+  if (!v) return MemorySpec::Store::kNone;
+  if (v->is_boolean()) return v->get<bool>() ? MemorySpec::Store::kUser : MemorySpec::Store::kNone;
+  if (v->is_string()) {
+    const std::string s = v->get<std::string>();
+    if (s == "user") return MemorySpec::Store::kUser;
+    if (s == "all") return MemorySpec::Store::kAll;
+    if (s == "none") return MemorySpec::Store::kNone;
+  }
+  f.fail("store", "must be true or \"user\" (the user's message), \"all\" (the reply too), or false / \"none\"");
+}
+
+}  // namespace
+
 MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
   const JsonFields f(j, "memory.");
   f.only({"user", "user_id", "tenant", "query", "query_vector", "k", "top_k", "w", "mode", "order", "recompute",
-          "recompute_last", "store", "conversation"});
+          "recompute_last", "name", "store", "conversation"});
   // Mem0's names for two fields: either name, not both.
   const char* user_key = f.get("user_id") ? "user_id" : "user";
   const char* k_key = f.get("top_k") ? "top_k" : "k";
@@ -49,11 +67,17 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   };
   if (f.string("mode")) s.mode = named("mode", parse_memory_mode);
   if (f.string("order")) s.order = named("order", parse_memory_order);
-  s.store = f.boolean("store").value_or(false);
-  if (s.store && s.mode == MemoryMode::kOff)
+  if (auto n = f.string("name")) {
+    if (n->empty() || n->size() > 256) f.fail("name", "must be 1 to 256 bytes");
+    check_name(*n, f.param("name"));
+    s.name = *n;
+  }
+  s.store = parse_store(f);
+  const bool store = s.store != MemorySpec::Store::kNone;
+  if (store && s.mode == MemoryMode::kOff)
     f.fail("store", "cannot be combined with mode 'off' (memory off reads and writes nothing)");
   if (auto c = f.string("conversation")) {
-    if (!s.store) f.fail("conversation", "names where 'memory.store' writes: it needs \"store\": true");
+    if (!store) f.fail("conversation", "names where 'memory.store' writes: it needs \"store\": true");
     check_name(*c, f.param("conversation"));
     s.conversation = *c;
   }

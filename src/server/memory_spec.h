@@ -17,8 +17,11 @@
 //              "recompute": 2,           inject: the first r tokens of each fact are computed at
 //                                        serving time instead of injected, 0..128 (default: the server's)
 //              "recompute_last": 1,      inject: the last m placed facts are computed whole, 0..256
-//              "store": true,            chat: the user's last message and the reply are appended to
-//                                        the user's memory as turns (memory_writeback.h); not with mode off
+//              "name": "Alice",          how the memory block names the user (default: the user id)
+//              "store": true,            chat: the user's last message is appended to the user's memory
+//                                        as a turn (memory_writeback.h); "all": the reply too (the
+//                                        model's own words then become memories); "user" = true;
+//                                        false = "none" (default); not with mode off
 //              "conversation": "chat"}   with store: the conversation they go to (default "chat")
 //
 // The limits are the memory module's (MemoryRequest::kMax*, memory/compose.h): one set for the
@@ -50,7 +53,8 @@ namespace inferscale::server {
 struct MemorySpec : MemoryRequest {
   static constexpr size_t kMaxVectorDim = 16384;
 
-  bool store = false;        // write the exchange back (memory_writeback.h)
+  enum class Store { kNone, kUser, kAll };
+  Store store = Store::kNone;  // what of the exchange is written back (memory_writeback.h)
   std::string conversation;  // with store; "" = kChatConversation
 
   MemorySpec() { tenant.clear(); }

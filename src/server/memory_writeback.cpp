@@ -19,7 +19,7 @@ bool blank(std::string_view s) {
 }  // namespace
 
 std::optional<WriteBack> WriteBack::of(const GenerateRequest& req, MemoryProvider* memory) {
-  if (!req.memory || !req.memory->store) return std::nullopt;
+  if (!req.memory || req.memory->store == MemorySpec::Store::kNone) return std::nullopt;
   if (req.kind != ApiKind::kChat) refuse("works on chat completions, which have a user message and a reply");
   if (req.sampling.max_tokens == 0) refuse("needs a reply to store: max_tokens 0 only scores the prompt");
   if (req.chat_render.continue_final_message)
@@ -34,6 +34,7 @@ std::optional<WriteBack> WriteBack::of(const GenerateRequest& req, MemoryProvide
   w.user_ = r.user;
   w.conversation_ = req.memory->conversation.empty() ? kChatConversation : req.memory->conversation;
   w.question_ = last_user->content;
+  w.with_reply_ = req.memory->store == MemorySpec::Store::kAll;
   return w;
 }
 
@@ -41,7 +42,7 @@ std::vector<int64_t> WriteBack::write(std::string_view reply) const {
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::vector<NewFact> turns;
   if (!blank(question_)) turns.push_back(chat_turn("user", question_, now));
-  if (!blank(reply)) turns.push_back(chat_turn("assistant", std::string(reply), now));
+  if (with_reply_ && !blank(reply)) turns.push_back(chat_turn("assistant", std::string(reply), now));
   if (turns.empty()) return {};
   return store_->add_turns(tenant_, user_, conversation_, turns);
 }

@@ -1,6 +1,8 @@
 // Conversation write-back: `memory.store: true` on a chat request appends the user's last message
-// and the assistant's reply to the user's memory as two turns of a conversation (memory.conversation,
-// default "chat"; memory/chat_turn.h), so chats accumulate memory with no separate call.
+// to the user's memory as a turn of a conversation (memory.conversation, default "chat";
+// memory/chat_turn.h), so chats accumulate memory with no separate call. `"store": "all"` appends
+// the assistant's reply as a second turn too: an explicit choice, since a wrong reply then becomes
+// a memory that can outrank the user's own facts.
 //
 // When: once the reply is complete (finish reason stop or length), on the HTTP thread, before the
 // answer's last part leaves: the final chunk of a stream (which then carries
@@ -32,14 +34,15 @@ class WriteBack {
   // The tenant must be settled in req.memory (tenant.h).
   static std::optional<WriteBack> of(const GenerateRequest& req, MemoryProvider* memory);
 
-  // Appends the user's message and `reply` (skipped when blank: no turn without text), durable
-  // when it returns. Returns their ids (in the tenant), in that order.
+  // Appends the user's message and, with "store": "all", `reply` (each skipped when blank: no turn
+  // without text), durable when it returns. Returns their ids (in the tenant), in that order.
   std::vector<int64_t> write(std::string_view reply) const;
 
  private:
   WriteBack() = default;
   FactStore* store_ = nullptr;
   std::string tenant_, user_, conversation_, question_;
+  bool with_reply_ = false;  // "store": "all"
 };
 
 }  // namespace inferscale::server

@@ -62,6 +62,11 @@ class ChatTemplate {
   static std::string chatml_default_system(const std::string& jinja_source);
 
   ChatFamily family() const { return family_; }
+  // What a user of a chat model should be told about how this template was chosen ("" when the
+  // model's own template was recognized): set by resolve_chat_template, logged by the loader of a
+  // chat model (an encoder's missing template is no news).
+  const std::string& note() const { return note_; }
+  void set_note(std::string note) { note_ = std::move(note); }
   const std::string& default_system() const { return default_system_; }
   // How to encode render()'s text: a family writes its special tokens (and BOS where it wants one)
   // as text, so they are parsed and nothing is added; kPlain writes none, so nothing is parsed (a
@@ -79,6 +84,7 @@ class ChatTemplate {
   std::string bos_text_;
   std::string eos_text_;
   std::string default_system_;
+  std::string note_;
 };
 
 }  // namespace inferscale

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include "tensor/gguf_file.h"
 #include "tokenizer/gguf_vocab.h"
@@ -81,20 +81,21 @@ ChatTemplate resolve_chat_template(const std::string& jinja, const Tokenizer& to
   ChatTemplate t = ChatTemplate::from_source(jinja, bos_text, eos_text);
   if (t.family() != ChatFamily::kNone) {
     if (t.family() == ChatFamily::kChatML && jinja.find("<think>") != std::string::npos)
-      spdlog::warn("{}: the chat template writes reasoning blocks (<think>); they are not rendered: assistant "
-                   "turns are plain ChatML", origin);
+      t.set_note(fmt::format("{}: the chat template writes reasoning blocks (<think>); they are not rendered: "
+                             "assistant turns are plain ChatML", origin));
     return t;
   }
   ChatFamily family = guess_chat_family(tok);
   const char* fallback = family == ChatFamily::kNone ? "the plain format (\"role: content\" lines)"
                                                      : chat_family_name(family);
   if (family == ChatFamily::kNone) family = ChatFamily::kPlain;
+  ChatTemplate out(family, std::move(bos_text), std::move(eos_text));
   if (jinja.empty())
-    spdlog::warn("{}: no chat template; chat requests use {}", origin, fallback);
+    out.set_note(fmt::format("{}: no chat template; chat requests use {}", origin, fallback));
   else
-    spdlog::warn("{}: chat template not recognized (none of llama3, chatml, mistral); chat requests use {}", origin,
-                 fallback);
-  return ChatTemplate(family, std::move(bos_text), std::move(eos_text));
+    out.set_note(fmt::format("{}: chat template not recognized (none of llama3, chatml, mistral); chat requests use {}",
+                             origin, fallback));
+  return out;
 }
 
 namespace {

@@ -33,11 +33,12 @@ ChatFamily guess_chat_family(const Tokenizer& tok);
 // vocabulary; `origin` names the model in log lines. The rule (also in docs/API.md):
 //   1. a source of a known family (ChatTemplate::detect) -> that family, ChatML with the default
 //      system prompt the source writes (ChatTemplate::chatml_default_system);
-//   2. a source we do not recognize -> spdlog warning, then guess_chat_family(tok) when it finds
-//      one (a guessed ChatML has no default system prompt), else kPlain;
-//   3. no source -> guess_chat_family(tok), else kPlain, with a warning (a base model: chat requests
+//   2. a source we do not recognize -> guess_chat_family(tok) when it finds one (a guessed ChatML
+//      has no default system prompt), else kPlain, with a note;
+//   3. no source -> guess_chat_family(tok), else kPlain, with a note (a base model: chat requests
 //      are served in the plain format).
-// A ChatML source with reasoning blocks (<think>, Qwen3) also gets a warning: they are not rendered.
+// A ChatML source with reasoning blocks (<think>, Qwen3) also gets a note: they are not rendered.
+// The note (ChatTemplate::note) is for the loader of a chat model to log; an encoder has none.
 ChatTemplate resolve_chat_template(const std::string& jinja, const Tokenizer& tok, std::string bos_text,
                                    std::string eos_text, const std::string& origin);
 
