@@ -659,7 +659,7 @@ TEST(MemoryService, BackgroundCapturesGiveTheirBlocksToARequest) {
   SchedulerOptions so;
   so.background_tokens_idle = 16;
   so.background_tokens_busy = 16;
-  with_budget(s, 2048, {}, so, /*cache_blocks=*/16);
+  with_budget(s, 2048, {}, so, /*cache_blocks=*/24);  // a capture's window (the block's opening, 5 facts) fits
   s.service->enable_background({});
   add_alice(*s.store);
   std::vector<CaptureSeq> caps = s.service->queued_captures(8);
@@ -672,7 +672,7 @@ TEST(MemoryService, BackgroundCapturesGiveTheirBlocksToARequest) {
   std::string text;
   for (int i = 0; i < 20; ++i) text += "Tell me more about the lighthouse. ";
   std::vector<int32_t> prompt = plain_tokens({{"user", text}});
-  ASSERT_GT(prompt.size(), 16u * 15);
+  ASSERT_GT(prompt.size(), 24u * 16 + 1);
   prompt.resize(static_cast<size_t>((s.engine->blocks().num_free() + 1) * 16 + 1));
   const int64_t id = s.engine->add_request(prompt, greedy(3));
   s.engine->step();

@@ -33,7 +33,7 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
       encoder_(backend, cache_blocks, opts_.encode_batch_tokens) {
   render_fact(opts_.fact_template, "", "", "");  // validates the template now, not on the first request
   fingerprint_ = hash_text(model_.fingerprint + "\n" + opts_.fact_template + "\n" + (opts_.sink ? "sink" : "nosink") +
-                           "\nkv-format-2");  // 2: keys cover the window's tokens
+                           "\nkv-format-3");  // 2: keys cover the window's tokens; 3: windows open with the block
   const std::string fp = fmt::format("{:016x}", fingerprint_);
   const auto stored = store_.get_setting(kFingerprintSetting);
   if (stored != fp) {
@@ -215,7 +215,7 @@ const MemoryService::WindowEntry& MemoryService::window_entry(const Fact& f, int
       it != window_cache_.end() && it->second.version == f.version && it->second.w == w)
     return it->second;
   // By the fact read at retrieval: it may have been deleted since, and is then served as read.
-  WindowEntry e{f.version, w, window_tokens(f, 0), 0};
+  WindowEntry e{f.version, w, block_opening(f.user), 0};
   for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
     const auto t = fact_tokens(prev);
     e.tokens.insert(e.tokens.end(), t.begin(), t.end());
@@ -225,10 +225,16 @@ const MemoryService::WindowEntry& MemoryService::window_entry(const Fact& f, int
   return window_cache_[f.key] = std::move(e);
 }
 
-std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const {
-  if (w > 0) return window_entry(f, w).tokens;
-  std::vector<int32_t> out;
-  if (opts_.sink && model_.tokenizer->bos_id()) out.push_back(*model_.tokenizer->bos_id());
+std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const { return window_entry(f, w).tokens; }
+
+std::vector<int32_t> MemoryService::block_opening(const std::string& user) const {
+  const Tokenizer& tok = *model_.tokenizer;
+  const FactsBlock block = FactsBlock::for_user(opts_.header, opts_.footer, user);
+  const bool chat = model_.chat_template.family() != ChatFamily::kNone;
+  const PromptSource empty = chat ? PromptSource::of_chat({}) : PromptSource::of_text("");
+  std::vector<int32_t> out = frame_prompt(empty, tok, model_.chat_template, &block, &frame_cache_).before;
+  const auto bos = tok.bos_id();
+  if (opts_.sink && bos && (out.empty() || out.front() != *bos)) out.insert(out.begin(), *bos);
   return out;
 }
 
@@ -244,9 +250,7 @@ void MemoryService::drop_caches_of_past_epochs() const {
 }
 
 FactKvKey MemoryService::kv_key(const Fact& f, int32_t w) const {
-  if (w > 0) return FactKvKey{f.key, f.version, w, window_entry(f, w).hash};  // no copy of the tokens
-  const std::vector<int32_t> tokens = window_tokens(f, w);
-  return FactKvKey{f.key, f.version, w, XXH3_64bits(tokens.data(), tokens.size() * sizeof(int32_t))};
+  return FactKvKey{f.key, f.version, w, window_entry(f, w).hash};  // no copy of the tokens
 }
 
 KvFileKey MemoryService::file_key(const FactKvKey& k) const {

@@ -49,10 +49,12 @@ struct MemoryOptions {
   // The memory block around the facts (prompt_layout.h's FactsBlock::for_user): it tells the
   // model whose memories these are and to answer from them; "{user}" is the user's name
   // (memory.name, else the user id). The same tokens in modes inject and text.
+  // The wording is measured (docs/QUALITY.md, personal facts): "in a few words" is what keeps a
+  // small model from answering as a chatbot with no memory.
   std::string header = "You are talking with {user}. What you remember about {user} (most relevant last):\n";
-  std::string footer = "Answer {user}'s questions from these memories.\n";
+  std::string footer = "Use these memories to answer {user}'s question in a few words.\n";
   int32_t default_k = 10;
-  int32_t default_window = 2;
+  int32_t default_window = 5;
   int32_t default_recompute = 0;          // MemoryRequest::recompute when the request gives none
   int32_t default_recompute_last = 0;     // MemoryRequest::recompute_last when the request gives none
   std::filesystem::path kv_dir;           // KV files; empty = keep KV in the pool only
@@ -236,8 +238,14 @@ class MemoryService : private FactStoreListener {
   // returns their keys in the order of `facts`. kResource when one is being encoded in the steps.
   std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
                                        std::vector<FactKvKey>& pinned);
-  // The tokens a fact is encoded after: [BOS with sink][the w preceding turns' tokens].
+  // The tokens a fact is encoded after: [the block's opening][the w preceding facts' tokens]
+  // (window_entry's).
   std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
+  // The prompt of a request with memory up to its first fact, for a user and an empty
+  // conversation: the chat template's start and default system prompt and the block's header
+  // (prompt_layout.h; [BOS][header] for a model without a chat template), BOS first with sink.
+  // Every fact is encoded after it, so its KV has seen what it is served after.
+  std::vector<int32_t> block_opening(const std::string& user) const;
   KvFileKey file_key(const Fact& f, int32_t w) const;
 
   FactStore& store_;
@@ -250,8 +258,9 @@ class MemoryService : private FactStoreListener {
   uint64_t fingerprint_ = 0;
   // Rendered tokens per fact key, valid for the cached version (engine thread only).
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
-  // The encodes of prompt text before the facts (prompt_layout.h; engine thread only).
-  EncodeCache frame_cache_;
+  // The encodes of prompt text before the facts (prompt_layout.h; engine thread only): requests'
+  // and block_opening's.
+  mutable EncodeCache frame_cache_;
   // Two caches of store reads (engine thread only), both read at cache_epoch_: every add, update,
   // delete or reset anywhere in the store moves store_epoch_ (listener thread, before the write's
   // call returns), and the first use of either cache after that empties both
@@ -268,10 +277,10 @@ class MemoryService : private FactStoreListener {
   struct WindowEntry {
     int64_t version = 0;
     int32_t w = 0;
-    std::vector<int32_t> tokens;  // window_tokens(f, w): [BOS with sink][the w preceding turns]
+    std::vector<int32_t> tokens;  // window_tokens(f, w): [block_opening(user)][the w preceding facts]
     uint64_t hash = 0;            // XXH3 of tokens (the pool key's window_hash)
   };
-  // The cached window of a fact (w > 0), read from the store on a miss.
+  // The cached window of a fact, read from the store on a miss.
   const WindowEntry& window_entry(const Fact& f, int32_t w) const;
   mutable std::unordered_map<int64_t, WindowEntry> window_cache_;
   static constexpr size_t kMaxCachedFactRows = size_t{1} << 14;
