@@ -780,7 +780,7 @@ TEST(MemoryService, CompletionsPlaceTheFactsBeforeThePrompt) {
     EXPECT_EQ(text.facts.back().text, "Alice adopted a cat named Miso in March");  // retrieved by the prompt
     std::string memory = alices_block(*s.service).header;
     for (const Fact& f : text.facts) memory += "[" + f.timestamp + "] " + f.source.speaker + ": " + f.text + "\n";
-    memory += alices_block(*s.service).footer;
+    memory += alices_block(*s.service).footer + "\n";  // the footer ends in a word: a newline before the prompt
     // Byte tokens: the concatenation of the parts' tokens is the tokens of the concatenated text.
     EXPECT_EQ(text.tokens, tok.encode(memory + prompt, as_text));
     MemoryPrompt inject = s.service->prepare(req(MemoryMode::kInject, 3), *src);

@@ -52,7 +52,7 @@ struct MemoryOptions {
   // The wording is measured (docs/QUALITY.md, personal facts): "in a few words" is what keeps a
   // small model from answering as a chatbot with no memory.
   std::string header = "You are talking with {user}. What you remember about {user} (most relevant last):\n";
-  std::string footer = "Use these memories to answer {user}'s question in a few words.\n";
+  std::string footer = "Use these memories to answer {user}'s question in a few words.";
   int32_t default_k = 10;
   int32_t default_window = 5;
   int32_t default_recompute = 0;          // MemoryRequest::recompute when the request gives none

@@ -1,5 +1,7 @@
 #include "memory/prompt_layout.h"
 
+#include <cctype>
+
 #include "util/check.h"
 
 namespace inferscale {
@@ -45,6 +47,13 @@ PromptFrame frame_chat(const PromptSource& src, const Tokenizer& tok, const Chat
   return {encode_before(tok, text.substr(0, at), first, cache), tok.encode(text.substr(at + kMarker.size()), rest)};
 }
 
+// A completion's footer runs into the prompt: a newline between them unless the footer ends in
+// whitespace (or is empty). A chat's footer ends the system message, whose end the template writes.
+std::string completion_footer(const std::string& footer) {
+  const bool ends_open = !footer.empty() && !std::isspace(static_cast<unsigned char>(footer.back()));
+  return ends_open ? footer + "\n" : footer;
+}
+
 PromptFrame frame_completion(const PromptSource& src, const Tokenizer& tok, const FactsBlock* block, EncodeCache* cache) {
   if (src.ids) {
     if (!block) return {*src.ids, {}};
@@ -53,12 +62,12 @@ PromptFrame frame_completion(const PromptSource& src, const Tokenizer& tok, cons
     PromptFrame f;
     if (bos_first) f.before.push_back(ids[0]);
     append(f.before, encode_before(tok, block->header, kTextRest, cache));
-    f.after = tok.encode(block->footer, kTextRest);
+    f.after = tok.encode(completion_footer(block->footer), kTextRest);
     f.after.insert(f.after.end(), ids.begin() + (bos_first ? 1 : 0), ids.end());
     return f;
   }
   if (!block) return {tok.encode(src.text, kTextFirst), {}};
-  return {encode_before(tok, block->header, kTextFirst, cache), tok.encode(block->footer + src.text, kTextRest)};
+  return {encode_before(tok, block->header, kTextFirst, cache), tok.encode(completion_footer(block->footer) + src.text, kTextRest)};
 }
 
 }  // namespace

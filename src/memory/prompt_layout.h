@@ -5,7 +5,8 @@
 //               added, holding the template's default system prompt if it has one, when the
 //               conversation has none):
 //                 [ BOS ... system prompt  header ][ facts ][ footer  conversation  generation prompt ]
-//   completion  the block before the prompt text:
+//   completion  the block before the prompt text (a newline after a footer that does not end in
+//               whitespace):
 //                 text       [ BOS header ][ facts ][ footer prompt text ]
 //                 token ids  [ BOS header ][ facts ][ footer ids ]   the BOS only when the client's
 //                            ids start with it (it stays first); the ids are kept as sent
