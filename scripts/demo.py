@@ -5,14 +5,16 @@
 
 1. Writes alice's memory in the tenant `demo` (its own tenant, so it touches no one else's; the
    user is forgotten first, so every run starts alike): a few facts through the memory REST API,
-   and a short conversation as turns.
-2. Asks alice's questions with memory in mode inject, greedy (temperature 0), streaming, and prints
-   for each the facts the server placed, the answer and the time to first token seen here.
+   and one chat message with `"memory": {"store": true}` (the message is stored, not the reply).
+2. Asks alice's questions with memory in mode inject, greedy (temperature 0), streaming, as
+   `"name": "Alice"`, and prints for each the facts the server placed, the answer and the time to
+   first token seen here.
 3. Asks "What is my cat called?" --runs times with the server's default sampling (no temperature
    sent; seeds 1..N) and counts the answers that name the cat.
 
---check (the ctest `demo`): exits 1 unless every greedy answer holds its key value. Standard
-library only.
+--check (the ctest `demo`): exits 1 unless every greedy answer to a CHECKED question holds its key
+value. SmolLM2-135M answers the other two wrong (docs/QUALITY.md has the whole personal-facts
+table). Standard library only.
 """
 import argparse
 import http.client
@@ -29,16 +31,15 @@ FACTS = [
     {"text": "Alice works as a pharmacist in Porto", "speaker": "Alice", "date": "2024-05-20"},
     {"text": "Alice is allergic to peanuts", "speaker": "Alice", "date": "2024-06-08"},
 ]
-CHAT = [
-    {"text": "I started learning the cello last month.", "speaker": "Alice"},
-    {"text": "That is wonderful! How are the lessons going?", "speaker": "Assistant"},
-]
-# (question, key values: a correct answer contains one of them, case-insensitive)
+NAME = "Alice"
+CHAT = "I started learning the cello last month."
+# (question, key values: a correct answer contains one of them, case-insensitive, checked by --check)
 QUESTIONS = [
-    ("What is my cat called?", ["Miso"]),
-    ("Where does my sister live?", ["Lisbon"]),
-    ("What is my job?", ["pharmacist"]),
-    ("What am I allergic to?", ["peanut"]),
+    ("What is my cat called?", ["Miso"], True),
+    ("Where does my sister live?", ["Lisbon"], True),
+    ("What instrument am I learning?", ["cello"], True),
+    ("What is my job?", ["pharmacist"], False),
+    ("What am I allergic to?", ["peanut"], False),
 ]
 
 
@@ -62,11 +63,11 @@ class Server:
             sys.exit(f"demo: {method} {path} answered {r.status}: {data}")
         return json.loads(data) if data and r.status < 300 else None
 
-    def ask(self, model, question, sampling):
+    def ask(self, model, question, sampling, store=False):
         """Streams one chat with memory; returns (answer, facts placed, ttft seconds)."""
         body = {"model": model, "max_tokens": 48, "stream": True,
                 "messages": [{"role": "user", "content": question}],
-                "memory": {"user": USER, "k": 5, "mode": "inject"}}
+                "memory": {"user": USER, "name": NAME, "k": 5, "mode": "inject", "store": store}}
         body.update(sampling)
         c = http.client.HTTPConnection(self.host, self.port, timeout=300)
         t0 = time.perf_counter()
@@ -105,27 +106,29 @@ def main():
     model = s.call("GET", "/v1/models")["data"][0]["id"]
     s.call("DELETE", f"/v1/memory/users/{USER}", ok_statuses=(404,))  # 404: no facts yet
     s.call("POST", f"/v1/memory/users/{USER}/facts", {"facts": FACTS})
-    s.call("POST", f"/v1/memory/users/{USER}/facts", {"conversation": "chat-1", "turns": CHAT})
-    print(f"model {model}; {USER} remembers {len(FACTS)} facts and a {len(CHAT)}-turn chat (tenant {TENANT})\n")
+    print(f"model {model}; {USER} has {len(FACTS)} facts (tenant {TENANT}) and says:\n{USER}> {CHAT}")
+    reply, _, _ = s.ask(model, CHAT, {"temperature": 0}, store=True)
+    print(f"    {reply}\n")
 
     wrong = []
-    for question, keys in QUESTIONS:
+    for question, keys, checked in QUESTIONS:
         answer, facts, ttft = s.ask(model, question, {"temperature": 0})
         ok = holds(answer, keys)
-        wrong += [] if ok else [question]
+        wrong += [] if ok or not checked else [question]
         print(f"{USER}> {question}")
         for f in facts:
             print(f"    memory [{f['id']}] {f['text']}")
         print(f"    answer ({'ok' if ok else 'MISSING ' + keys[0]}, TTFT {ttft * 1e3:.0f} ms, inject, greedy): {answer}\n")
 
-    question, keys = QUESTIONS[0]
+    question, keys, _ = QUESTIONS[0]
     hits = 0
     for seed in range(1, args.runs + 1):
         answer, _, _ = s.ask(model, question, {"seed": seed})
         hits += holds(answer, keys)
         print(f"    default sampling, seed {seed}: {answer}")
     print(f"\n'{question}' with the server's default sampling: {hits} of {args.runs} answers name {keys[0]}")
-    print(f"greedy: {len(QUESTIONS) - len(wrong)} of {len(QUESTIONS)} answers hold their key value")
+    checked = sum(1 for q in QUESTIONS if q[2])
+    print(f"greedy: {checked - len(wrong)} of the {checked} checked answers hold their key value")
     if args.check and wrong:
         print("demo check failed: " + "; ".join(wrong))
         return 1
