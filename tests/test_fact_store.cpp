@@ -166,12 +166,35 @@ TEST(FactStore, WindowIsThePrecedingTurnsOfTheSameConversationInOrder) {
   EXPECT_EQ(texts(store->window("default", "u", b1[2], 5)), (std::vector<std::string>{"B 0", "B 1"}));
   EXPECT_TRUE(store->window("default", "u", a1[0], 5).empty());  // first turn
   EXPECT_TRUE(store->window("default", "u", a2[2], 0).empty());  // w = 0
-  EXPECT_TRUE(store->window("default", "u", loose, 5).empty());  // not a turn
+  EXPECT_TRUE(store->window("default", "u", loose, 5).empty());  // the user's first free-standing fact
 
   // A deleted turn leaves the window: the w preceding turns that still exist.
   store->remove("default", "u", a1[3]);
   EXPECT_EQ(texts(store->window("default", "u", a2[1], 3)), (std::vector<std::string>{"A 1", "A 2", "A+ 0"}));
   expect_error([&] { store->window("default", "other", a2[1], 3); }, ErrorKind::kNotFound, "not found");
+}
+
+// A free-standing fact (no conversation) is encoded after the free-standing facts its user wrote
+// before it, oldest first: turns, later facts and other users' facts are not in it; a deleted or
+// edited one changes the window of the facts after it.
+TEST(FactStore, TheWindowOfAFreeStandingFactIsTheUsersFactsBeforeIt) {
+  TempDir dir;
+  auto store = FactStore::open(dir.path());
+  const int64_t f0 = store->add_fact("default", "u", fact("fact 0"));
+  store->add_turns("default", "u", "A", numbered("A", 2));
+  store->add_fact("default", "other", fact("other's fact"));
+  const int64_t f1 = store->add_fact("default", "u", fact("fact 1"));
+  const int64_t f2 = store->add_fact("default", "u", fact("fact 2"));
+  const int64_t f3 = store->add_fact("default", "u", fact("fact 3"));
+  EXPECT_EQ(texts(store->window("default", "u", f3, 2)), (std::vector<std::string>{"fact 1", "fact 2"}));
+  EXPECT_EQ(texts(store->window("default", "u", f3, 10)), (std::vector<std::string>{"fact 0", "fact 1", "fact 2"}));
+  EXPECT_EQ(texts(store->window("default", "u", f1, 10)), (std::vector<std::string>{"fact 0"}));
+  EXPECT_TRUE(store->window("default", "u", f0, 5).empty());
+  EXPECT_TRUE(store->window("default", "u", f2, 0).empty());
+  store->remove("default", "u", f1);
+  EXPECT_EQ(texts(store->window("default", "u", f3, 2)), (std::vector<std::string>{"fact 0", "fact 2"}));
+  store->update("default", "u", f2, FactUpdate{std::string("fact 2, edited"), std::nullopt});
+  EXPECT_EQ(texts(store->window("default", "u", f3, 1)), (std::vector<std::string>{"fact 2, edited"}));
 }
 
 TEST(FactStore, UsersAndTenantsAreIsolated) {
