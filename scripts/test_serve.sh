@@ -1,6 +1,6 @@
 # Sourced by the CTest scripts that drive a real `inferscale serve` (client_test.sh,
-# http_load_test.sh). Needs $PY (a Python) set. Sourcing it makes the work folder $W (removed at
-# exit) and stops the server started below at exit.
+# http_load_test.sh, demo_test.sh, docs_examples_test.sh). Needs $PY (a Python) set. Sourcing it
+# makes the work folder $W (removed at exit) and stops the server started below at exit.
 W=$(mktemp -d)
 PID=""
 cleanup() {
@@ -30,3 +30,18 @@ start_test_server() {
   done
   return 1
 }
+#
+# start_default_test_server BINARY: the server scripts/run.sh starts (scripts/serve_defaults.sh)
+# on a fresh data directory in $W, as start_test_server; exits the script with 77 (skip) when the
+# SmolLM2 model is absent and with 1 when the server does not start. Needs ROOT set.
+start_default_test_server() {
+  source "$ROOT/scripts/serve_defaults.sh"
+  if [ "$DEFAULT_MODEL" != smollm2 ]; then
+    echo "skipped: models/SmolLM2-135M-Instruct.Q4_1.gguf is absent (scripts/fetch_models.sh fetches it)"
+    exit 77
+  fi
+  if ! start_test_server "$W/serve.log" "$1" "${DEFAULT_SERVE[@]}" --data-dir "$W/data"; then
+    echo "the server did not start:"; cat "$W/serve.log"; exit 1
+  fi
+}
+
