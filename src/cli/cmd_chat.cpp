@@ -1,7 +1,8 @@
 // inferscale chat: an interactive conversation with memory. Each question retrieves the user's
 // top-k facts, injects their KV (or pastes them, --mode text), and streams the answer; stderr
-// shows which facts were used and the time to first token. With --remember, each exchange is
-// stored as conversation turns, so later questions can retrieve it.
+// shows which facts were used and the time to first token. With --remember, what the user says is
+// stored as conversation turns, so later questions can retrieve it (--remember-replies: the
+// answers too, as the server's "store": "all").
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -30,6 +31,7 @@ struct ChatArgs {
   int32_t max_tokens = 256;
   SamplingArgs sampling;
   bool remember = false;
+  bool remember_replies = false;
   bool quiet = false;
 };
 
@@ -102,12 +104,15 @@ void run_chat(const ChatArgs& a) {
                    p.tokens.size(), p.injected ? p.injected->num_injected() : 0, p.encoded, p.retrieve_ms, p.kv_ms,
                    ttft * 1e3);
     history.push_back({"assistant", answer});
-    if (a.remember) {
-      std::vector<NewFact> turns(2);
+    if (a.remember || a.remember_replies) {
+      std::vector<NewFact> turns(1);
       turns[0].text = line;
       turns[0].source.speaker = a.user;
-      turns[1].text = answer;
-      turns[1].source.speaker = "assistant";
+      if (a.remember_replies) {
+        turns.emplace_back();
+        turns[1].text = answer;
+        turns[1].source.speaker = "assistant";
+      }
       mem.store->add_turns(a.tenant, a.user, conversation, turns);
       mem.retriever->refresh(a.tenant, a.user);  // dense: embed the new turns now, not at the next question
     }
@@ -128,7 +133,8 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--system", a->system, "system prompt");
   cmd->add_option("--max-tokens,-n", a->max_tokens, "tokens per answer")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   add_sampling_options(*cmd, a->sampling);
-  cmd->add_flag("--remember", a->remember, "store each exchange as conversation turns");
+  cmd->add_flag("--remember", a->remember, "store what the user says as conversation turns");
+  cmd->add_flag("--remember-replies", a->remember_replies, "store the answers too (the model's words become memories)");
   cmd->add_flag("--quiet,-q", a->quiet, "do not print facts and timings");
   cmd->callback([a] { run_chat(*a); });
 }
