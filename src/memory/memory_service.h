@@ -259,8 +259,9 @@ class MemoryService : private FactStoreListener {
   // Rendered tokens per fact key, valid for the cached version (engine thread only).
   mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
   // The encodes of prompt text before the facts (prompt_layout.h; engine thread only): requests'
-  // and block_opening's.
-  mutable EncodeCache frame_cache_;
+  // and block_opening's. The text names the user, so an entry a user (and template, system
+  // prompt): room for the users of a busy server before it is emptied (~0.5 KB an entry).
+  mutable EncodeCache frame_cache_{4096};
   // Two caches of store reads (engine thread only), both read at cache_epoch_: every add, update,
   // delete or reset anywhere in the store moves store_epoch_ (listener thread, before the write's
   // call returns), and the first use of either cache after that empties both

@@ -68,7 +68,6 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (f.string("mode")) s.mode = named("mode", parse_memory_mode);
   if (f.string("order")) s.order = named("order", parse_memory_order);
   if (auto n = f.string("name")) {
-    if (n->empty() || n->size() > 256) f.fail("name", "must be 1 to 256 bytes");
     check_name(*n, f.param("name"));
     s.name = *n;
   }
