@@ -13,7 +13,7 @@ namespace {
 
 // English function words: pronouns, determiners, auxiliaries, prepositions, conjunctions and
 // question words (the Snowball English list's kind, plus the question words people ask with).
-// Sorted, for binary search (checked at first use).
+// Sorted, for binary search.
 constexpr std::array<std::string_view, 129> kStopWords = {
     "a",       "about",  "above", "after",  "again",  "against", "all",     "am",      "an",     "and",
     "any",     "are",    "as",    "at",     "be",     "because", "been",    "before",  "being",  "below",
@@ -29,6 +29,7 @@ constexpr std::array<std::string_view, 129> kStopWords = {
     "we",      "were",   "what",  "when",   "where",  "which",   "while",   "who",     "whom",   "whose",
     "why",     "will",   "with",  "would",  "you",    "your",    "yours",   "yourself", "yourselves",
 };
+static_assert(std::is_sorted(kStopWords.begin(), kStopWords.end()), "kStopWords must be sorted");
 
 bool is_ascii_letters(std::string_view w) {
   return !w.empty() && std::all_of(w.begin(), w.end(), [](char c) { return c >= 'a' && c <= 'z'; });
@@ -64,8 +65,6 @@ std::vector<std::string> bm25_tokenize(std::string_view text) {
 }
 
 bool is_stop_word(std::string_view word) {
-  static const bool sorted = std::is_sorted(kStopWords.begin(), kStopWords.end());
-  IS_CHECK(sorted, "kStopWords must be sorted");
   return std::binary_search(kStopWords.begin(), kStopWords.end(), word);
 }
 
