@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 PKGS=(
   build-essential cmake pkg-config git ca-certificates
   nlohmann-json3-dev libcpp-httplib-dev libspdlog-dev libfmt-dev libcli11-dev
-  libsentencepiece-dev libpcre2-dev libutf8proc-dev libsqlite3-dev libstemmer-dev libxxhash-dev libzstd-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libsqlite3-dev libpq-dev libstemmer-dev libxxhash-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libssl-dev zlib1g-dev
   python3 python3-venv unzip
+  postgresql-15 haproxy
 )
 
 # The client venv: a warning, not a failure, when PyPI cannot be reached (the test then skips).

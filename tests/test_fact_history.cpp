@@ -8,10 +8,15 @@
 #include "memory/fact_store.h"
 #include "memory/schema.h"
 #include "memory/sqlite.h"
+#include "store_backends.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
 using inferscale::testing::TempDir;
+
+// On both engines (store_backends.h); the migration of an older SQLite store on SQLite alone.
+class FactHistory : public inferscale::testing::StoreTest {};
+INSTANTIATE_STORE_TESTS(FactHistory);
 
 namespace {
 
@@ -32,9 +37,8 @@ using Strings = std::vector<std::string>;
 
 }  // namespace
 
-TEST(FactHistory, EveryChangeLeavesOneEventWithTheTextsBeforeAndAfter) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactHistory, EveryChangeLeavesOneEventWithTheTextsBeforeAndAfter) {
+  auto store = open_store();
   const int64_t id = store->add_fact("t", "alice", note("Alice has a cat", R"({"topic":"pets"})"));
   const Fact added = store->get("t", "alice", id);
   store->update("t", "alice", id, FactUpdate{std::string("Alice has two cats"), std::nullopt});
@@ -68,13 +72,12 @@ TEST(FactHistory, EveryChangeLeavesOneEventWithTheTextsBeforeAndAfter) {
   // The fact is gone; its history is not, and it survives a restart.
   EXPECT_FALSE(store->find("t", id).has_value());
   store.reset();
-  store = FactStore::open(dir.path());
+  store = open_store();
   EXPECT_EQ(kinds(store->history("t", id)), (Strings{"ADD", "UPDATE", "UPDATE", "DELETE"}));
 }
 
-TEST(FactHistory, FindAndHistoryStayInsideTheTenant) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactHistory, FindAndHistoryStayInsideTheTenant) {
+  auto store = open_store();
   const int64_t a = store->add_fact("acme", "alice", note("acme's fact"));
   const int64_t b = store->add_fact("acme", "bob", note("bob's fact"));
   const int64_t other = store->add_fact("globex", "alice", note("globex's fact"));
@@ -90,9 +93,8 @@ TEST(FactHistory, FindAndHistoryStayInsideTheTenant) {
   EXPECT_TRUE(store->history("acme", 99).empty());
 }
 
-TEST(FactHistory, BulkDeletesRecordEachFactAndReachTheListeners) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactHistory, BulkDeletesRecordEachFactAndReachTheListeners) {
+  auto store = open_store();
   Bm25Retriever bm25(*store);
   const auto ids = store->add_facts("t", "u", std::vector<NewFact>{note("red apple"), note("green apple"), note("blue sky")});
   const std::vector<int64_t> doomed = {ids[0], ids[2], 1234};  // an id that is not the user's is skipped
@@ -111,9 +113,8 @@ TEST(FactHistory, BulkDeletesRecordEachFactAndReachTheListeners) {
   EXPECT_EQ(h[1].old_text, "green apple");
 }
 
-TEST(FactHistory, AReplayedIdempotentWriteAddsNoEvent) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactHistory, AReplayedIdempotentWriteAddsNoEvent) {
+  auto store = open_store();
   auto idem = [] {
     Idempotency i;
     i.key = "k";
@@ -130,10 +131,9 @@ TEST(FactHistory, AReplayedIdempotentWriteAddsNoEvent) {
 }
 
 // Events and changes commit together: a second connection that sees one sees the other.
-TEST(FactHistory, TheEventIsCommittedWithTheChange) {
-  TempDir dir;
-  auto writer = FactStore::open(dir.path());
-  auto reader = FactStore::open(dir.path());
+TEST_P(FactHistory, TheEventIsCommittedWithTheChange) {
+  auto writer = open_store();
+  auto reader = open_store();
   for (int i = 0; i < 20; ++i) {
     const int64_t id = writer->add_fact("t", "u", note("fact " + std::to_string(i)));
     EXPECT_TRUE(reader->find("t", id).has_value());
@@ -146,7 +146,7 @@ TEST(FactHistory, TheEventIsCommittedWithTheChange) {
 
 // A v4 store: facts that never changed get their ADD event at migration, with their own time;
 // a fact changed before has no event for a past the store did not record.
-TEST(FactHistory, MigrationGivesUnchangedFactsTheirAddEvent) {
+TEST(FactHistoryMigration, MigrationGivesUnchangedFactsTheirAddEvent) {
   TempDir dir;
   {
     sqlite::Db raw((dir.path() / "memory.db").string(), true);

@@ -1,5 +1,7 @@
 // FactStore: CRUD, pagination, encoding windows, isolation, versions, deletes, restart,
-// settings, embeddings, bad input, schema and concurrency.
+// settings, embeddings, bad input, schema and concurrency. The contract (FactStoreContract) runs
+// on SQLite and on PostgreSQL; what only a data directory has (files, SQLite's schema history)
+// is tested on SQLite alone.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,11 +13,16 @@
 #include "memory/fact_store.h"
 #include "memory/schema.h"
 #include "memory/sqlite.h"
+#include "store_backends.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
 using inferscale::testing::expect_error;
 using inferscale::testing::TempDir;
+
+// The store's contract, on both engines (store_backends.h).
+class FactStoreContract : public inferscale::testing::StoreTest {};
+INSTANTIATE_STORE_TESTS(FactStoreContract);
 
 namespace {
 
@@ -56,9 +63,8 @@ void expect_same_fact(const Fact& a, const Fact& b) {
 
 }  // namespace
 
-TEST(FactStore, AddAndGetKeepEveryField) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, AddAndGetKeepEveryField) {
+  auto store = open_store();
   NewFact nf = fact("Caroline went to a support group", "Caroline", "1:56 pm on 8 May, 2023");
   nf.source.conversation = "conv-26";
   nf.source.session = "session_1";
@@ -85,9 +91,8 @@ TEST(FactStore, AddAndGetKeepEveryField) {
   EXPECT_FALSE(undated.timestamp_epoch.has_value());  // a date it cannot read is refused (BadInputIsRejected...)
 }
 
-TEST(FactStore, BatchAddReturnsIncreasingIdsInInputOrder) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, BatchAddReturnsIncreasingIdsInInputOrder) {
+  auto store = open_store();
   const auto ids = store->add_facts("default", "u", numbered("fact", 50));
   ASSERT_EQ(ids.size(), 50u);
   for (size_t i = 1; i < ids.size(); ++i) EXPECT_GT(ids[i], ids[i - 1]);
@@ -98,9 +103,8 @@ TEST(FactStore, BatchAddReturnsIncreasingIdsInInputOrder) {
 
 // Retrieval hits resolved to facts: the ones deleted since the search, or another user's, drop
 // out; the rest keep their order and scores.
-TEST(FactStore, FetchHitsDropsGoneFactsAndKeepsOrderAndScores) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, FetchHitsDropsGoneFactsAndKeepsOrderAndScores) {
+  auto store = open_store();
   const auto ids = store->add_facts("default", "u", numbered("fact", 4));
   const auto other = store->add_facts("default", "v", numbered("other", 1));
   store->remove("default", "u", ids[1]);
@@ -123,9 +127,8 @@ TEST(FactStore, FetchHitsDropsGoneFactsAndKeepsOrderAndScores) {
   EXPECT_TRUE(store->get_existing("default", "u", std::vector<int64_t>{}).empty());
 }
 
-TEST(FactStore, ListPaginatesByIdWithoutGapsOrRepeats) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, ListPaginatesByIdWithoutGapsOrRepeats) {
+  auto store = open_store();
   const auto ids = store->add_facts("default", "u", numbered("f", 25));
   store->add_facts("default", "other", numbered("x", 5));  // interleaved ids of another user
   store->add_facts("default", "u", numbered("g", 3));
@@ -148,9 +151,8 @@ TEST(FactStore, ListPaginatesByIdWithoutGapsOrRepeats) {
   EXPECT_TRUE(store->list("default", "nobody").empty());
 }
 
-TEST(FactStore, WindowIsThePrecedingTurnsOfTheSameConversationInOrder) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, WindowIsThePrecedingTurnsOfTheSameConversationInOrder) {
+  auto store = open_store();
   // Two conversations interleaved in id order, plus a free-standing fact.
   const auto a1 = store->add_turns("default", "u", "A", numbered("A", 4));      // A 0..3
   const auto b1 = store->add_turns("default", "u", "B", numbered("B", 3));      // B 0..2
@@ -177,9 +179,8 @@ TEST(FactStore, WindowIsThePrecedingTurnsOfTheSameConversationInOrder) {
 // A free-standing fact (no conversation) is encoded after the free-standing facts its user wrote
 // before it, oldest first: turns, later facts and other users' facts are not in it; a deleted or
 // edited one changes the window of the facts after it.
-TEST(FactStore, TheWindowOfAFreeStandingFactIsTheUsersFactsBeforeIt) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, TheWindowOfAFreeStandingFactIsTheUsersFactsBeforeIt) {
+  auto store = open_store();
   const int64_t f0 = store->add_fact("default", "u", fact("fact 0"));
   store->add_turns("default", "u", "A", numbered("A", 2));
   store->add_fact("default", "other", fact("other's fact"));
@@ -197,9 +198,8 @@ TEST(FactStore, TheWindowOfAFreeStandingFactIsTheUsersFactsBeforeIt) {
   EXPECT_EQ(texts(store->window("default", "u", f3, 1)), (std::vector<std::string>{"fact 2, edited"}));
 }
 
-TEST(FactStore, UsersAndTenantsAreIsolated) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, UsersAndTenantsAreIsolated) {
+  auto store = open_store();
   const int64_t a = store->add_fact("default", "alice", fact("alice secret"));
   const int64_t b = store->add_fact("default", "bob", fact("bob secret"));
   const int64_t t2 = store->add_fact("acme", "alice", fact("acme alice secret"));
@@ -233,9 +233,8 @@ TEST(FactStore, UsersAndTenantsAreIsolated) {
   EXPECT_EQ(store->users(), (std::vector<UserRef>{{"acme", "alice"}, {"default", "alice"}, {"default", "bob"}}));
 }
 
-TEST(FactStore, UpdateBumpsVersionAndDropsStaleEmbeddings) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, UpdateBumpsVersionAndDropsStaleEmbeddings) {
+  auto store = open_store();
   const int64_t id = store->add_fact("default", "u", fact("old text"));
   store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{id, 1, {1.f, 0.f}}});
 
@@ -263,9 +262,8 @@ TEST(FactStore, UpdateBumpsVersionAndDropsStaleEmbeddings) {
   EXPECT_EQ(store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{id, 3, {0.f, 1.f}}}), 1u);
 }
 
-TEST(FactStore, DeleteOneAndDeleteAllOfAUser) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, DeleteOneAndDeleteAllOfAUser) {
+  auto store = open_store();
   const auto ids = store->add_facts("default", "u", numbered("f", 5));
   store->add_facts("default", "keep", numbered("k", 2));
   store->put_embeddings("default", "u", "e", std::vector<EmbeddingRow>{{ids[1], 0, {1.f}}});
@@ -293,12 +291,11 @@ TEST(FactStore, DeleteOneAndDeleteAllOfAUser) {
   EXPECT_EQ(store->count("default", "u"), 1u);
 }
 
-TEST(FactStore, ReopenReloadsEverything) {
-  TempDir dir;
+TEST_P(FactStoreContract, ReopenReloadsEverything) {
   std::vector<Fact> before;
   int64_t turn_id = 0;
   {
-    auto store = FactStore::open(dir.path());
+    auto store = open_store();
     store->add_facts("default", "u", numbered("f", 3));
     const auto turns = store->add_turns("default", "u", "c", numbered("turn", 4));
     turn_id = turns[3];
@@ -311,7 +308,7 @@ TEST(FactStore, ReopenReloadsEverything) {
     const auto v = store->list("acme", "v");
     before.insert(before.end(), v.begin(), v.end());
   }
-  auto store = FactStore::open(dir.path(), FactStoreOptions{false});
+  auto store = open_store(FactStoreOptions{false});
   std::vector<Fact> after = store->list("default", "u");
   const auto v = store->list("acme", "v");
   after.insert(after.end(), v.begin(), v.end());
@@ -326,9 +323,8 @@ TEST(FactStore, ReopenReloadsEverything) {
   EXPECT_GT(more[0], before.back().id);
 }
 
-TEST(FactStore, Settings) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, Settings) {
+  auto store = open_store();
   EXPECT_FALSE(store->get_setting("kv.window").has_value());
   store->set_setting("kv.window", "5");
   store->set_setting("kv.fingerprint", "");
@@ -339,9 +335,8 @@ TEST(FactStore, Settings) {
   expect_error([&] { store->set_setting("", "x"); }, ErrorKind::kInvalidInput, "setting name is empty");
 }
 
-TEST(FactStore, EmbeddingsRoundTripBitExact) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, EmbeddingsRoundTripBitExact) {
+  auto store = open_store();
   const auto ids = store->add_facts("default", "u", numbered("f", 4));
   const std::vector<float> v0 = {1.0f, -0.0f, 3.4028235e38f, 1.17549435e-38f, 0.1f};
   const std::vector<float> v2 = {-1.0f, 2.5f, 1e-45f, 7.0f, -0.3f};
@@ -372,9 +367,8 @@ TEST(FactStore, EmbeddingsRoundTripBitExact) {
   EXPECT_EQ(store->facts_missing_embedding("default", "u", "m", 1).size(), 1u);
 }
 
-TEST(FactStore, ClientVectorsAreStoredWithTheFacts) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, ClientVectorsAreStoredWithTheFacts) {
+  auto store = open_store();
   std::vector<NewFact> facts = numbered("f", 3);
   facts[0].vector = {1.f, 0.f};
   facts[2].vector = {0.f, 1.f};
@@ -388,9 +382,8 @@ TEST(FactStore, ClientVectorsAreStoredWithTheFacts) {
   EXPECT_EQ(store->count("default", "u"), 3u);
 }
 
-TEST(FactStore, BadInputIsRejectedWithANamedError) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, BadInputIsRejectedWithANamedError) {
+  auto store = open_store();
   expect_error([&] { store->add_fact("default", "u", fact("")); }, ErrorKind::kInvalidInput, "text is empty");
   expect_error([&] { store->add_fact("default", "u", fact(" \n\t ")); }, ErrorKind::kInvalidInput, "text is empty");
   expect_error([&] { store->add_fact("default", "", fact("x")); }, ErrorKind::kInvalidInput, "user name is empty");
@@ -427,21 +420,30 @@ TEST(FactStore, BadInputIsRejectedWithANamedError) {
   EXPECT_EQ(store->get("default", "u", id).version, 1);
 }
 
-TEST(FactStore, DurableJournalSettingsAndSchemaVersion) {
-  TempDir dir;
+TEST_P(FactStoreContract, DurableCommitsAndSchemaVersion) {
   {
-    auto store = FactStore::open(dir.path());
-    EXPECT_EQ(store->pragma("journal_mode"), "wal");
-    EXPECT_EQ(store->pragma("synchronous"), "2");  // FULL
-    EXPECT_EQ(store->pragma("foreign_keys"), "1");
-    EXPECT_EQ(store->path(), dir.path() / "memory.db");
+    auto store = open_store();
+    if (on_postgres()) {
+      EXPECT_EQ(store->engine_setting("synchronous_commit"), "on");
+      EXPECT_EQ(store->engine_setting("fsync"), "on");
+      EXPECT_TRUE(store->shared());
+    } else {
+      EXPECT_EQ(store->engine_setting("journal_mode"), "wal");
+      EXPECT_EQ(store->engine_setting("synchronous"), "2");  // FULL
+      EXPECT_EQ(store->engine_setting("foreign_keys"), "1");
+      EXPECT_EQ(store->describe(), where->where() + "/memory.db");
+      EXPECT_FALSE(store->shared());
+    }
   }
-  {
-    sqlite::Db db((dir.path() / "memory.db").string(), false);
-    EXPECT_EQ(schema_version(db), kSchemaVersion);
-    db.exec("UPDATE schema_version SET version = version + 1");
-  }
-  expect_error([&] { FactStore::open(dir.path()); }, ErrorKind::kUnsupported, "newer than this build");
+  where->exec_raw("UPDATE schema_version SET version = version + 1");
+  expect_error([&] { open_store(); }, ErrorKind::kUnsupported, "newer than this build");
+}
+
+// A database with no store is found only when allowed to be created.
+TEST_P(FactStoreContract, OpenWithoutCreateNeedsAStore) {
+  expect_error([&] { open_store(FactStoreOptions{false}); }, ErrorKind::kNotFound, "no memory store");
+  open_store();
+  EXPECT_EQ(open_store(FactStoreOptions{false})->count("t", "u"), 0u);
 }
 
 TEST(FactStore, OpenWithoutCreateNeedsAnExistingStore) {
@@ -479,9 +481,8 @@ struct RecordingListener : FactStoreListener {
 };
 }  // namespace
 
-TEST(FactStore, ListenersSeeAReplayThenEveryCommittedChange) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, ListenersSeeAReplayThenEveryCommittedChange) {
+  auto store = open_store();
   NewFact a = fact("a");
   a.vector = {1.f, 2.f};
   store->add_fact("default", "u", a);
@@ -501,9 +502,8 @@ TEST(FactStore, ListenersSeeAReplayThenEveryCommittedChange) {
                                                 "delete u 1"}));
 }
 
-TEST(FactStore, ConcurrentWritersAndReaders) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, ConcurrentWritersAndReaders) {
+  auto store = open_store();
   Bm25Retriever bm25(*store);
   constexpr int kWriters = 3, kPerWriter = 60;
   std::atomic<bool> stop{false};
@@ -551,10 +551,9 @@ TEST(FactStore, ConcurrentWritersAndReaders) {
 // leave a statement open that pins its connection to an old snapshot: the other writer's facts
 // must be visible at the next read, and this connection's next write must not fail with
 // "database is locked".
-TEST(FactStore, TwoConnectionsOnOneDirectorySeeEachOthersWrites) {
-  TempDir dir;
-  auto a = FactStore::open(dir.path());
-  auto b = FactStore::open(dir.path());
+TEST_P(FactStoreContract, TwoConnectionsOnOneDirectorySeeEachOthersWrites) {
+  auto a = open_store();
+  auto b = open_store();
   a->add_fact("default", "u", fact("from a"));
   EXPECT_EQ(a->count("default", "u"), 1u);
   EXPECT_EQ(a->get_setting("missing"), std::nullopt);
@@ -571,10 +570,9 @@ TEST(FactStore, TwoConnectionsOnOneDirectorySeeEachOthersWrites) {
 // A store follows another process's writes (here another connection) through the change log:
 // refresh() replays them to its listeners, so its BM25 index finds the other writer's facts and
 // forgets the ones it deleted.
-TEST(FactStore, RefreshReplaysAnotherWritersChangesToTheListeners) {
-  TempDir dir;
-  auto a = FactStore::open(dir.path());
-  auto b = FactStore::open(dir.path());
+TEST_P(FactStoreContract, RefreshReplaysAnotherWritersChangesToTheListeners) {
+  auto a = open_store();
+  auto b = open_store();
   a->add_fact("default", "u", fact("the red bicycle"));
   Bm25Retriever bm25(*a);
   RecordingListener l;
@@ -607,19 +605,15 @@ TEST(FactStore, RefreshReplaysAnotherWritersChangesToTheListeners) {
 
 // A store that fell behind the change log's retention reloads everything instead of missing the
 // pruned changes.
-TEST(FactStore, RefreshAfterPrunedChangesReloadsEverything) {
-  TempDir dir;
-  auto a = FactStore::open(dir.path());
-  auto b = FactStore::open(dir.path());
+TEST_P(FactStoreContract, RefreshAfterPrunedChangesReloadsEverything) {
+  auto a = open_store();
+  auto b = open_store();
   RecordingListener l;
   a->attach(&l);
   const int64_t gone = b->add_fact("default", "u", fact("soon deleted"));
   b->remove("default", "u", gone);
   b->add_fact("default", "u", fact("kept"));
-  {
-    sqlite::Db raw((dir.path() / "memory.db").string(), false);
-    raw.exec("DELETE FROM changes");  // what pruning does to rows older than the retention
-  }
+  where->exec_raw("DELETE FROM changes");  // what pruning does to rows older than the retention
   b->add_fact("default", "u", fact("after the gap"));
   EXPECT_TRUE(a->refresh());
   EXPECT_EQ(l.events, (std::vector<std::string>{"reset", "add u kept", "add u after the gap"}));
@@ -627,9 +621,8 @@ TEST(FactStore, RefreshAfterPrunedChangesReloadsEverything) {
 
 // A request composes the facts it retrieved; one deleted meanwhile still has its window (the
 // turns before it), so the request is served as retrieved instead of failing with "not found".
-TEST(FactStore, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {
+  auto store = open_store();
   const auto ids = store->add_turns("default", "u", "c", numbered("turn", 3));
   const Fact last = store->get("default", "u", ids[2]);
   store->remove("default", "u", ids[2]);
@@ -648,9 +641,8 @@ TEST(FactStore, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {
 
 // Issue 11, defect 7: fact ids count per tenant (a tenant cannot read other tenants' write volume
 // off its ids), and a tenant never gets an id back after a delete.
-TEST(FactStore, IdsArePerTenantAndNeverReused) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, IdsArePerTenantAndNeverReused) {
+  auto store = open_store();
   EXPECT_EQ(store->add_facts("a", "u", numbered("a", 3)), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(store->add_facts("b", "u", numbered("b", 2)), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(store->add_turns("a", "v", "c", numbered("turn", 2)), (std::vector<int64_t>{4, 5}));
@@ -665,7 +657,7 @@ TEST(FactStore, IdsArePerTenantAndNeverReused) {
   // The same id in two tenants is two facts, each with a key of its own.
   EXPECT_NE(store->get("a", "u", 7).key, store->get("b", "w", 3).key);
   store.reset();
-  store = FactStore::open(dir.path());
+  store = open_store();
   EXPECT_EQ(store->add_fact("b", "w", fact("after a restart")), 4);
 }
 
@@ -695,9 +687,8 @@ TEST(FactStore, MigratedIdsStayAndNewOnesStartAboveEveryOldOne) {
 // Idempotency keys: the first answer comes back for the same request within 24 hours, the same key
 // names another write in another tenant, another request under a live key is refused, and an
 // expired key is a new write.
-TEST(FactStore, IdempotencyKeysReplayTheFirstAnswerForADayPerTenant) {
-  TempDir dir;
-  auto store = FactStore::open(dir.path());
+TEST_P(FactStoreContract, IdempotencyKeysReplayTheFirstAnswerForADayPerTenant) {
+  auto store = open_store();
   auto idem = [](const std::string& key, const std::string& request) {
     Idempotency i;
     i.key = key;
@@ -722,14 +713,11 @@ TEST(FactStore, IdempotencyKeysReplayTheFirstAnswerForADayPerTenant) {
   EXPECT_EQ(store->count("a", "u"), 1u);
   // A retry after a restart (another connection) is answered from the database.
   store.reset();
-  store = FactStore::open(dir.path());
+  store = open_store();
   Idempotency later = idem("k1", "add x");
   store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &later);
   EXPECT_TRUE(later.replayed);
-  {
-    sqlite::Db raw((dir.path() / "memory.db").string(), false);
-    raw.exec("UPDATE idempotency SET created_at_ms = created_at_ms - 25 * 3600 * 1000");
-  }
+  where->exec_raw("UPDATE idempotency SET created_at_ms = created_at_ms - 25 * 3600 * 1000");
   Idempotency expired = idem("k1", "add x");
   EXPECT_EQ(store->add_facts("a", "u", std::vector<NewFact>{fact("x")}, &expired), (std::vector<int64_t>{2}));
   EXPECT_FALSE(expired.replayed);

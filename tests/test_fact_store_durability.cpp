@@ -1,7 +1,8 @@
 // Nothing acknowledged is lost: a child process adds facts and acknowledges each one after the
 // call returns; the parent kills it with SIGKILL at an arbitrary point (likely mid-transaction),
 // reopens the store and must find every acknowledged fact, intact. Repeated, so recovery of a
-// killed writer's WAL is itself exercised again and again.
+// killed writer's WAL (SQLite) or of its open transaction (PostgreSQL) is exercised again and
+// again. Both engines (store_backends.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,18 +15,22 @@
 #include <string>
 
 #include "memory/fact_store.h"
+#include "store_backends.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;
+
+class FactStoreDurability : public inferscale::testing::StoreTest {};
+INSTANTIATE_STORE_TESTS(FactStoreDurability);
 
 namespace {
 
 // Child: calls write(store, i) for i = 0, 1, 2, ... and writes what it returns (ack lines) to
 // `ack_fd` once the write returned. Never returns.
 template <class Write>
-[[noreturn]] void write_forever(const std::filesystem::path& dir, int ack_fd, Write write) {
+[[noreturn]] void write_forever(const std::string& where, int ack_fd, Write write) {
   try {
-    auto store = FactStore::open(dir);
+    auto store = FactStore::open_at(where);
     for (int i = 0;; ++i) {
       const std::string ack = write(*store, i);
       if (::write(ack_fd, ack.data(), ack.size()) != static_cast<ssize_t>(ack.size())) ::_exit(3);
@@ -56,8 +61,8 @@ Child spawn(F child) {
 }
 
 // One ack line "<id> <text>\n" per fact whose add returned.
-[[noreturn]] void child_writer(const std::filesystem::path& dir, int ack_fd, int round) {
-  write_forever(dir, ack_fd, [round](FactStore& store, int i) {
+[[noreturn]] void child_writer(const std::string& where, int ack_fd, int round) {
+  write_forever(where, ack_fd, [round](FactStore& store, int i) {
     std::vector<NewFact> batch(static_cast<size_t>(1 + i % 3));  // singles and small batches
     for (size_t j = 0; j < batch.size(); ++j) {
       batch[j].text = "round " + std::to_string(round) + " fact " + std::to_string(i) + "." + std::to_string(j);
@@ -73,11 +78,11 @@ Child spawn(F child) {
 
 }  // namespace
 
-TEST(FactStoreDurability, AcknowledgedFactsSurviveSigkill) {
-  inferscale::testing::TempDir dir;
+TEST_P(FactStoreDurability, AcknowledgedFactsSurviveSigkill) {
+  const std::string at = where->where();
   std::map<int64_t, std::string> acked;
   for (int round = 0; round < 4; ++round) {
-    const auto [pid, in] = spawn([&](int fd) { child_writer(dir.path(), fd, round); });
+    const auto [pid, in] = spawn([&](int fd) { child_writer(at, fd, round); });
     ASSERT_NE(in, nullptr);
     // Let the child get some way in (a different distance each round), then kill it.
     const size_t target = acked.size() + 20 + 37 * static_cast<size_t>(round);
@@ -109,7 +114,7 @@ TEST(FactStoreDurability, AcknowledgedFactsSurviveSigkill) {
     std::fclose(in);
     EXPECT_GT(got, 0u);
 
-    auto store = FactStore::open(dir.path(), FactStoreOptions{false});
+    auto store = open_store(FactStoreOptions{false});
     for (const auto& [id, text] : acked) {
       const Fact f = store->get("default", "u", id);
       EXPECT_EQ(f.text, text) << "fact " << id;
@@ -144,8 +149,8 @@ Idempotency key_of(int round, int i) {
 
 // Child: writes batch 0, 1, 2, ... each under its own idempotency key, acking "<i>\n" once the
 // write returned. Never returns.
-[[noreturn]] void keyed_writer(const std::filesystem::path& dir, int ack_fd, int round) {
-  write_forever(dir, ack_fd, [round](FactStore& store, int i) {
+[[noreturn]] void keyed_writer(const std::string& where, int ack_fd, int round) {
+  write_forever(where, ack_fd, [round](FactStore& store, int i) {
     Idempotency idem = key_of(round, i);
     store.add_facts("default", "k", keyed_batch(round, i), &idem);
     return std::to_string(i) + "\n";
@@ -157,11 +162,11 @@ Idempotency key_of(int round, int i) {
 // Issue 11, defect 8: after a kill -9 one write may be committed but never acknowledged. A client
 // that retries every write it has no answer for, under the same idempotency keys, ends with each
 // write stored exactly once: the key was committed in the same transaction as the facts.
-TEST(FactStoreDurability, RetriesUnderIdempotencyKeysAfterSigkillWriteEachFactOnce) {
-  inferscale::testing::TempDir dir;
+TEST_P(FactStoreDurability, RetriesUnderIdempotencyKeysAfterSigkillWriteEachFactOnce) {
+  const std::string at = where->where();
   size_t expected = 0;
   for (int round = 0; round < 3; ++round) {
-    const auto [pid, in] = spawn([&](int fd) { keyed_writer(dir.path(), fd, round); });
+    const auto [pid, in] = spawn([&](int fd) { keyed_writer(at, fd, round); });
     ASSERT_NE(in, nullptr);
     int last = -1;
     char line[64];
@@ -174,7 +179,7 @@ TEST(FactStoreDurability, RetriesUnderIdempotencyKeysAfterSigkillWriteEachFactOn
     std::fclose(in);
     // The client retries what it sent without an answer (the write after `last`) and, to be sure,
     // everything it sent: acknowledged writes are answered from their keys.
-    auto store = FactStore::open(dir.path(), FactStoreOptions{false});
+    auto store = open_store(FactStoreOptions{false});
     size_t replayed = 0;
     for (int i = 0; i <= last + 1; ++i) {
       Idempotency idem = key_of(round, i);

@@ -39,6 +39,7 @@ namespace {
 
 struct MemoryCmdArgs {
   std::string data_dir;
+  std::string store;  // --store: a PostgreSQL URL instead of --data-dir
   std::string tenant = kDefaultTenant;
   std::string user;
   // add
@@ -70,14 +71,14 @@ struct MemoryCmdArgs {
 // The options every subcommand shares; `user` only where the command acts on one user.
 CLI::App* subcommand(CLI::App* memory, const char* name, const char* help, MemoryCmdArgs& a, bool user) {
   CLI::App* sub = memory->add_subcommand(name, help);
-  sub->add_option("--data-dir", a.data_dir, "Directory of the memory store")->required();
+  add_store_option(*sub, a.store, sub->add_option("--data-dir", a.data_dir, "Directory of the memory store (SQLite)"));
   sub->add_option("--tenant", a.tenant, "Tenant of the user")->capture_default_str();
   if (user) sub->add_option("--user", a.user, "User whose memory to use")->required();
   return sub;
 }
 
 std::unique_ptr<FactStore> open_store(const MemoryCmdArgs& a, bool create) {
-  return FactStore::open(a.data_dir, FactStoreOptions{create});
+  return FactStore::open_at(store_location(a.data_dir, a.store, true), FactStoreOptions{create});
 }
 
 std::string read_file(const std::string& path) {
@@ -112,6 +113,7 @@ void encode_locomo_kv(const MemoryCmdArgs& a, FactStore& store, const std::vecto
   Bm25Retriever retriever(store);
   MemoryArgs margs;
   margs.data_dir = a.data_dir;
+  margs.store = a.store;
   margs.window = static_cast<int32_t>(a.window);
   margs.kv_files = true;
   margs.fact_template = a.fact_template;

@@ -3,7 +3,8 @@
 //   serve [model options: --model PATH|demo, --kv-cache-mb, ...] [--host 127.0.0.1] [--port 8000]
 //         [--max-pending N] [--admit-between-steps] [--http-threads N] [--shutdown-timeout S]
 //         [--read-timeout S] [--keep-alive-timeout S] [--write-timeout S] [--listen-backlog N]
-//         [--data-dir D [--memory-k K] [--window W] ...]   per-user memory (requests' `memory` object)
+//         [--data-dir D | --store URL] [--memory-k K] [--window W] ...   per-user memory (requests'
+//                                                        `memory` object) in SQLite or a shared PostgreSQL
 //         [--api-keys FILE]                              API keys -> tenants (server/api_keys.h)
 //
 // Threads: this (main) thread loads the model, then waits for SIGINT/SIGTERM (and SIGHUP, which
@@ -79,11 +80,11 @@ void run_serve(const ServeArgs& a) {
   // Memory (optional): the store and retriever live here; the bridge hands work to the engine thread.
   OpenedMemory memory;
   std::unique_ptr<server::MemoryBridge> bridge;
-  if (!a.memory.data_dir.empty()) {
+  if (memory_enabled(a.memory)) {
     memory = open_memory(a.memory, gpu_selected(a.model));
     const MemoryOptions mo = memory_options(a.memory, *memory.store);
     bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, mo);
-    spdlog::info("memory: data dir {} ({} users), retrieval {}, default k {}, window {}", a.memory.data_dir,
+    spdlog::info("memory: store {} ({} users), retrieval {}, default k {}, window {}", memory.store->describe(),
                  memory.store->users().size(), memory.retriever->name(), a.memory.k, mo.default_window);
   }
 

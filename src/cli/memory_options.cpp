@@ -12,6 +12,7 @@
 #include "memory/dense_retriever.h"
 #include "memory/hybrid_retriever.h"
 #include "memory/model_embedder.h"
+#include "memory/postgres.h"
 #include "memory/sentence_transformers.h"
 #include "model/model.h"
 #include "util/check.h"
@@ -128,9 +129,32 @@ size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
   return stored;
 }
 
+void add_store_option(CLI::App& cmd, std::string& store, CLI::Option* data_dir) {
+  auto* s = cmd.add_option("--store", store,
+                           "memory store in PostgreSQL, shared by replicas: postgresql://USER[:PASS]@HOST[:PORT]/DB "
+                           "(instead of --data-dir's SQLite)")
+                ->envname("INFERSCALE_STORE");
+  s->excludes(data_dir);
+  data_dir->excludes(s);
+}
+
+std::string store_location(const std::string& data_dir, const std::string& store, bool required) {
+  if (!store.empty()) {
+    IS_REQUIRE(postgres::is_url(store), kInvalidInput,
+               "--store must be a postgresql:// URL (postgresql://USER@HOST:PORT/DB), not '{}'; a local store is --data-dir",
+               store.substr(0, 80));
+    return store;
+  }
+  IS_REQUIRE(!required || !data_dir.empty(), kInvalidInput, "no memory store: give --data-dir DIR or --store postgresql://...");
+  return data_dir;
+}
+
+bool memory_enabled(const MemoryArgs& a) { return !a.data_dir.empty() || !a.store.empty(); }
+
 void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
-  auto* d = cmd.add_option("--data-dir", a.data_dir, required ? "memory data directory" : "memory data directory (enables memory)");
-  if (required) d->required();
+  auto* d = cmd.add_option("--data-dir", a.data_dir,
+                           required ? "memory data directory (SQLite)" : "memory data directory (SQLite; enables memory)");
+  add_store_option(cmd, a.store, d);
   cmd.add_option("--memory-k", a.k, "facts retrieved per request by default")->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxK));
   cmd.add_option("--window,-w", a.window, "Context-Window Encoding: turns encoded before each fact (default: the data dir's)")
       ->check(CLI::Range(0, MemoryRequest::kMaxWindow));
@@ -141,6 +165,9 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
                  "inject: recompute the last M placed facts (nearest the question) whole (default for memory.recompute_last)")
       ->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxRecomputeLast));
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
+  cmd.add_option("--kv-dir", a.kv_dir,
+                 "keep fact KV files in this directory (implies --kv-files): one that replicas share lets a user's "
+                 "facts encoded on one replica load on another");
   cmd.add_option("--fact-template", a.fact_template, "how a fact is rendered ({date}, {speaker}, {text})")->capture_default_str();
   cmd.add_option("--memory-header", a.header, "the memory block's text before the facts ({user}: the user's name)")
       ->capture_default_str();
@@ -165,14 +192,19 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   o.default_recompute = a.recompute;
   o.default_recompute_last = a.recompute_last;
   o.sink = a.sink;
-  if (a.kv_files) o.kv_dir = std::filesystem::path(a.data_dir) / "kv";
+  if (!a.kv_dir.empty()) {
+    o.kv_dir = a.kv_dir;
+  } else if (a.kv_files) {
+    IS_REQUIRE(!a.data_dir.empty(), kInvalidInput, "--kv-files keeps KV under DATA_DIR/kv: with --store, name a directory with --kv-dir");
+    o.kv_dir = std::filesystem::path(a.data_dir) / "kv";
+  }
   check_memory_limits(o.default_k, o.default_window, o.default_recompute, o.default_recompute_last);  // the data dir's window too
   return o;
 }
 
 OpenedMemory open_memory(const MemoryArgs& a, bool gpu) {
   OpenedMemory m;
-  m.store = FactStore::open(a.data_dir);
+  m.store = FactStore::open_at(store_location(a.data_dir, a.store, true));
   m.retriever = make_retriever(a.embedder, *m.store, gpu);
   embed_all_missing(*m.retriever, *m.store);
   return m;

@@ -50,21 +50,30 @@ size_t embed_all_missing(Retriever& retriever, const FactStore& store);
 
 struct MemoryArgs {
   EmbedderArgs embedder;
-  std::string data_dir;
+  std::string data_dir;  // SQLite in this directory
+  std::string store;     // or a PostgreSQL URL (--store, INFERSCALE_STORE): the store replicas share
   int32_t k = 10;
   int32_t window = -1;  // -1: the data dir's kv.window setting, else MemoryOptions' default
   int32_t recompute = 0;  // memory.recompute when a request gives none
   int32_t recompute_last = 0;  // memory.recompute_last when a request gives none
   bool kv_files = false;
+  std::string kv_dir;  // --kv-dir: fact KV files here (a directory replicas may share); implies kv_files
   std::string fact_template = MemoryOptions{}.fact_template;
   std::string header = MemoryOptions{}.header;  // {user}: the user's name
   std::string footer = MemoryOptions{}.footer;
   bool sink = false;
 };
 
-// `required`: the subcommand cannot run without --data-dir.
+// `required`: the subcommand cannot run without a store (--data-dir or --store).
 void add_memory_options(CLI::App& cmd, MemoryArgs& args, bool required);
+// --store (with INFERSCALE_STORE) beside a --data-dir option, the one excluding the other.
+void add_store_option(CLI::App& cmd, std::string& store, CLI::Option* data_dir);
+// Whether memory is on (a store was named), and where the store is: the --store URL, else the
+// data directory. kInvalidInput when `required` and neither was given.
+bool memory_enabled(const MemoryArgs& args);
+std::string store_location(const std::string& data_dir, const std::string& store, bool required);
 // Without an explicit --window, the window the data dir was encoded with (setting kv.window) wins.
+// KV files: --kv-dir, else DATA_DIR/kv with --kv-files (kInvalidInput with --store alone).
 MemoryOptions memory_options(const MemoryArgs& args, const FactStore& store);
 
 // The store and its retriever (make_retriever; with an embedder, missing vectors embedded now),

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "memory/sqlite.h"
+#include "memory/sql.h"
 #include "util/check.h"
 
 namespace inferscale::change_log {
@@ -15,26 +15,37 @@ int64_t now_ms() {
 
 }  // namespace
 
-void append(sqlite::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+void append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
             std::span<const int64_t> keys, std::string_view embedder) {
   IS_CHECK(ids.size() == keys.size(), "{} ids and {} keys", ids.size(), keys.size());
+  if (ids.empty()) return;
+  int64_t last = 0;
+  {
+    auto head = db.prepare("UPDATE change_head SET seq = seq + ? RETURNING seq");
+    head->bind(1, static_cast<int64_t>(ids.size()));
+    IS_CHECK(head->step(), "the change log has no head row");
+    last = head->int64(0);
+  }
   auto ins = db.prepare(
-      "INSERT INTO changes (op, tenant, user, fact_id, fact_key, embedder, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)");
+      "INSERT INTO changes (seq, op, tenant, \"user\", fact_id, fact_key, embedder, at_ms) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   const int64_t at = now_ms();
+  const int64_t first = last - static_cast<int64_t>(ids.size()) + 1;
   for (size_t i = 0; i < ids.size(); ++i) {
     ins->reset();
-    ins->bind(1, static_cast<int64_t>(op)).bind(2, tenant).bind(3, user).bind(4, ids[i]).bind(5, keys[i]);
-    ins->bind(6, embedder).bind(7, at).run();
+    ins->bind(1, first + static_cast<int64_t>(i)).bind(2, static_cast<int64_t>(op)).bind(3, tenant).bind(4, user);
+    ins->bind(5, ids[i]).bind(6, keys[i]).bind(7, embedder).bind(8, at).run();
   }
+  db.announce_change();
 }
 
-int64_t last_seq(sqlite::Db& db) {
-  auto q = db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'changes'");
+int64_t last_seq(sql::Db& db) {
+  auto q = db.prepare("SELECT seq FROM change_head");
   return q->step() ? q->int64(0) : 0;
 }
 
-std::vector<Change> since(sqlite::Db& db, int64_t seq) {
-  auto q = db.prepare("SELECT seq, op, tenant, user, fact_id, fact_key, embedder FROM changes WHERE seq > ? ORDER BY seq");
+std::vector<Change> since(sql::Db& db, int64_t seq) {
+  auto q = db.prepare("SELECT seq, op, tenant, \"user\", fact_id, fact_key, embedder FROM changes WHERE seq > ? ORDER BY seq");
   q->bind(1, seq);
   std::vector<Change> out;
   while (q->step()) {
@@ -45,6 +56,6 @@ std::vector<Change> since(sqlite::Db& db, int64_t seq) {
   return out;
 }
 
-void prune(sqlite::Db& db, int64_t before_ms) { db.prepare("DELETE FROM changes WHERE at_ms < ?")->bind(1, before_ms).run(); }
+void prune(sql::Db& db, int64_t before_ms) { db.prepare("DELETE FROM changes WHERE at_ms < ?")->bind(1, before_ms).run(); }
 
 }  // namespace inferscale::change_log

@@ -4,8 +4,10 @@
 // so the caches of one process (retrieval indexes, the KV pool) follow the writes of another
 // process that shares the data directory.
 //
-//   seq      AUTOINCREMENT: committed rows are numbered 1, 2, 3, ... without holes (a rolled-back
-//            transaction also rolls back the counter); sqlite_sequence keeps the highest ever
+//   seq      committed rows are numbered 1, 2, 3, ... without holes, in commit order: append()
+//            advances change_head (v6) inside the write's transaction, and writers run one at a
+//            time (sql::TxKind::kWrite), so a rolled-back write gives its numbers back;
+//            change_head keeps the highest ever
 //   op       what happened to the fact (Op)
 //   tenant, user, fact_id (Fact::id), fact_key (Fact::key), embedder (kEmbed only)
 //
@@ -19,7 +21,7 @@
 #include <vector>
 
 namespace inferscale {
-namespace sqlite {
+namespace sql {
 class Db;
 }
 
@@ -39,15 +41,16 @@ struct Change {
   std::string embedder;  // kEmbed only
 };
 
-// One row per fact (ids and keys in the same order), inside the caller's write transaction.
-void append(sqlite::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+// One row per fact (ids and keys in the same order), inside the caller's write transaction, and
+// the other processes told (sql::Db::announce_change).
+void append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
             std::span<const int64_t> keys, std::string_view embedder = {});
 // The highest seq ever written (0 for an empty log).
-int64_t last_seq(sqlite::Db& db);
+int64_t last_seq(sql::Db& db);
 // The rows after `seq`, ascending.
-std::vector<Change> since(sqlite::Db& db, int64_t seq);
+std::vector<Change> since(sql::Db& db, int64_t seq);
 // Deletes the rows written before `before_ms` (unix ms), inside the caller's write transaction.
-void prune(sqlite::Db& db, int64_t before_ms);
+void prune(sql::Db& db, int64_t before_ms);
 
 }  // namespace change_log
 }  // namespace inferscale

@@ -1,26 +1,26 @@
 #include "memory/fact_history.h"
 
-#include "memory/sqlite.h"
+#include "memory/sql.h"
 #include "util/check.h"
 
 namespace inferscale::fact_history {
 namespace {
 
-void bind_opt(sqlite::Statement& s, int i, const std::optional<std::string>& v) {
+void bind_opt(sql::Statement& s, int i, const std::optional<std::string>& v) {
   if (v) s.bind(i, *v);
   else s.bind_null(i);
 }
 
-std::optional<std::string> opt_text(const sqlite::Statement& s, int col) {
+std::optional<std::string> opt_text(const sql::Statement& s, int col) {
   if (s.is_null(col)) return std::nullopt;
   return s.text(col);
 }
 
 }  // namespace
 
-void append(sqlite::Db& db, const FactEvent& e) {
+void append(sql::Db& db, const FactEvent& e) {
   auto ins = db.prepare(
-      "INSERT INTO fact_events (tenant, user, fact_id, event, old_text, new_text, old_metadata, new_metadata, at_ms) "
+      "INSERT INTO fact_events (tenant, \"user\", fact_id, event, old_text, new_text, old_metadata, new_metadata, at_ms) "
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   ins->bind(1, e.tenant).bind(2, e.user).bind(3, e.fact_id).bind(4, fact_event_name(e.kind));
   bind_opt(*ins, 5, e.old_text);
@@ -30,9 +30,9 @@ void append(sqlite::Db& db, const FactEvent& e) {
   ins->bind(9, e.at_ms).run();
 }
 
-std::vector<FactEvent> of_fact(sqlite::Db& db, std::string_view tenant, int64_t fact_id) {
+std::vector<FactEvent> of_fact(sql::Db& db, std::string_view tenant, int64_t fact_id) {
   auto q = db.prepare(
-      "SELECT seq, user, event, old_text, new_text, old_metadata, new_metadata, at_ms FROM fact_events "
+      "SELECT seq, \"user\", event, old_text, new_text, old_metadata, new_metadata, at_ms FROM fact_events "
       "WHERE tenant = ? AND fact_id = ? ORDER BY seq");
   q->bind(1, tenant).bind(2, fact_id);
   std::vector<FactEvent> out;

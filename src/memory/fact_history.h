@@ -23,16 +23,16 @@
 #include "memory/fact.h"
 
 namespace inferscale {
-namespace sqlite {
+namespace sql {
 class Db;
 }
 
 namespace fact_history {
 
 // Appends one event (its seq is ignored), inside the caller's write transaction.
-void append(sqlite::Db& db, const FactEvent& e);
+void append(sql::Db& db, const FactEvent& e);
 // The events of one fact of the tenant, oldest first (empty when it never existed).
-std::vector<FactEvent> of_fact(sqlite::Db& db, std::string_view tenant, int64_t fact_id);
+std::vector<FactEvent> of_fact(sql::Db& db, std::string_view tenant, int64_t fact_id);
 
 }  // namespace fact_history
 }  // namespace inferscale

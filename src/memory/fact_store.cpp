@@ -14,7 +14,9 @@
 #include "memory/change_log.h"
 #include "memory/fact_history.h"
 #include "memory/idempotency.h"
+#include "memory/postgres.h"
 #include "memory/schema.h"
+#include "memory/sql.h"
 #include "memory/sqlite.h"
 #include "memory/timestamp.h"
 #include "util/check.h"
@@ -31,7 +33,7 @@ namespace {
   "f.public_id, f.text, f.ts_text, f.ts_epoch, f.conversation, f.session, f.turn, f.speaker, f.turn_index, " \
   "f.metadata, f.created_at_ms, f.updated_at_ms, f.version, f.id"
 
-Fact read_fact(const sqlite::Statement& s, std::string_view tenant, std::string_view user) {
+Fact read_fact(const sql::Statement& s, std::string_view tenant, std::string_view user) {
   Fact f;
   f.id = s.int64(0);
   f.tenant = tenant;
@@ -119,7 +121,7 @@ void check_fact_date(std::string_view date, std::string_view where) {
 
 // ---- open ------------------------------------------------------------------------------------
 
-FactStore::FactStore(std::filesystem::path path) : path_(std::move(path)) {}
+FactStore::FactStore(std::unique_ptr<sql::Db> db) : db_(std::move(db)) {}
 FactStore::~FactStore() = default;
 
 std::unique_ptr<FactStore> FactStore::open(const std::filesystem::path& data_dir, const FactStoreOptions& opts) {
@@ -132,37 +134,52 @@ std::unique_ptr<FactStore> FactStore::open(const std::filesystem::path& data_dir
     IS_REQUIRE(std::filesystem::exists(file, ec), kNotFound, "no memory store in {} ({} is missing)",
                data_dir.string(), kFileName);
   }
-  std::unique_ptr<FactStore> store(new FactStore(file));
-  store->db_ = std::make_unique<sqlite::Db>(file.string(), opts.create_if_missing);
-  sqlite::Db& db = *store->db_;
-  db.exec("PRAGMA busy_timeout = 5000");
+  auto db = std::make_unique<sqlite::Db>(file.string(), opts.create_if_missing);
+  db->exec("PRAGMA busy_timeout = 5000");
   // WAL + FULL: a commit returns only after the WAL is fsynced (survives power loss, not only
   // kill -9); readers never block the writer.
-  db.exec("PRAGMA journal_mode = WAL");
-  db.exec("PRAGMA synchronous = FULL");
-  db.exec("PRAGMA foreign_keys = ON");
-  auto mode = db.prepare("PRAGMA journal_mode");
-  IS_REQUIRE(mode->step() && mode->text(0) == "wal", kResource, "database {}: cannot enable WAL journal mode",
+  db->exec("PRAGMA journal_mode = WAL");
+  db->exec("PRAGMA synchronous = FULL");
+  db->exec("PRAGMA foreign_keys = ON");
+  IS_REQUIRE(db->engine_setting("journal_mode") == "wal", kResource, "database {}: cannot enable WAL journal mode",
              file.string());
-  mode->reset();
-  migrate_schema(db);
-  store->seen_seq_ = change_log::last_seq(db);  // listeners get the contents at attach, not the history
-  store->data_version_ = store->data_version_locked();
+  return open_db(std::move(db));
+}
+
+std::unique_ptr<FactStore> FactStore::open_postgres(const std::string& url, const FactStoreOptions& opts) {
+  auto db = std::make_unique<postgres::Db>(url);
+  IS_REQUIRE(opts.create_if_missing || schema_version(*db) > 0, kNotFound, "no memory store in {} (no schema_version table)",
+             db->describe());
+  return open_db(std::move(db));
+}
+
+std::unique_ptr<FactStore> FactStore::open_at(const std::string& where, const FactStoreOptions& opts) {
+  return postgres::is_url(where) ? open_postgres(where, opts) : open(where, opts);
+}
+
+std::unique_ptr<FactStore> FactStore::open_db(std::unique_ptr<sql::Db> db) {
+  migrate_schema(*db);
+  std::unique_ptr<FactStore> store(new FactStore(std::move(db)));
+  store->seen_seq_ = change_log::last_seq(*store->db_);  // listeners get the contents at attach, not the history
+  store->db_->others_may_have_written();                  // the contents just read are the baseline
   return store;
 }
 
-std::string FactStore::pragma(std::string_view name) const {
+const std::string& FactStore::describe() const { return db_->describe(); }
+
+bool FactStore::shared() const { return db_->dialect() == sql::Dialect::kPostgres; }
+
+std::string FactStore::engine_setting(std::string_view name) const {
   IS_REQUIRE(!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::islower(c); }),
-             kInvalidInput, "bad pragma name '{}'", name);
+             kInvalidInput, "bad setting name '{}'", name);
   std::lock_guard lock(mu_);
-  auto s = db_->prepare(fmt::format("PRAGMA {}", name));
-  return s->step() ? s->text(0) : std::string();
+  return db_->engine_setting(name);
 }
 
 // ---- helpers (mu_ held) ----------------------------------------------------------------------
 
 std::optional<int64_t> FactStore::find_user_key(std::string_view tenant, std::string_view user) const {
-  auto s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND user = ?");
+  auto s = db_->prepare("SELECT user_key FROM users WHERE tenant = ? AND \"user\" = ?");
   s->bind(1, tenant).bind(2, user);
   if (!s->step()) return std::nullopt;
   return s->int64(0);
@@ -170,12 +187,10 @@ std::optional<int64_t> FactStore::find_user_key(std::string_view tenant, std::st
 
 int64_t FactStore::ensure_user_key(std::string_view tenant, std::string_view user) {
   if (auto key = find_user_key(tenant, user)) return *key;
-  db_->prepare("INSERT INTO users (tenant, user, created_at_ms) VALUES (?, ?, ?)")
-      ->bind(1, tenant)
-      .bind(2, user)
-      .bind(3, now_ms())
-      .run();
-  return db_->last_insert_rowid();
+  auto s = db_->prepare("INSERT INTO users (tenant, \"user\", created_at_ms) VALUES (?, ?, ?) RETURNING user_key");
+  s->bind(1, tenant).bind(2, user).bind(3, now_ms());
+  IS_CHECK(s->step(), "no user_key from INSERT");
+  return s->int64(0);
 }
 
 std::optional<Fact> FactStore::find_fact(int64_t user_key, std::string_view tenant, std::string_view user,
@@ -190,17 +205,23 @@ std::vector<Fact> FactStore::find_facts(int64_t user_key, std::string_view tenan
                                         std::span<const int64_t> ids) const {
   std::vector<Fact> out;
   if (ids.empty()) return out;
-  std::string list = "[";
-  for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
-  list += "]";
-  auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
-                        " FROM facts f WHERE f.user_key = ? AND f.public_id IN (SELECT value FROM json_each(?))");
-  s->bind(1, user_key).bind(2, list);
+  // The ids as literals (integers we format, never client text), in statements cached by count:
+  // one text per list length up to kMaxListed ids, so the statement cache stays small.
+  constexpr size_t kMaxListed = 64;
   std::unordered_map<int64_t, Fact> found;
-  while (s->step()) {
-    Fact f = read_fact(*s, tenant, user);
-    const int64_t id = f.id;
-    found.emplace(id, std::move(f));
+  for (size_t at = 0; at < ids.size(); at += kMaxListed) {
+    const size_t n = std::min(kMaxListed, ids.size() - at);
+    std::string sql = "SELECT " IS_FACT_COLUMNS " FROM facts f WHERE f.user_key = ? AND f.public_id IN (?";
+    for (size_t i = 1; i < n; ++i) sql += ", ?";
+    sql += ")";
+    auto s = db_->prepare(sql);
+    s->bind(1, user_key);
+    for (size_t i = 0; i < n; ++i) s->bind(static_cast<int>(i) + 2, ids[at + i]);
+    while (s->step()) {
+      Fact f = read_fact(*s, tenant, user);
+      const int64_t id = f.id;
+      found.emplace(id, std::move(f));
+    }
   }
   out.reserve(found.size());
   for (int64_t id : ids)
@@ -270,7 +291,7 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
   }
   // The tenant's next ids: its counter only grows, so no id comes back after a delete.
   db_->prepare(
-         "INSERT INTO tenants (tenant, last_fact_id) VALUES (?, COALESCE((SELECT CAST(value AS INTEGER) FROM settings "
+         "INSERT INTO tenants (tenant, last_fact_id) VALUES (?, COALESCE((SELECT CAST(value AS BIGINT) FROM settings "
          "WHERE key = 'fact_ids.floor'), 0)) ON CONFLICT (tenant) DO NOTHING")
       ->bind(1, tenant)
       .run();
@@ -288,7 +309,8 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
   const int64_t now = now_ms();
   auto ins = db_->prepare(
       "INSERT INTO facts (user_key, public_id, text, ts_text, ts_epoch, conversation, session, turn, speaker, "
-      "turn_index, metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)");
+      "turn_index, metadata, created_at_ms, updated_at_ms, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) "
+      "RETURNING id");
   for (const NewFact& nf : facts) {
     Fact f;
     f.tenant = tenant;
@@ -317,9 +339,9 @@ void FactStore::insert_locked(int64_t user_key, std::string_view tenant, std::st
         .bind(10, f.turn_index)
         .bind(11, f.metadata)
         .bind(12, now)
-        .bind(13, now)
-        .run();
-    f.key = db_->last_insert_rowid();
+        .bind(13, now);
+    IS_CHECK(ins->step(), "no id from INSERT INTO facts");
+    f.key = ins->int64(0);
     added.push_back(std::move(f));
   }
 }
@@ -340,7 +362,9 @@ void FactStore::write_embeddings_locked(int64_t user_key, std::string_view tenan
                embedder, user, stored, dim);
   }
   have->reset();
-  auto ins = db_->prepare("INSERT OR REPLACE INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?)");
+  auto ins = db_->prepare(
+      "INSERT INTO embeddings (fact_id, embedder, dim, vector) VALUES (?, ?, ?, ?) "
+      "ON CONFLICT (fact_id, embedder) DO UPDATE SET dim = excluded.dim, vector = excluded.vector");
   put.dim = dim;
   for (const EmbeddingRow& r : rows) {
     std::optional<Fact> f = find_fact(user_key, tenant, user, r.fact_id);
@@ -383,7 +407,7 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
   EmbeddingMatrix put;
   std::vector<int64_t> ids, keys, put_keys;
   {
-    sqlite::Transaction tx(*db_);
+    sql::Transaction tx(*db_);
     if (replayed_locked(tenant, idem)) return {};
     prune_locked();
     const int64_t user_key = ensure_user_key(tenant, user);
@@ -493,8 +517,8 @@ size_t FactStore::count(std::string_view tenant, std::string_view user) const {
 std::vector<UserRef> FactStore::users() const {
   std::lock_guard lock(mu_);
   auto s = db_->prepare(
-      "SELECT u.tenant, u.user FROM users u WHERE EXISTS (SELECT 1 FROM facts f WHERE f.user_key = u.user_key) "
-      "ORDER BY u.tenant, u.user");
+      "SELECT u.tenant, u.\"user\" FROM users u WHERE EXISTS (SELECT 1 FROM facts f WHERE f.user_key = u.user_key) "
+      "ORDER BY u.tenant, u.\"user\"");
   std::vector<UserRef> out;
   while (s->step()) out.push_back(UserRef{s->text(0), s->text(1)});
   return out;
@@ -508,7 +532,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
   Fact f;
   {
     // Read and write in one write transaction: another process may change the fact meanwhile.
-    sqlite::Transaction tx(*db_);
+    sql::Transaction tx(*db_);
     if (replayed_locked(tenant, idem)) return {};
     const auto key = find_user_key(tenant, user);
     f = require_fact(key, tenant, user, id);
@@ -527,14 +551,11 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
     f.version += 1;
     f.updated_at_ms = now_ms();
     prune_locked();
-    db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ?")
-        ->bind(1, f.text)
-        .bind(2, f.metadata)
-        .bind(3, f.version)
-        .bind(4, f.updated_at_ms)
-        .bind(5, f.key)
-        .run();
-    IS_CHECK(db_->changes() == 1, "update of fact {} changed {} rows", id, db_->changes());
+    {
+      auto u = db_->prepare("UPDATE facts SET text = ?, metadata = ?, version = ?, updated_at_ms = ? WHERE id = ? RETURNING id");
+      u->bind(1, f.text).bind(2, f.metadata).bind(3, f.version).bind(4, f.updated_at_ms).bind(5, f.key);
+      IS_CHECK(u->step() && !u->step(), "update of fact {} did not change exactly one row", id);
+    }
     if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, f.key).run();
     record_locked(f, FactEventKind::kUpdate, old_text, old_metadata, f.updated_at_ms);
     const int64_t ids[1] = {id}, keys[1] = {f.key};
@@ -550,7 +571,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
 void FactStore::remove(std::string_view tenant, std::string_view user, int64_t id, Idempotency* idem) {
   std::lock_guard lock(mu_);
   {
-    sqlite::Transaction tx(*db_);
+    sql::Transaction tx(*db_);
     if (replayed_locked(tenant, idem)) return;
     const Fact f = require_fact(find_user_key(tenant, user), tenant, user, id);
     prune_locked();
@@ -568,7 +589,7 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user, Id
   std::lock_guard lock(mu_);
   std::vector<int64_t> ids, keys;
   {
-    sqlite::Transaction tx(*db_);
+    sql::Transaction tx(*db_);
     if (replayed_locked(tenant, idem)) return 0;
     const auto key = find_user_key(tenant, user);
     if (!key) return 0;  // nothing deleted: no answer to remember (a retry finds nothing either)
@@ -594,7 +615,7 @@ size_t FactStore::remove_existing(std::string_view tenant, std::string_view user
   std::lock_guard lock(mu_);
   std::vector<int64_t> gone, keys;
   {
-    sqlite::Transaction tx(*db_);
+    sql::Transaction tx(*db_);
     const auto key = find_user_key(tenant, user);
     if (!key) return 0;
     prune_locked();
@@ -618,7 +639,7 @@ size_t FactStore::remove_existing(std::string_view tenant, std::string_view user
 std::optional<Fact> FactStore::find(std::string_view tenant, int64_t id) const {
   std::lock_guard lock(mu_);
   auto s = db_->prepare("SELECT " IS_FACT_COLUMNS
-                         ", u.user FROM facts f JOIN users u ON u.user_key = f.user_key WHERE f.public_id = ? AND "
+                         ", u.\"user\" FROM facts f JOIN users u ON u.user_key = f.user_key WHERE f.public_id = ? AND "
                          "u.tenant = ?");
   s->bind(1, id).bind(2, tenant);
   if (!s->step()) return std::nullopt;
@@ -684,7 +705,7 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
   EmbeddingMatrix put;
   std::vector<int64_t> put_keys;
   {
-    sqlite::Transaction tx(*db_);
+    sql::Transaction tx(*db_);
     const auto key = find_user_key(tenant, user);
     if (!key) {
       // Versioned rows of a user deleted meanwhile are skipped like any other gone fact.
@@ -753,17 +774,10 @@ void FactStore::detach(FactStoreListener* listener) {
 
 // ---- the change log ----------------------------------------------------------------------------
 
-int64_t FactStore::data_version_locked() const {
-  auto q = db_->prepare("PRAGMA data_version");
-  IS_CHECK(q->step(), "no row from PRAGMA data_version");
-  return q->int64(0);
-}
-
 bool FactStore::refresh() {
   std::lock_guard lock(mu_);
-  const int64_t v = data_version_locked();
-  if (v == data_version_ && !catch_up_pending_) return false;
-  data_version_ = v;
+  if (!catch_up_pending_ && !db_->others_may_have_written()) return false;
+  catch_up_pending_ = true;  // until a catch-up succeeds (the store may be unreachable now)
   return catch_up_locked() > 0;
 }
 
@@ -815,7 +829,7 @@ void FactStore::replay_contents_locked(FactStoreListener& listener) {
   };
   std::vector<UserRow> users;
   {
-    auto s = db_->prepare("SELECT user_key, tenant, user FROM users ORDER BY user_key");
+    auto s = db_->prepare("SELECT user_key, tenant, \"user\" FROM users ORDER BY user_key");
     while (s->step()) users.push_back(UserRow{s->int64(0), s->text(1), s->text(2)});
   }
   for (const UserRow& u : users) {
@@ -878,7 +892,7 @@ void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
 }
 
 size_t FactStore::catch_up_locked(FactStoreListener* added) {
-  sqlite::Transaction tx(*db_, sqlite::Transaction::kRead);  // the log and the rows it names, from one snapshot
+  sql::Transaction tx(*db_, sql::TxKind::kRead);  // the log and the rows it names, from one snapshot
   const int64_t last = change_log::last_seq(*db_);
   size_t replayed = 0;
   if (last != seen_seq_) {

@@ -1,8 +1,11 @@
 // The persistent fact store: per (tenant, user) facts, conversation turns, settings and
-// embeddings in one SQLite database (<data_dir>/memory.db).
+// embeddings in one SQL database: SQLite in a data directory (<data_dir>/memory.db, the embedded
+// default) or a PostgreSQL server that replicas share (a postgresql:// URL). The same code and
+// the same tests run on both (sql.h).
 //
-// Durability: WAL journal with synchronous=FULL, so every write that returned has been fsynced
-// and survives kill -9 or power loss. Each call that writes is one transaction (all or nothing).
+// Durability: every write that returned has been committed durably (SQLite: WAL journal with
+// synchronous=FULL, fsynced, survives kill -9 or power loss; PostgreSQL: synchronous_commit on).
+// Each call that writes is one transaction (all or nothing).
 //
 // Isolation: every query filters on the user's key; a fact id of another user (or tenant) is
 // "not found", exactly like an id that does not exist.
@@ -10,9 +13,12 @@
 // Threads: one connection behind one mutex; every method may be called from any thread.
 // Listeners (fact_store_listener.h) are told of every committed change.
 //
-// Processes: several may open one data directory (WAL, a busy timeout, no statement left open
-// past its call). Every write also appends to the change log (change_log.h) in its transaction;
-// refresh() replays other processes' changes to this store's listeners.
+// Processes: several may open one store (one data directory, or one PostgreSQL database), and
+// write to it one at a time. Every write also appends to the change log (change_log.h) in its
+// transaction; refresh() replays other processes' changes to this store's listeners.
+//
+// A PostgreSQL server that cannot be reached makes every call throw kUnavailable (quickly; the
+// next call after it reconnects); the store carries on when the server is back.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -30,10 +36,9 @@
 
 namespace inferscale {
 
-namespace sqlite {
+namespace sql {
 class Db;
-class Statement;
-}  // namespace sqlite
+}  // namespace sql
 namespace change_log {
 struct Change;
 }  // namespace change_log
@@ -60,8 +65,14 @@ class FactStore {
   static constexpr size_t kMaxNameBytes = 256;  // tenant and user names
   static constexpr const char* kFileName = "memory.db";
 
-  // Opens the store in `data_dir` (created with its parents when allowed) and migrates its schema.
+  // Opens the SQLite store in `data_dir` (created with its parents when allowed) and migrates its schema.
   static std::unique_ptr<FactStore> open(const std::filesystem::path& data_dir, const FactStoreOptions& opts = {});
+  // Opens the store in the PostgreSQL database of `url` (postgresql://USER[:PASS]@HOST[:PORT]/DB)
+  // and migrates its schema; kUnavailable when the server cannot be reached, kNotFound when the
+  // database holds no store and !create_if_missing.
+  static std::unique_ptr<FactStore> open_postgres(const std::string& url, const FactStoreOptions& opts = {});
+  // open_postgres() for a postgresql:// or postgres:// URL, else open() of a data directory.
+  static std::unique_ptr<FactStore> open_at(const std::string& where, const FactStoreOptions& opts = {});
   ~FactStore();
   FactStore(const FactStore&) = delete;
   FactStore& operator=(const FactStore&) = delete;
@@ -147,17 +158,22 @@ class FactStore {
   void attach(FactStoreListener* listener);
   void detach(FactStoreListener* listener);
   // Catches up with the changes other processes committed: replays them to the listeners.
-  // Cheap when there are none (one PRAGMA data_version). Call it before serving from a cache of
-  // the store, such as before each retrieval. Returns whether anything was replayed.
+  // Cheap when there are none (SQLite: one PRAGMA data_version; PostgreSQL: a doorbell flag, and
+  // one query a second). Call it before serving from a cache of the store, such as before each
+  // retrieval. Returns whether anything was replayed; kUnavailable while the store is unreachable.
   bool refresh();
 
-  // The database file.
-  const std::filesystem::path& path() const { return path_; }
-  // The value of a PRAGMA on the store's connection (diagnostics and tests: "synchronous" -> "2").
-  std::string pragma(std::string_view name) const;
+  // What the store is, for messages: the database file, or the server and database (no password).
+  const std::string& describe() const;
+  // Whether other processes may share it by design (PostgreSQL).
+  bool shared() const;
+  // A durability setting of the engine on the store's connection (diagnostics and tests): a
+  // PRAGMA for SQLite ("synchronous" -> "2"), SHOW for PostgreSQL ("synchronous_commit" -> "on").
+  std::string engine_setting(std::string_view name) const;
 
  private:
-  explicit FactStore(std::filesystem::path path);
+  explicit FactStore(std::unique_ptr<sql::Db> db);
+  static std::unique_ptr<FactStore> open_db(std::unique_ptr<sql::Db> db);
   std::vector<int64_t> add_facts_impl(std::string_view tenant, std::string_view user, std::span<const NewFact> facts,
                                       std::optional<std::string_view> conversation, Idempotency* idem);
   // Inside a write transaction: whether `idem` (may be null) names an earlier write of this
@@ -197,18 +213,15 @@ class FactStore {
   void replay_contents_locked(FactStoreListener& listener);
   void replay_run_locked(std::span<const change_log::Change> run);  // rows of one op, user and embedder
   void after_write_locked();   // catch_up_locked(), which must not fail a committed write
-  int64_t data_version_locked() const;
   // Called inside every write transaction: prunes old change-log rows now and then.
   void prune_locked();
 
-  std::filesystem::path path_;
   mutable std::mutex mu_;
-  std::unique_ptr<sqlite::Db> db_;
+  std::unique_ptr<sql::Db> db_;
   std::vector<FactStoreListener*> listeners_;
   int64_t seen_seq_ = 0;       // the last change-log row the listeners were told of
-  int64_t data_version_ = -1;  // PRAGMA data_version at the last refresh(): moves with others' commits
   int64_t pruned_at_ms_ = 0;
-  bool catch_up_pending_ = false;  // a catch-up after a write failed: refresh() retries it
+  bool catch_up_pending_ = false;  // a catch-up failed (after a write, or the store unreachable): refresh() retries it
 };
 
 }  // namespace inferscale

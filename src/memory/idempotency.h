@@ -16,7 +16,7 @@
 
 namespace inferscale {
 
-namespace sqlite {
+namespace sql {
 class Db;
 }
 
@@ -55,11 +55,11 @@ struct Record {
 };
 
 // The live record of (tenant, key) at `now_ms`, if any.
-std::optional<Record> find(sqlite::Db& db, std::string_view tenant, std::string_view key, int64_t now_ms);
+std::optional<Record> find(sql::Db& db, std::string_view tenant, std::string_view key, int64_t now_ms);
 // Stores (or replaces an expired) record, inside the caller's write transaction.
-void put(sqlite::Db& db, std::string_view tenant, std::string_view key, const Record& record, int64_t now_ms);
+void put(sql::Db& db, std::string_view tenant, std::string_view key, const Record& record, int64_t now_ms);
 // Deletes the records that expired before `now_ms`.
-void prune(sqlite::Db& db, int64_t now_ms);
+void prune(sql::Db& db, int64_t now_ms);
 
 }  // namespace idempotency
 }  // namespace inferscale

@@ -1,5 +1,9 @@
 #include "memory/kv_file.h"
 
+#include <unistd.h>
+
+#include <atomic>
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -112,7 +116,10 @@ void write_kv_file(const std::filesystem::path& path, const KvFileKey& key, cons
   h.pool = static_cast<uint32_t>(kv.pool);
   h.checksum = XXH3_64bits(payload.data(), payload.size());
   std::filesystem::create_directories(path.parent_path());
-  const std::filesystem::path tmp = path.string() + ".tmp";
+  // A temporary name of this process and write alone: replicas sharing the directory may write
+  // the same fact's file at once, and each renames only a whole file of its own over it.
+  static std::atomic<uint64_t> writes{0};
+  const std::filesystem::path tmp = fmt::format("{}.tmp.{}.{}", path.string(), ::getpid(), writes.fetch_add(1));
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     IS_REQUIRE(f.good(), kResource, "cannot write KV file {}", tmp.string());

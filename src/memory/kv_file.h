@@ -14,7 +14,8 @@
 // (kv_file_dtype): bf16 from a bf16 pool (exactly what it held), f16 from an f32 pool (half the
 // bytes; docs/QUALITY.md measures no loss against f32: KL 5e-8 per token, top-1 unchanged).
 //
-// Files are written to a temporary name and renamed, so a reader never sees a half-written file.
+// Files are written to a temporary name of their own (process and write) and renamed, so a reader
+// never sees a half-written file, even in a directory that several replicas share (--kv-dir).
 #pragma once
 #include <cstdint>
 #include <filesystem>

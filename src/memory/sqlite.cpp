@@ -46,7 +46,7 @@ Db::Db(const std::string& path, bool create) : path_(path) {
 }
 
 Db::~Db() {
-  cache_.clear();  // statements must be finalized before the connection closes
+  clear_statements();  // statements must be finalized before the connection closes
   if (db_ != nullptr) sqlite3_close_v2(db_);
 }
 
@@ -66,25 +66,35 @@ void Db::exec(std::string_view sql) {
   }
 }
 
-Query Db::prepare(std::string_view sql) {
-  auto it = cache_.find(std::string(sql));
-  if (it == cache_.end()) it = cache_.emplace(std::string(sql), std::make_unique<Statement>(*this, sql)).first;
-  return Query(*it->second);
+// BEGIN IMMEDIATE takes the write lock up front, so a reader never deadlocks upgrading to a
+// writer; a plain BEGIN reads one snapshot and never blocks the writer in WAL mode.
+void Db::begin(sql::TxKind kind) { exec(kind == sql::TxKind::kWrite ? "BEGIN IMMEDIATE" : "BEGIN"); }
+void Db::commit() { exec("COMMIT"); }
+
+void Db::rollback() {
+  try {
+    exec("ROLLBACK");
+  } catch (const std::exception& e) {
+    spdlog::error("rollback failed: {}", e.what());
+  }
 }
 
-Query::Query(Statement& s) : s_(&s) {
-  IS_CHECK(!s.lent_, "statement already in use: {}", s.sql_);
-  s.lent_ = true;
+// PRAGMA data_version moves whenever another connection commits to the file.
+bool Db::others_may_have_written() {
+  auto q = prepare("PRAGMA data_version");
+  IS_CHECK(q->step(), "no row from PRAGMA data_version");
+  const int64_t v = q->int64(0);
+  if (v == data_version_) return false;
+  data_version_ = v;
+  return true;
 }
 
-Query::~Query() {
-  if (s_ == nullptr) return;
-  s_->reset();
-  s_->lent_ = false;
+std::string Db::engine_setting(std::string_view name) {
+  auto q = prepare(fmt::format("PRAGMA {}", name));
+  return q->step() ? q->text(0) : std::string();
 }
 
-int64_t Db::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
-int Db::changes() const { return sqlite3_changes(db_); }
+std::unique_ptr<sql::Statement> Db::make_statement(std::string_view sql) { return std::make_unique<Statement>(*this, sql); }
 
 Statement::Statement(Db& db, std::string_view sql) : db_(db), sql_(sql) {
   const int rc = sqlite3_prepare_v3(db.handle(), sql_.data(), static_cast<int>(sql_.size()),
@@ -107,8 +117,6 @@ Statement& Statement::bind(int i, std::string_view v) {
   return *this;
 }
 
-Statement& Statement::bind(int i, std::optional<int64_t> v) { return v ? bind(i, *v) : bind_null(i); }
-
 Statement& Statement::bind_blob(int i, std::span<const uint8_t> v) {
   const int rc = sqlite3_bind_blob64(stmt_, i, v.data(), v.size(), SQLITE_TRANSIENT);
   if (rc != SQLITE_OK) db_.fail(rc, "binding: " + sql_);
@@ -129,11 +137,6 @@ bool Statement::step() {
   db_.fail(rc, "running: " + sql_);
 }
 
-void Statement::run() {
-  while (step()) {
-  }
-}
-
 void Statement::reset() {
   sqlite3_reset(stmt_);
   sqlite3_clear_bindings(stmt_);
@@ -141,10 +144,6 @@ void Statement::reset() {
 
 bool Statement::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 int64_t Statement::int64(int col) const { return sqlite3_column_int64(stmt_, col); }
-std::optional<int64_t> Statement::opt_int64(int col) const {
-  if (is_null(col)) return std::nullopt;
-  return int64(col);
-}
 
 std::string Statement::text(int col) const {
   const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
@@ -156,22 +155,6 @@ std::span<const uint8_t> Statement::blob(int col) const {
   const auto* p = static_cast<const uint8_t*>(sqlite3_column_blob(stmt_, col));
   const int n = sqlite3_column_bytes(stmt_, col);
   return p != nullptr ? std::span<const uint8_t>(p, static_cast<size_t>(n)) : std::span<const uint8_t>();
-}
-
-Transaction::Transaction(Db& db, Kind kind) : db_(db) { db_.exec(kind == kWrite ? "BEGIN IMMEDIATE" : "BEGIN"); }
-
-Transaction::~Transaction() {
-  if (done_) return;
-  try {
-    db_.exec("ROLLBACK");
-  } catch (const std::exception& e) {
-    spdlog::error("rollback failed: {}", e.what());
-  }
-}
-
-void Transaction::commit() {
-  db_.exec("COMMIT");
-  done_ = true;
 }
 
 }  // namespace inferscale::sqlite

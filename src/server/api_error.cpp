@@ -41,6 +41,11 @@ ApiError api_error_from(std::exception_ptr e) {
       case ErrorKind::kUnsupported: return bad_request(err.what(), {}, "unsupported");
       case ErrorKind::kNotFound: return ApiError(404, "not_found_error", err.what());
       case ErrorKind::kResource: return ApiError(503, "server_error", err.what(), {}, "overloaded");
+      case ErrorKind::kUnavailable: {
+        ApiError a(503, "server_error", err.what(), {}, "store_unavailable");
+        a.retry_after_s = 1;
+        return a;
+      }
       case ErrorKind::kInternal: break;
     }
     spdlog::error("internal error: {}", err.what());

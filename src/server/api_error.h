@@ -50,6 +50,8 @@ ApiError bad_request(const std::string& message, const std::string& param = {}, 
 //   Unavailable kOverloaded      429 rate_limit_error, code "overloaded", Retry-After 1
 //   Unavailable kShuttingDown    503 server_error, code "shutting_down", Retry-After 5
 //   Error kResource              503 server_error, code "overloaded" (out of KV blocks, disk, ...)
+//   Error kUnavailable           503 server_error, code "store_unavailable", Retry-After 1 (the
+//                                memory store's database cannot be reached; it reconnects by itself)
 //   Error kInternal, the rest    500 server_error (a bug: the message is logged)
 ApiError api_error_from(std::exception_ptr e);
 

@@ -15,6 +15,7 @@ enum class ErrorKind {
   kNotFound,      // a named thing (file, tensor, user, fact) does not exist
   kUnsupported,   // well-formed, but a feature this build does not support
   kResource,      // out of memory, KV blocks or disk
+  kUnavailable,   // a service this needs (the memory store's database server) cannot be reached now
 };
 
 class Error : public std::runtime_error {
