@@ -1,6 +1,7 @@
 // Test support for the server tests with memory: the demo model in an AsyncEngine + HttpServer
-// with a MemoryBridge over a FactStore in a temporary data dir, on a loopback ephemeral port
-// (optionally behind API keys); a client of one tenant; a chat request body.
+// with a MemoryBridge over a FactStore (SQLite in a temporary data dir, or a fresh database on the
+// test PostgreSQL server: store_backends.h), on a loopback ephemeral port (optionally behind API
+// keys); a client of one tenant; a chat request body.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "memory/combined_retriever.h"
 #include "server/memory_bridge.h"
 #include "server_http_client.h"
+#include "store_backends.h"
 #include "test_fact_store_util.h"
 
 namespace inferscale::test_support {
@@ -25,8 +27,10 @@ class MemoryServer {
   // first_idle (background only): the engine thread's first piece of idle work waits for it, so a
   // test can write facts before any background work has run.
   explicit MemoryServer(size_t max_body_bytes, std::shared_ptr<const server::ApiKeys> keys = nullptr,
-                        bool background = false, std::shared_future<void> first_idle = {}) {
-    store = FactStore::open(dir.path());
+                        bool background = false, std::shared_future<void> first_idle = {},
+                        inferscale::testing::Backend backend = inferscale::testing::Backend::kSqlite)
+      : location(backend) {
+    store = location.open();
     retriever = std::make_unique<CombinedRetriever>(*store, std::make_unique<Bm25Retriever>(*store));
     MemoryOptions mo;
     mo.default_k = 4;
@@ -62,7 +66,8 @@ class MemoryServer {
     http->stop();
   }
 
-  inferscale::testing::TempDir dir;
+  inferscale::testing::TempDir dir;  // KV files
+  inferscale::testing::StoreLocation location;
   std::unique_ptr<FactStore> store;
   std::unique_ptr<Retriever> retriever;
   std::unique_ptr<server::MemoryBridge> bridge;

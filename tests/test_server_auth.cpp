@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "server/api_keys.h"
 #include "memory_server.h"
@@ -18,10 +19,22 @@ namespace {
 
 const std::vector<std::string> kAcmeFacts = {"Acme's Alice adopted a cat named Miso", "Acme's Alice works as a nurse in Oslo"};
 
-class ServerAuth : public ::testing::Test {
+// On both store engines (store_backends.h): one server each, made by the first test that needs it.
+class ServerAuth : public inferscale::testing::StoreTest {
  protected:
-  static void SetUpTestSuite() {
-    keys_dir = new inferscale::testing::TempDir();
+  void SetUp() override {
+    if (on_postgres() && inferscale::testing::test_postgres_url().empty())
+      GTEST_SKIP() << "no test PostgreSQL server (INFERSCALE_TEST_POSTGRES unset; ctest starts one)";
+    auto& server = servers[GetParam()];
+    if (!server) server = make_server(GetParam());
+    s = server.get();
+  }
+  static void TearDownTestSuite() {
+    servers.clear();
+    keys_dir.reset();
+  }
+  static std::unique_ptr<MemoryServer> make_server(inferscale::testing::Backend backend) {
+    if (!keys_dir) keys_dir = std::make_unique<inferscale::testing::TempDir>();
     const auto file = keys_dir->path() / "keys.txt";
     std::ofstream(file) << "# two tenants, and two more with no data but one test's\nkey-acme acme\nkey-acme-2 acme\n"
                         << "key-charlie charlie\nkey-delta delta\nsha256:"
@@ -31,21 +44,20 @@ class ServerAuth : public ::testing::Test {
                              return h;
                            }()
                         << " globex\n";
-    s = new MemoryServer(2u << 20, std::make_shared<server::ApiKeys>(file));
+    return std::make_unique<MemoryServer>(2u << 20, std::make_shared<server::ApiKeys>(file), false,
+                                          std::shared_future<void>{}, backend);
   }
-  static void TearDownTestSuite() {
-    delete s;
-    delete keys_dir;
-  }
-  static Api with(httplib::Headers auth, const std::string& tenant = {}) { return Api{s->port, tenant, std::move(auth)}; }
-  static Api acme() { return with({{"Authorization", "Bearer key-acme"}}); }
-  static Api globex() { return with({{"Authorization", "Token key-globex"}}); }
+  Api with(httplib::Headers auth, const std::string& tenant = {}) const { return Api{s->port, tenant, std::move(auth)}; }
+  Api acme() const { return with({{"Authorization", "Bearer key-acme"}}); }
+  Api globex() const { return with({{"Authorization", "Token key-globex"}}); }
 
-  static MemoryServer* s;
-  static inferscale::testing::TempDir* keys_dir;
+  MemoryServer* s = nullptr;
+  static std::map<inferscale::testing::Backend, std::unique_ptr<MemoryServer>> servers;
+  static std::unique_ptr<inferscale::testing::TempDir> keys_dir;
 };
-MemoryServer* ServerAuth::s = nullptr;
-inferscale::testing::TempDir* ServerAuth::keys_dir = nullptr;
+std::map<inferscale::testing::Backend, std::unique_ptr<MemoryServer>> ServerAuth::servers;
+std::unique_ptr<inferscale::testing::TempDir> ServerAuth::keys_dir;
+INSTANTIATE_STORE_TESTS(ServerAuth);
 
 json completion(const std::string& prompt, const json& memory) {
   json body = {{"model", "demo"}, {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}};
@@ -70,7 +82,7 @@ struct Route {
 
 // Every route of the server. A route added to the server belongs here (the Mem0-compatible routes
 // too, once merged): the auth layer covers it whatever this table says, the table proves it.
-TEST_F(ServerAuth, EveryRouteNeedsAKeyAndKeepsTenantsApart) {
+TEST_P(ServerAuth, EveryRouteNeedsAKeyAndKeepsTenantsApart) {
   const Api a = acme();
   const std::vector<int64_t> ids = a.add("alice", kAcmeFacts);
   ASSERT_EQ(ids.size(), 2u);
@@ -141,7 +153,7 @@ TEST_F(ServerAuth, EveryRouteNeedsAKeyAndKeepsTenantsApart) {
   EXPECT_EQ(hits[0]["text"], kAcmeFacts[0]);
 }
 
-TEST_F(ServerAuth, HealthIsOpenAndTheThreeKeyFormsWork) {
+TEST_P(ServerAuth, HealthIsOpenAndTheThreeKeyFormsWork) {
   const Api anon = with({});
   EXPECT_EQ(Api::ok(anon.get("/health"))["status"], "ok");
   EXPECT_EQ(Api::fails(anon.post("/health", json::object()), 401)["code"], "missing_api_key");
@@ -162,7 +174,7 @@ TEST_F(ServerAuth, HealthIsOpenAndTheThreeKeyFormsWork) {
             "invalid_api_key");
 }
 
-TEST_F(ServerAuth, MemoryTenantMustBeTheKeys) {
+TEST_P(ServerAuth, MemoryTenantMustBeTheKeys) {
   const Api a = acme();
   a.add("mt", {"mt likes green tea"});
   const json e = Api::fails(globex().post("/v1/chat/completions", chat("tea?", {{"user", "mt"}, {"tenant", "acme"}})), 403);
@@ -177,7 +189,7 @@ TEST_F(ServerAuth, MemoryTenantMustBeTheKeys) {
 
 // The tenant salts every prefix-cache block (vLLM's cache_salt): a tenant's second identical
 // prompt hits its own blocks, another tenant's never does.
-TEST_F(ServerAuth, PrefixCacheBlocksAreNeverSharedAcrossTenants) {
+TEST_P(ServerAuth, PrefixCacheBlocksAreNeverSharedAcrossTenants) {
   // A system prompt no other test sends, so no block of it is cached yet in any tenant.
   json body = chat("Please tell me everything you know", nullptr, 2);
   body["messages"][0]["content"] = "You know the history of the northern lighthouse keepers, one by one, in detail";
@@ -194,13 +206,13 @@ TEST_F(ServerAuth, PrefixCacheBlocksAreNeverSharedAcrossTenants) {
 
 // Fact ids count per tenant, so two fresh tenants both have a fact 1 of a user "same"; the pool
 // and the KV files are keyed by the store-wide fact key, so each is served its own KV.
-TEST_F(ServerAuth, SameFactIdsInjectEachTenantsOwnFacts) {
+TEST_P(ServerAuth, SameFactIdsInjectEachTenantsOwnFacts) {
   const Api charlie = with({{"Authorization", "Bearer key-charlie"}}), delta = with({{"X-API-Key", "key-delta"}});
   const std::vector<int64_t> a = charlie.add("same", {"The secret word of charlie is tangerine"});
   const std::vector<int64_t> g = delta.add("same", {"The secret word of delta is marmalade"});
   ASSERT_EQ(a, std::vector<int64_t>{1});
   ASSERT_EQ(g, std::vector<int64_t>{1});  // the same id in both tenants
-  auto kv_files = [] {
+  auto kv_files = [this] {
     const auto kv = s->dir.path() / "kv";  // made with the first KV file
     return std::filesystem::exists(kv) ? static_cast<size_t>(std::distance(std::filesystem::directory_iterator(kv),
                                                                            std::filesystem::directory_iterator()))
@@ -223,7 +235,7 @@ TEST_F(ServerAuth, SameFactIdsInjectEachTenantsOwnFacts) {
 
 // A rejected request's body is never read, so its connection is closed after the 401 (its bytes
 // must not be taken for a next request).
-TEST_F(ServerAuth, ARejectedRequestClosesItsConnection) {
+TEST_P(ServerAuth, ARejectedRequestClosesItsConnection) {
   RawConnection c(s->port);
   // The body is itself a well-formed request: it must not be served.
   const std::string inner = "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer key-acme\r\n\r\n";
@@ -237,7 +249,7 @@ TEST_F(ServerAuth, ARejectedRequestClosesItsConnection) {
 // Idempotency keys are the client's own names, so two tenants may pick the same one: each
 // tenant's write is stored and answered on its own, never replayed from (or refused because of)
 // the other tenant's record.
-TEST_F(ServerAuth, IdempotencyKeysArePerTenant) {
+TEST_P(ServerAuth, IdempotencyKeysArePerTenant) {
   const httplib::Headers idem = {{"Idempotency-Key", "same-key-in-two-tenants"}};
   auto client = [&](const char* key) {
     httplib::Headers h = idem;
