@@ -2,7 +2,8 @@
 # A private PostgreSQL 15 server in a folder of its own, for the tests and scripts/cluster.sh:
 #
 #   scripts/private_postgres.sh start DIR [TCP_PORT]   initdb DIR/data (once), start the server, wait
-#                                                      until it answers; prints its admin URL
+#                                                      until it answers; prints its admin URL (a
+#                                                      later start without TCP_PORT keeps the first)
 #   scripts/private_postgres.sh stop DIR               stop it (fast shutdown), if it runs
 #   scripts/private_postgres.sh restart DIR            stop, then start on the same ports
 #   scripts/private_postgres.sh url DIR [DB]           the URL of database DB (default postgres)
@@ -36,7 +37,7 @@ port_of() { cat "$dir/port" 2>/dev/null || echo 5432; }
 url() { echo "postgresql://postgres@/${1:-postgres}?host=$dir&port=$(port_of)"; }
 
 start() {
-  local tcp_port=${1:-}
+  local tcp_port=${1:-$(cat "$dir/port" 2>/dev/null || true)}  # a restart keeps the TCP port
   if [ "$(id -u)" = 0 ]; then chown postgres: "$dir"; fi
   if ! as_owner test -x "$dir"; then
     echo "private_postgres: user postgres cannot reach $dir (a parent folder is not searchable)" >&2
@@ -63,7 +64,7 @@ stop() {
 case "$cmd" in
   start) start "${3:-}" ;;
   stop) stop ;;
-  restart) stop; start "$(cat "$dir/port" 2>/dev/null || true)" ;;
+  restart) stop; start ;;
   url) url "${3:-}" ;;
   *) echo "private_postgres: unknown command '$cmd'" >&2; exit 2 ;;
 esac

@@ -25,12 +25,24 @@ PGconn* connect_to(const std::string& url) {
   return PQconnectdbParams(keys, values, /*expand_dbname=*/1);
 }
 
-std::string conn_message(PGconn* c) {
-  std::string m = c != nullptr ? PQerrorMessage(c) : "out of memory";
-  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
-  for (char& ch : m)
-    if (ch == '\n') ch = ' ';
+// libpq's messages on one line: its line breaks and tabs become spaces, runs of them one.
+std::string one_line(std::string_view text) {
+  std::string m;
+  for (char ch : text) {
+    const bool space = ch == '\n' || ch == '\t' || ch == ' ';
+    if (space && (m.empty() || m.back() == ' ')) continue;
+    m += space ? ' ' : ch;
+  }
+  while (!m.empty() && m.back() == ' ') m.pop_back();
   return m;
+}
+
+std::string conn_message(PGconn* c) { return c != nullptr ? one_line(PQerrorMessage(c)) : "out of memory"; }
+
+// The server's notices (and the FATAL a connection gets when the server shuts down) go to the
+// log, not to stderr.
+void log_notice(void* described, const char* message) {
+  spdlog::warn("memory store {}: {}", *static_cast<const std::string*>(described), one_line(message));
 }
 
 // SQLSTATE classes: 08 connection, 57P0x the server shutting down or starting: unavailable;
@@ -129,6 +141,7 @@ class Doorbell {
   PGconn* listen() {
     PGconn* c = connect_to(url_);
     if (PQstatus(c) == CONNECTION_OK) {
+      PQsetNoticeProcessor(c, [](void*, const char*) {}, nullptr);  // the main connection logs the same news
       PGresult* r = PQexec(c, fmt::format("LISTEN {}", kChannel).c_str());
       const bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
       PQclear(r);
@@ -167,6 +180,7 @@ void Db::connect() {
   if (PQstatus(conn_) != CONNECTION_OK)
     IS_THROW(kUnavailable, "memory store {} is unreachable: {}", described_, conn_message(conn_));
   ++generation_;
+  PQsetNoticeProcessor(conn_, log_notice, &described_);
   // Durability and bounded waits for this session (see the header).
   PQclear(checked(PQexec(conn_, "SET synchronous_commit = on; SET lock_timeout = '5s'; "
                                 "SET statement_timeout = '30s'; SET idle_in_transaction_session_timeout = '60s'; "
@@ -186,8 +200,8 @@ PGconn* Db::live() {
 
 void Db::fail(PGresult* res, std::string_view what) {
   const ErrorKind kind = kind_of(conn_, res);
-  std::string msg = res != nullptr && PQresultErrorMessage(res)[0] != '\0' ? PQresultErrorMessage(res) : conn_message(conn_);
-  while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+  const std::string msg =
+      res != nullptr && PQresultErrorMessage(res)[0] != '\0' ? one_line(PQresultErrorMessage(res)) : conn_message(conn_);
   if (res != nullptr) PQclear(res);
   if (in_tx_ && kind == ErrorKind::kUnavailable) tx_broken_ = true;
   throw Error(kind, fmt::format("memory store {}: {} (while {})", described_, msg, what));
