@@ -10,7 +10,9 @@ each and the difference of the p50s:
   - POST /v1/completions, max_tokens 1, not streamed: a generation, with memory.user set (mode
     off: nothing retrieved) so that HAProxy reads the body and hashes the user as it does for
     user-scoped traffic; the direct requests go to the replica HAProxy picks for that user, so
-    both paths run on the same replica.
+    both paths run on the same replica;
+  - the same streamed with max_tokens 16, timed to its first token's event (TTFT): what a proxy
+    holding back partial packets would delay.
 
   python3 bench/proxy_latency.py [--proxy http://127.0.0.1:8000] [-n 500] [--new-connection]
 """
@@ -30,7 +32,8 @@ class Client:
         self.conn = None
 
     def send(self, method, path, body=None):
-        """(seconds from send to the whole answer read, status, X-InferScale-Replica)."""
+        """(seconds from send to the whole answer read, or to the first token of a stream (a body
+        with "stream": true), status, X-InferScale-Replica)."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Content-Type": "application/json"} if body is not None else {}
         start = time.perf_counter()
@@ -39,8 +42,18 @@ class Client:
             self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         self.conn.request(method, path, body=data, headers=headers)
         r = self.conn.getresponse()
-        r.read()
-        elapsed = time.perf_counter() - start
+        if body is not None and body.get("stream"):
+            elapsed = None
+            # The events, to the end of the body; timed: the first with text (the first token;
+            # a request with `memory` starts with an event holding only the memory report).
+            while line := r.readline():
+                if elapsed is None and line.startswith(b"data: {"):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    if choices[0].get("text"):
+                        elapsed = time.perf_counter() - start
+        else:
+            r.read()
+            elapsed = time.perf_counter() - start
         if self.new_connection or r.getheader("Connection", "").lower() == "close":
             self.conn.close()
             self.conn = None
@@ -81,8 +94,10 @@ def main():
     direct_url = args.direct or f"http://{proxy.host}:{proxy.port + int(replica[1:])}"
     direct = Client(direct_url, args.new_connection)
 
+    stream = {**completion, "max_tokens": 16, "stream": True}
     kinds = [("GET /health", "GET", "/health", None),
-             ("POST /v1/completions max_tokens 1", "POST", "/v1/completions", completion)]
+             ("POST /v1/completions max_tokens 1", "POST", "/v1/completions", completion),
+             ("stream, 16 tokens: first token", "POST", "/v1/completions", stream)]
     times = {(k, p): [] for k, *_ in kinds for p in ("direct", "proxy")}
     replicas = Counter()
     errors = Counter()
