@@ -375,7 +375,7 @@ def main():
     # Users whose names need care: a space, a slash (a%2Fb in a path), non-ASCII.
     users = [f"user-{i:02d}" for i in range(args.users - 3)] + ["ann lee", "team/a", "zoë"]
     mapping = part_a(proxy, model, users, args.repeats)
-    # Informational: non-ASCII user ids \\u-escaped in a JSON body (json.dumps' default).
+    # Informational: non-ASCII user ids \u-escaped in a JSON body (json.dumps' default).
     rows = []
     for user in ["zoë", "中村"]:
         path_home = proxy.request("GET", f"/v1/memory/users/{quote(user)}/facts")[1:3]
