@@ -10,7 +10,7 @@
 # deploy/haproxy/inferscale.cfg (a user's requests go to one replica). Replica i (1..N) listens on
 # 127.0.0.1:$((INFERSCALE_PORT + i)) and is started as `inferscale serve` with the default model
 # of scripts/serve_defaults.sh (what scripts/run.sh serves) unless the serve args name one, and
-# --store postgresql://inferscale@127.0.0.1:$INFERSCALE_PG_PORT/inferscale. On a machine whose
+# --store postgresql://postgres@127.0.0.1:$INFERSCALE_PG_PORT/inferscale. On a machine whose
 # `nvidia-smi -L` lists GPUs, replica i gets CUDA_VISIBLE_DEVICES=i-1 (modulo the GPU count); on
 # one without, each replica gets --threads nproc/N unless the serve args set --threads.
 #
@@ -20,19 +20,15 @@
 #   INFERSCALE_HOST          the address HAProxy listens on (default 127.0.0.1)
 #   INFERSCALE_PG_PORT       PostgreSQL's port, on 127.0.0.1 (default 5433)
 #   INFERSCALE_BIN           the inferscale binary (default ./build/inferscale)
-#   INFERSCALE_CLUSTER_STORE postgres (default): replicas share PostgreSQL; sqlite: each replica
-#                            keeps its own SQLite store in CLUSTER_DIR/replica-i and no PostgreSQL
-#                            runs (for a binary without --store; a user's memory then lives only on
-#                            the replica the user is routed to)
-#   INFERSCALE_PG_BIN        PostgreSQL's programs (default /usr/lib/postgresql/15/bin)
 #   INFERSCALE_HAPROXY       the haproxy binary (default: haproxy on PATH)
 #   INFERSCALE_START_TIMEOUT seconds a replica may take to answer /health (default 300)
 #   INFERSCALE_STOP_TIMEOUT  seconds a process gets after SIGTERM before SIGKILL (default 15; a
 #                            replica gives requests in flight serve's --shutdown-timeout, 5 s)
 #
-# PostgreSQL listens on 127.0.0.1 and a socket in the cluster folder only, with trust
-# authentication for the role inferscale: a private development cluster, not a production one.
-# When the script runs as root, PostgreSQL runs as the user postgres, which owns its data folder.
+# PostgreSQL (scripts/private_postgres.sh, in CLUSTER_DIR/postgres) listens on 127.0.0.1 and a
+# socket in its folder only, with trust authentication for the superuser postgres: a private
+# development cluster, not a production one. When the script runs as root, PostgreSQL runs as
+# the user postgres, which owns its folder.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,14 +37,13 @@ PORT=${INFERSCALE_PORT:-8000}
 HOST=${INFERSCALE_HOST:-127.0.0.1}
 PG_PORT=${INFERSCALE_PG_PORT:-5433}
 BIN=${INFERSCALE_BIN:-$ROOT/build/inferscale}
-STORE=${INFERSCALE_CLUSTER_STORE:-postgres}
-PG_BIN=${INFERSCALE_PG_BIN:-/usr/lib/postgresql/15/bin}
 HAPROXY=${INFERSCALE_HAPROXY:-haproxy}
 START_TIMEOUT=${INFERSCALE_START_TIMEOUT:-300}
 STOP_TIMEOUT=${INFERSCALE_STOP_TIMEOUT:-15}
 HAPROXY_RULES=$ROOT/deploy/haproxy/inferscale.cfg
-PG_USER=inferscale
+PG_DIR=$CLUSTER_DIR/postgres
 PG_DB=inferscale
+PG_URL=postgresql://postgres@127.0.0.1:$PG_PORT/$PG_DB
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 say() { echo "cluster.sh: $*"; }
@@ -135,59 +130,13 @@ http_status() {
 
 # --- PostgreSQL -----------------------------------------------------------------------------
 
-# as_pg CMD...: execs CMD, as the user postgres when the script runs as root (PostgreSQL refuses
-# root), else as the caller; from /, which the user postgres can read. Run it in a subshell:
-# `(as_pg CMD)`, or `(as_pg CMD) &`, whose $! is then CMD's own pid (setpriv execs in place).
-as_pg() {
-  cd /
-  if [ "$(id -u)" = 0 ]; then
-    exec setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
-  else
-    exec "$@"
-  fi
-}
-
-# The socket folder: the cluster folder's run/, unless its path is too long for a Unix socket
-# (107 bytes with PostgreSQL's ".s.PGSQL.PORT" name).
-pg_socket_dir() {
-  local dir=$CLUSTER_DIR/run
-  if [ $((${#dir} + 20)) -gt 100 ]; then dir=${TMPDIR:-/tmp}/inferscale-cluster-$PG_PORT; fi
-  echo "$dir"
-}
-
 start_postgres() {
-  local pgdata=$CLUSTER_DIR/postgres sock
-  sock=$(pg_socket_dir)
-  for tool in initdb postgres pg_isready psql createdb; do
-    [ -x "$PG_BIN/$tool" ] || die "$PG_BIN/$tool is missing (install postgresql-15, or set INFERSCALE_PG_BIN)"
-  done
-  mkdir -p "$sock"
-  if [ "$(id -u)" = 0 ]; then
-    id postgres >/dev/null 2>&1 || die "running as root, PostgreSQL needs the user postgres, which does not exist"
-    mkdir -p "$pgdata"
-    chown postgres: "$pgdata" "$sock"
-    chmod 700 "$pgdata"
-    (as_pg test -w "$pgdata") || die "the user postgres cannot write $pgdata (a folder above it is closed to it?): set INFERSCALE_CLUSTER_DIR"
+  local admin
+  admin=$("$ROOT/scripts/private_postgres.sh" start "$PG_DIR" "$PG_PORT") || die "PostgreSQL did not start ($PG_DIR/server.log)"
+  if [ -z "$(psql "$admin" -tAc "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" ]; then
+    psql -q "$admin" -c "CREATE DATABASE $PG_DB" || die "cannot create the database $PG_DB"
   fi
-  if [ ! -f "$pgdata/PG_VERSION" ]; then
-    say "initdb $pgdata"
-    (as_pg "$PG_BIN/initdb" -D "$pgdata" -U "$PG_USER" --auth=trust -E UTF8 --locale=C) >"$CLUSTER_DIR/initdb.log" 2>&1 ||
-      { cat "$CLUSTER_DIR/initdb.log" >&2; die "initdb failed ($CLUSTER_DIR/initdb.log)"; }
-  fi
-  (as_pg "$PG_BIN/postgres" -D "$pgdata" -p "$PG_PORT" -k "$sock" -c listen_addresses=127.0.0.1) \
-    >"$CLUSTER_DIR/postgres.log" 2>&1 </dev/null &
-  echo $! >"$CLUSTER_DIR/postgres.pid"
-  local deadline=$((SECONDS + 60))
-  until "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d postgres; do
-    alive "$CLUSTER_DIR/postgres.pid" >/dev/null ||
-      { tail -n 20 "$CLUSTER_DIR/postgres.log" >&2; die "PostgreSQL exited at start ($CLUSTER_DIR/postgres.log)"; }
-    [ "$SECONDS" -lt "$deadline" ] || die "PostgreSQL did not accept connections within 60 s ($CLUSTER_DIR/postgres.log)"
-    sleep 0.2
-  done
-  if [ -z "$("$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" ]; then
-    "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" "$PG_DB"
-  fi
-  say "PostgreSQL on 127.0.0.1:$PG_PORT, database $PG_DB (pid $(cat "$CLUSTER_DIR/postgres.pid"))"
+  say "PostgreSQL on 127.0.0.1:$PG_PORT, database $PG_DB"
 }
 
 # --- HAProxy --------------------------------------------------------------------------------
@@ -261,15 +210,9 @@ start_replicas() {
   source "$ROOT/scripts/serve_defaults.sh"
   for i in $(seq 1 "$n"); do
     port=$((PORT + i))
-    local store=() env=(env)
-    if [ "$STORE" = sqlite ]; then
-      store=(--data-dir "$CLUSTER_DIR/replica-$i")
-      env+=(-u INFERSCALE_STORE)  # the store is the data folder, whatever the caller's environment says
-    else
-      store=(--store "postgresql://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB")
-    fi
+    local env=(env)
     if [ "$gpus" -gt 0 ]; then env+=("CUDA_VISIBLE_DEVICES=$(( (i - 1) % gpus ))"); fi
-    "${env[@]}" "$BIN" serve "${DEFAULT_SERVE[@]}" "${threads[@]}" --port "$port" "${store[@]}" "$@" \
+    "${env[@]}" "$BIN" serve "${DEFAULT_SERVE[@]}" "${threads[@]}" --port "$port" --store "$PG_URL" "$@" \
       >"$CLUSTER_DIR/replica-$i.log" 2>&1 </dev/null &
     echo $! >"$CLUSTER_DIR/replica-$i.pid"
   done
@@ -285,16 +228,18 @@ start_replicas() {
     [ "$SECONDS" -lt "$deadline" ] || die "$waiting replica(s) did not answer GET /health within ${START_TIMEOUT} s (logs in $CLUSTER_DIR)"
     sleep 0.5
   done
-  say "$n replica(s) on 127.0.0.1:$((PORT + 1))-$((PORT + n)) (model: ${DEFAULT_MODEL:-as the serve args say}; store: $STORE)"
+  say "$n replica(s) on 127.0.0.1:$((PORT + 1))-$((PORT + n)) (model: ${DEFAULT_MODEL:-as the serve args say}; store: $PG_URL)"
 }
 
 # --- commands -------------------------------------------------------------------------------
 
 running_pidfiles() {
   local f
-  for f in "$CLUSTER_DIR"/haproxy.pid "$CLUSTER_DIR"/replica-*.pid "$CLUSTER_DIR"/postgres.pid; do
+  for f in "$CLUSTER_DIR"/haproxy.pid "$CLUSTER_DIR"/replica-*.pid; do
     [ -f "$f" ] && alive "$f" >/dev/null && echo "$f"
   done
+  local pg
+  if pg=$(head -1 "$PG_DIR/data/postmaster.pid" 2>/dev/null) && running "$pg"; then echo "$PG_DIR/data/postmaster.pid"; fi
   return 0
 }
 
@@ -309,7 +254,7 @@ cmd_down() {
     if [ -e "$f" ]; then replicas+=("$f"); fi
   done
   stop TERM "${replicas[@]}"
-  stop INT "$CLUSTER_DIR/postgres.pid"
+  "$ROOT/scripts/private_postgres.sh" stop "$PG_DIR"
   rm -f "$CLUSTER_DIR/haproxy.sock" "$CLUSTER_DIR/cluster.env"
   local left
   left=$(running_pidfiles)
@@ -322,7 +267,6 @@ cmd_up() {
   local n=$1
   shift
   [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive number of replicas, not '$n'"
-  [ "$STORE" = postgres ] || [ "$STORE" = sqlite ] || die "INFERSCALE_CLUSTER_STORE is postgres or sqlite, not '$STORE'"
   local a
   for a in "$@"; do
     case $a in
@@ -332,15 +276,12 @@ cmd_up() {
   [ -x "$BIN" ] || die "the inferscale binary $BIN is missing (build it, or set INFERSCALE_BIN)"
   command -v "$HAPROXY" >/dev/null 2>&1 || die "haproxy is missing (apt-get install haproxy, or set INFERSCALE_HAPROXY)"
   [ -f "$HAPROXY_RULES" ] || die "$HAPROXY_RULES is missing"
-  if [ "$STORE" = postgres ] && ! "$BIN" serve --help 2>/dev/null | grep -q -- '--store'; then
-    die "$BIN has no --store option (a shared PostgreSQL store needs a newer build); INFERSCALE_CLUSTER_STORE=sqlite gives each replica its own store"
-  fi
   mkdir -p "$CLUSTER_DIR"
   [ -z "$(running_pidfiles)" ] || die "a cluster already runs from $CLUSTER_DIR (scripts/cluster.sh status; scripts/cluster.sh down)"
   local p ports=("$PORT")
   for i in $(seq 1 "$n"); do ports+=($((PORT + i))); done
-  local layout="HAProxy $PORT, replicas $((PORT + 1))-$((PORT + n))"
-  if [ "$STORE" = postgres ]; then ports+=("$PG_PORT"); layout+=", PostgreSQL $PG_PORT"; fi
+  ports+=("$PG_PORT")
+  local layout="HAProxy $PORT, replicas $((PORT + 1))-$((PORT + n)), PostgreSQL $PG_PORT"
   for p in "${ports[@]}"; do
     [ "$p" -le 65535 ] || die "port $p is out of range (INFERSCALE_PORT=$PORT, N=$n)"
     if port_in_use "$p"; then die "port $p is taken ($layout); set INFERSCALE_PORT / INFERSCALE_PG_PORT"; fi
@@ -348,10 +289,10 @@ cmd_up() {
   rm -f "$CLUSTER_DIR"/replica-*.pid
   # A start that fails half way stops what it started.
   trap 'rc=$?; if [ $rc -ne 0 ]; then say "start failed: stopping what started"; cmd_down || true; fi' EXIT
-  if [ "$STORE" = postgres ]; then start_postgres; fi
+  start_postgres
   start_replicas "$n" "$@"
   start_haproxy "$n"
-  printf 'N=%s\nPORT=%s\nPG_PORT=%s\nSTORE=%s\n' "$n" "$PORT" "$PG_PORT" "$STORE" >"$CLUSTER_DIR/cluster.env"
+  printf 'N=%s\nPORT=%s\nPG_PORT=%s\n' "$n" "$PORT" "$PG_PORT" >"$CLUSTER_DIR/cluster.env"
   trap - EXIT
   say "up: http://$HOST:$PORT (logs in $CLUSTER_DIR)"
 }
@@ -381,13 +322,12 @@ EOF
 cmd_status() {
   local ok=0 pid f i port code
   [ -d "$CLUSTER_DIR" ] || { echo "nothing runs ($CLUSTER_DIR does not exist)"; return 1; }
-  local N="" PG_PORT_RUN=$PG_PORT PORT_RUN=$PORT STORE_RUN=""
+  local N="" PG_PORT_RUN=$PG_PORT PORT_RUN=$PORT
   if [ -f "$CLUSTER_DIR/cluster.env" ]; then
     N=$(sed -n 's/^N=//p' "$CLUSTER_DIR/cluster.env")
     PORT_RUN=$(sed -n 's/^PORT=//p' "$CLUSTER_DIR/cluster.env")
     PG_PORT_RUN=$(sed -n 's/^PG_PORT=//p' "$CLUSTER_DIR/cluster.env")
-    STORE_RUN=$(sed -n 's/^STORE=//p' "$CLUSTER_DIR/cluster.env")
-    echo "cluster in $CLUSTER_DIR: $N replica(s), store $STORE_RUN"
+    echo "cluster in $CLUSTER_DIR: $N replica(s), store postgresql://postgres@127.0.0.1:$PG_PORT_RUN/$PG_DB"
   else
     echo "cluster in $CLUSTER_DIR: not up"
     ok=1
@@ -408,12 +348,12 @@ cmd_status() {
       ok=1
     fi
   done
-  if pid=$(alive "$CLUSTER_DIR/postgres.pid"); then
+  if pid=$(head -1 "$PG_DIR/data/postmaster.pid" 2>/dev/null) && running "$pid"; then
     local ready=no
-    "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT_RUN" 2>/dev/null && ready=yes
+    pg_isready -q -h 127.0.0.1 -p "$PG_PORT_RUN" 2>/dev/null && ready=yes
     echo "postgres    pid $pid  port $PG_PORT_RUN  accepting connections: $ready"
     [ "$ready" = yes ] || ok=1
-  elif [ "$STORE_RUN" = postgres ]; then echo "postgres    not running"; ok=1; fi
+  elif [ -n "$N" ]; then echo "postgres    not running"; ok=1; fi
   haproxy_view
   return $ok
 }
