@@ -48,6 +48,7 @@ start() {
       || { cat "$dir/initdb.log" >&2; exit 1; }
   fi
   if [ -n "$tcp_port" ]; then echo "$tcp_port" >"$dir/port"; fi
+  if as_owner "$bindir/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then url; return; fi  # already up
   local listen=""
   [ -n "$tcp_port" ] && listen=127.0.0.1
   as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 start \

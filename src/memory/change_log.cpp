@@ -15,10 +15,10 @@ int64_t now_ms() {
 
 }  // namespace
 
-void append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+int64_t append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
             std::span<const int64_t> keys, std::string_view embedder) {
   IS_CHECK(ids.size() == keys.size(), "{} ids and {} keys", ids.size(), keys.size());
-  if (ids.empty()) return;
+  if (ids.empty()) return 0;
   int64_t last = 0;
   {
     auto head = db.prepare("UPDATE change_head SET seq = seq + ? RETURNING seq");
@@ -37,6 +37,7 @@ void append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, 
     ins->bind(5, ids[i]).bind(6, keys[i]).bind(7, embedder).bind(8, at).run();
   }
   db.announce_change();
+  return last;
 }
 
 int64_t last_seq(sql::Db& db) {

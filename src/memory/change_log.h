@@ -43,7 +43,8 @@ struct Change {
 
 // One row per fact (ids and keys in the same order), inside the caller's write transaction, and
 // the other processes told (sql::Db::announce_change).
-void append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+// Returns the last seq written (0 when `ids` is empty).
+int64_t append(sql::Db& db, Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
             std::span<const int64_t> keys, std::string_view embedder = {});
 // The highest seq ever written (0 for an empty log).
 int64_t last_seq(sql::Db& db);

@@ -419,9 +419,9 @@ std::vector<int64_t> FactStore::add_facts_impl(std::string_view tenant, std::str
       keys.push_back(f.key);
       record_locked(f, FactEventKind::kAdd, std::nullopt, std::nullopt, f.created_at_ms);
     }
-    change_log::append(*db_, change_log::Op::kAdd, tenant, user, ids, keys);
+    log_locked(change_log::Op::kAdd, tenant, user, ids, keys);
     if (!put.ids.empty())
-      change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, kClientEmbedder);
+      log_locked(change_log::Op::kEmbed, tenant, user, put.ids, put_keys, kClientEmbedder);
     remember_locked(tenant, idem, WriteResult{ids, {}, 0});
     tx.commit();
   }
@@ -559,7 +559,7 @@ Fact FactStore::update(std::string_view tenant, std::string_view user, int64_t i
     if (text_changed) db_->prepare("DELETE FROM embeddings WHERE fact_id = ?")->bind(1, f.key).run();
     record_locked(f, FactEventKind::kUpdate, old_text, old_metadata, f.updated_at_ms);
     const int64_t ids[1] = {id}, keys[1] = {f.key};
-    change_log::append(*db_, text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
+    log_locked(text_changed ? change_log::Op::kUpdateText : change_log::Op::kUpdateMetadata, tenant, user,
                        ids, keys);
     remember_locked(tenant, idem, WriteResult{{}, f, 0});
     tx.commit();
@@ -578,7 +578,7 @@ void FactStore::remove(std::string_view tenant, std::string_view user, int64_t i
     db_->prepare("DELETE FROM facts WHERE id = ?")->bind(1, f.key).run();  // cascades to embeddings
     record_locked(f, FactEventKind::kDelete, f.text, f.metadata, now_ms());
     const int64_t ids[1] = {id}, keys[1] = {f.key};
-    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
+    log_locked(change_log::Op::kDelete, tenant, user, ids, keys);
     remember_locked(tenant, idem, WriteResult{{}, {}, 1});
     tx.commit();
   }
@@ -603,7 +603,7 @@ size_t FactStore::remove_user(std::string_view tenant, std::string_view user, Id
       keys.push_back(f.key);
       record_locked(f, FactEventKind::kDelete, f.text, f.metadata, at);
     }
-    change_log::append(*db_, change_log::Op::kDelete, tenant, user, ids, keys);
+    log_locked(change_log::Op::kDelete, tenant, user, ids, keys);
     remember_locked(tenant, idem, WriteResult{{}, {}, ids.size()});
     tx.commit();
   }
@@ -629,7 +629,7 @@ size_t FactStore::remove_existing(std::string_view tenant, std::string_view user
       keys.push_back(f->key);
     }
     if (gone.empty()) return 0;
-    change_log::append(*db_, change_log::Op::kDelete, tenant, user, gone, keys);
+    log_locked(change_log::Op::kDelete, tenant, user, gone, keys);
     tx.commit();
   }
   after_write_locked();
@@ -716,7 +716,7 @@ size_t FactStore::put_embeddings(std::string_view tenant, std::string_view user,
     prune_locked();
     write_embeddings_locked(*key, tenant, user, embedder, rows, put, put_keys);
     if (put.ids.empty()) return 0;
-    change_log::append(*db_, change_log::Op::kEmbed, tenant, user, put.ids, put_keys, embedder);
+    log_locked(change_log::Op::kEmbed, tenant, user, put.ids, put_keys, embedder);
     tx.commit();
   }
   after_write_locked();
@@ -781,11 +781,33 @@ bool FactStore::refresh() {
   return catch_up_locked() > 0;
 }
 
+void FactStore::log_locked(change_log::Op op, std::string_view tenant, std::string_view user,
+                           std::span<const int64_t> ids, std::span<const int64_t> keys, std::string_view embedder) {
+  const int64_t last = change_log::append(*db_, op, tenant, user, ids, keys, embedder);
+  if (ids.empty()) return;
+  const int64_t first = last - static_cast<int64_t>(ids.size()) + 1;
+  // A transaction's rows are consecutive; rows of a write that rolled back were given back, so a
+  // range that does not continue is a new transaction's.
+  if (pending_own_.second + 1 == first) {
+    pending_own_.second = last;
+  } else {
+    pending_own_ = {first, last};
+  }
+}
+
 void FactStore::after_write_locked() {
-  // The write is durable: a failure to replay it must not fail the call. refresh() retries.
+  // The write is durable: a failure to replay it must not fail the call. refresh() retries (and
+  // then tells its rows as another process's: harmless).
+  own_first_ = pending_own_.first;
+  own_last_ = pending_own_.second;
+  pending_own_ = {1, 0};
   try {
     catch_up_locked();
+    own_first_ = 1;
+    own_last_ = 0;
   } catch (const std::exception& e) {
+    own_first_ = 1;
+    own_last_ = 0;
     catch_up_pending_ = true;
     spdlog::error("fact store: listeners could not catch up after a write (retried at the next refresh): {}", e.what());
   }
@@ -834,7 +856,7 @@ void FactStore::replay_contents_locked(FactStoreListener& listener) {
   }
   for (const UserRow& u : users) {
     const std::vector<Fact> facts = list_locked(u.key, u.tenant, u.user, ListOptions{0, SIZE_MAX});
-    if (!facts.empty()) listener.on_facts_added(facts);
+    if (!facts.empty()) listener.on_facts_added(facts, ChangeSource::kContents);
     std::vector<std::string> embedders;
     {
       auto s = db_->prepare(
@@ -885,7 +907,8 @@ void FactStore::replay_run_locked(std::span<const change_log::Change> run) {
   const std::vector<Fact> facts = find_facts(*key, c.tenant, c.user, ids);  // a run may name a fact twice
   if (facts.empty()) return;
   if (c.op == Op::kAdd) {
-    notify([&](FactStoreListener& l) { l.on_facts_added(facts); });
+    const bool own = run.front().seq >= own_first_ && run.back().seq <= own_last_;
+    notify([&](FactStoreListener& l) { l.on_facts_added(facts, own ? ChangeSource::kThisProcess : ChangeSource::kOtherProcess); });
   } else {
     for (const Fact& f : facts) notify([&](FactStoreListener& l) { l.on_fact_updated(f, c.op == Op::kUpdateText); });
   }

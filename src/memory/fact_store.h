@@ -41,6 +41,7 @@ class Db;
 }  // namespace sql
 namespace change_log {
 struct Change;
+enum class Op : int64_t;
 }  // namespace change_log
 
 // The one rule for tenant, user, conversation, embedder and setting names, wherever they come
@@ -213,6 +214,9 @@ class FactStore {
   void replay_contents_locked(FactStoreListener& listener);
   void replay_run_locked(std::span<const change_log::Change> run);  // rows of one op, user and embedder
   void after_write_locked();   // catch_up_locked(), which must not fail a committed write
+  // change_log::append inside a write transaction, noting the rows as this store's own.
+  void log_locked(change_log::Op op, std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
+                  std::span<const int64_t> keys, std::string_view embedder = {});
   // Called inside every write transaction: prunes old change-log rows now and then.
   void prune_locked();
 
@@ -221,6 +225,10 @@ class FactStore {
   std::vector<FactStoreListener*> listeners_;
   int64_t seen_seq_ = 0;       // the last change-log row the listeners were told of
   int64_t pruned_at_ms_ = 0;
+  // The change-log rows of this store's write being committed ([first, last]; empty when first >
+  // last), and of the write whose catch-up runs: those replay as ChangeSource::kThisProcess.
+  std::pair<int64_t, int64_t> pending_own_{1, 0};
+  int64_t own_first_ = 1, own_last_ = 0;
   bool catch_up_pending_ = false;  // a catch-up failed (after a write, or the store unreachable): refresh() retries it
 };
 

@@ -24,12 +24,23 @@
 
 namespace inferscale {
 
+// Where facts a listener is told of come from.
+enum class ChangeSource {
+  kThisProcess,   // a write of this FactStore (through this server)
+  kOtherProcess,  // another process's write, replayed from the change log (FactStore::refresh)
+  kContents,      // the store's contents, replayed at attach or after a reset
+};
+
 class FactStoreListener {
  public:
   virtual ~FactStoreListener() = default;
 
   // New facts of one user, ascending by id.
   virtual void on_facts_added(std::span<const Fact> facts) {}
+  // The same with where they come from, for listeners that treat the writes of this process
+  // apart (the memory service encodes in the background only the facts written through its own
+  // server: with user-affine routing, the replica that serves the user). Calls the one above.
+  virtual void on_facts_added(std::span<const Fact> facts, ChangeSource source) { on_facts_added(facts); }
   // A fact after an update. When the text changed, the store has dropped the fact's embeddings.
   virtual void on_fact_updated(const Fact& fact, bool text_changed) {}
   // Facts removed (with their embeddings): their ids and, in the same order, their keys (fact.h).

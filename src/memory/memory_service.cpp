@@ -46,16 +46,16 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
     }
     store_.set_setting(kFingerprintSetting, fp);
   }
-  attaching_ = true;  // the replay of what the store holds is not queued for background encoding
   store_.attach(this);
-  attaching_ = false;
 }
 
 MemoryService::~MemoryService() { store_.detach(this); }
 
-void MemoryService::on_facts_added(std::span<const Fact> facts) {
+void MemoryService::on_facts_added(std::span<const Fact> facts, ChangeSource source) {
   store_epoch_.fetch_add(1);
-  if (attaching_ || facts.empty()) return;
+  // Only this server's writes are encoded ahead: the store's contents wait for their first
+  // request, and so do other replicas' writes (their users are routed there).
+  if (source != ChangeSource::kThisProcess || facts.empty()) return;
   std::function<void()> wake;
   {
     std::lock_guard<std::mutex> lock(stale_mu_);

@@ -205,7 +205,7 @@ class MemoryService : private FactStoreListener {
  private:
   void on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,
                         std::span<const int64_t> keys) override;
-  void on_facts_added(std::span<const Fact> facts) override;
+  void on_facts_added(std::span<const Fact> facts, ChangeSource source) override;
   void on_fact_updated(const Fact& fact, bool text_changed) override;
   void on_reset() override;
 
@@ -311,7 +311,6 @@ class MemoryService : private FactStoreListener {
   };
   static constexpr size_t kMaxQueued = 1 << 20;
   std::deque<QueuedFact> queued_;
-  std::atomic<bool> attaching_{false};  // FactStore::attach replays the store: not new facts
   bool background_ = false;             // guarded by stale_mu_
   std::function<void()> on_queued_;     // guarded by stale_mu_
   std::atomic<int64_t> background_encoded_{0};  // written on the engine thread
