@@ -36,6 +36,28 @@
 namespace inferscale::cli {
 namespace {
 
+// open_memory(), waiting while a PostgreSQL store cannot be reached (a replica started before its
+// database): a line to the log every 5 s, a retry every second, and the listening socket opened
+// only once memory works, so a load balancer's health check keeps the replica out meanwhile.
+// SIGINT/SIGTERM while waiting stop the start (an empty result).
+OpenedMemory open_memory_waiting(const MemoryArgs& args, bool gpu, const sigset_t& stop_signals) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      return open_memory(args, gpu);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kUnavailable) throw;
+      if (attempt % 5 == 0) spdlog::error("{}; waiting for it (retried every second)", e.what());
+    }
+    const timespec second{1, 0};
+    siginfo_t info;
+    const int sig = sigtimedwait(&stop_signals, &info, &second);
+    if (sig == SIGINT || sig == SIGTERM) {
+      spdlog::info("stopped while waiting for the memory store");
+      return {};
+    }
+  }
+}
+
 struct ServeArgs {
   ModelArgs model;
   MemoryArgs memory;
@@ -81,7 +103,8 @@ void run_serve(const ServeArgs& a) {
   OpenedMemory memory;
   std::unique_ptr<server::MemoryBridge> bridge;
   if (memory_enabled(a.memory)) {
-    memory = open_memory(a.memory, gpu_selected(a.model));
+    memory = open_memory_waiting(a.memory, gpu_selected(a.model), stop_signals);
+    if (!memory.store) return;  // stopped while waiting for the store
     const MemoryOptions mo = memory_options(a.memory, *memory.store);
     bridge = std::make_unique<server::MemoryBridge>(*memory.store, *memory.retriever, model, mo);
     spdlog::info("memory: store {} ({} users), retrieval {}, default k {}, window {}", memory.store->describe(),
