@@ -38,28 +38,40 @@ url() { echo "postgresql://postgres@/${1:-postgres}?host=$dir&port=$(port_of)"; 
 
 start() {
   local tcp_port=${1:-$(cat "$dir/port" 2>/dev/null || true)}  # a restart keeps the TCP port
-  if [ "$(id -u)" = 0 ]; then chown postgres: "$dir"; fi
-  if ! as_owner test -x "$dir"; then
-    echo "private_postgres: user postgres cannot reach $dir (a parent folder is not searchable)" >&2
+  if [ "$(id -u)" = 0 ]; then
+    if ! as_owner test -x "$dir"; then
+      # A folder the user postgres cannot reach (under /root, say): the server's files go to a
+      # folder of its own under /tmp, and DIR becomes a link to it (clients, as root, follow it).
+      local real
+      real=/tmp/inferscale-pg-$(printf '%s' "$dir" | md5sum | cut -c1-12)
+      mkdir -p "$real"
+      if [ ! -L "$dir" ]; then rmdir "$dir" 2>/dev/null || { echo "private_postgres: user postgres cannot reach $dir" >&2; exit 1; }; ln -s "$real" "$dir"; fi
+    fi
+    chown postgres: "$dir/"
+  fi
+  local srv
+  srv=$(readlink -f "$dir")  # the server's own path to its folder
+  if ! as_owner test -x "$srv"; then
+    echo "private_postgres: user postgres cannot reach $srv (a parent folder is not searchable)" >&2
     exit 1
   fi
   if [ ! -f "$dir/data/PG_VERSION" ]; then
-    as_owner "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync >"$dir/initdb.log" 2>&1 \
+    as_owner "$bindir/initdb" -D "$srv/data" -U postgres --auth=trust -E UTF8 --no-locale --no-sync >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
   fi
   if [ -n "$tcp_port" ]; then echo "$tcp_port" >"$dir/port"; fi
-  if as_owner "$bindir/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then url; return; fi  # already up
+  if as_owner "$bindir/pg_ctl" -D "$srv/data" status >/dev/null 2>&1; then url; return; fi  # already up
   local listen=""
   [ -n "$tcp_port" ] && listen=127.0.0.1
-  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 start \
-    -o "-k $dir -p $(port_of) -c listen_addresses='$listen' -c max_connections=300 -c shared_buffers=32MB" >/dev/null \
+  as_owner "$bindir/pg_ctl" -D "$srv/data" -l "$srv/server.log" -w -t 30 start \
+    -o "-k $srv -p $(port_of) -c listen_addresses='$listen' -c max_connections=300 -c shared_buffers=32MB" >/dev/null \
     || { tail -20 "$dir/server.log" >&2; exit 1; }
   url
 }
 
 stop() {
   [ -f "$dir/data/postmaster.pid" ] || return 0
-  as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
+  as_owner "$bindir/pg_ctl" -D "$(readlink -f "$dir")/data" -m fast -w -t 30 stop >/dev/null 2>&1 || true
 }
 
 case "$cmd" in
