@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <thread>
@@ -617,6 +618,55 @@ TEST_P(FactStoreContract, RefreshAfterPrunedChangesReloadsEverything) {
   b->add_fact("default", "u", fact("after the gap"));
   EXPECT_TRUE(a->refresh());
   EXPECT_EQ(l.events, (std::vector<std::string>{"reset", "add u kept", "add u after the gap"}));
+}
+
+namespace {
+struct SourceListener : FactStoreListener {
+  std::vector<std::string> events;
+  void on_facts_added(std::span<const Fact> facts, ChangeSource source) override {
+    const char* from = source == ChangeSource::kThisProcess ? "this" : source == ChangeSource::kOtherProcess ? "other" : "contents";
+    for (const Fact& f : facts) events.push_back(std::string(from) + " " + f.text);
+  }
+};
+}  // namespace
+
+// Listeners learn where added facts come from: the contents at attach, this store's writes, or
+// another process's, also when a write of this store catches up with them first.
+TEST_P(FactStoreContract, AddedFactsSayWhichProcessWroteThem) {
+  auto a = open_store();
+  auto b = open_store();
+  a->add_fact("default", "u", fact("before"));
+  SourceListener l;
+  a->attach(&l);
+  a->add_fact("default", "u", fact("mine"));
+  b->add_fact("default", "u", fact("theirs"));
+  a->refresh();
+  b->add_fact("default", "u", fact("theirs again"));
+  a->add_fact("default", "u", fact("mine again"));  // catches up with b's first
+  EXPECT_EQ(l.events, (std::vector<std::string>{"contents before", "this mine", "other theirs", "other theirs again",
+                                                "this mine again"}));
+}
+
+// Another process's write is noticed without any call of this store's: refresh() finds it within
+// a second (SQLite: data_version at once; PostgreSQL: the NOTIFY doorbell, or the once-a-second
+// catch-up).
+TEST_P(FactStoreContract, AnotherProcesssWriteIsNoticedWithinASecond) {
+  auto a = open_store();
+  auto b = open_store();
+  RecordingListener l;
+  a->attach(&l);
+  EXPECT_FALSE(a->refresh());
+  b->add_fact("default", "u", fact("news"));
+  const auto t0 = std::chrono::steady_clock::now();
+  bool seen = false;
+  while (!seen && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2)) {
+    seen = a->refresh();
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(seen);
+  EXPECT_LT(ms, 1000.0);
+  EXPECT_EQ(l.events, (std::vector<std::string>{"add u news"}));
 }
 
 // A request composes the facts it retrieved; one deleted meanwhile still has its window (the

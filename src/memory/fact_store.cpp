@@ -927,11 +927,12 @@ size_t FactStore::catch_up_locked(FactStoreListener* added) {
       notify([](FactStoreListener& l) { l.on_reset(); });
       for (FactStoreListener* l : listeners_) replay_contents_locked(*l);
     } else {
-      // Consecutive rows of one kind, user and embedder make one event.
+      // Consecutive rows of one kind, user, embedder and writer (this store or another) make one event.
+      const auto own = [this](const change_log::Change& c) { return c.seq >= own_first_ && c.seq <= own_last_; };
       for (size_t i = 0; i < rows.size();) {
         size_t j = i + 1;
         while (j < rows.size() && rows[j].op == rows[i].op && rows[j].tenant == rows[i].tenant &&
-               rows[j].user == rows[i].user && rows[j].embedder == rows[i].embedder)
+               rows[j].user == rows[i].user && rows[j].embedder == rows[i].embedder && own(rows[j]) == own(rows[i]))
           ++j;
         replay_run_locked(std::span(rows).subspan(i, j - i));
         i = j;
