@@ -55,6 +55,11 @@ std::shared_ptr<RequestStream> AsyncEngine::submit(Submission s) {
   return stream;
 }
 
+bool AsyncEngine::stopping() const {
+  std::lock_guard lk(wake_->mu);
+  return stopping_;
+}
+
 void AsyncEngine::shutdown(std::chrono::milliseconds grace) {
   std::lock_guard serial(shutdown_mu_);
   if (!thread_.joinable()) return;

@@ -99,6 +99,8 @@ class AsyncEngine {
   void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   AsyncEngineStats stats() const;
+  // Thread-safe: shutdown() has begun (new requests are refused).
+  bool stopping() const;
   // Thread-safe: there is idle work to do (AsyncEngineOptions::idle_work).
   void request_idle_work();
 

@@ -199,7 +199,17 @@ void HttpServer::routes() {
     if (id != model_.name) throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist", id), "model", "model_not_found");
     send_json(res, model_json());
   }));
-  s.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) { send_json(res, {{"status", "ok"}}); }));
+  // 503 while the engine drains for a stop, so a load balancer's health check takes the replica
+  // out before its requests are refused.
+  s.Get("/health", guarded([this](const httplib::Request&, httplib::Response& res) {
+    if (engine_.stopping()) {
+      send_json(res, {{"status", "shutting_down"}});
+      res.status = 503;
+      res.set_header("Retry-After", "5");
+      return;
+    }
+    send_json(res, {{"status", "ok"}});
+  }));
   s.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
     std::string m = metrics_.render(engine_.stats());
     if (memory_ != nullptr) m += ServerMetrics::render_background(memory_->background());
