@@ -10,8 +10,8 @@
 
 #include "backend/backend.h"
 #include "engine/block_manager.h"
-#include "memory/hidden_state_embedder.h"
-#include "memory/model_embedder.h"
+#include "memory/retrieval/hidden_state_embedder.h"
+#include "memory/retrieval/model_embedder.h"
 #include "model/config.h"
 #include "model/json_file.h"
 #include "model/safetensors.h"

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "memory/locomo.h"
-#include "memory/model_embedder.h"
+#include "memory/formats/locomo.h"
+#include "memory/retrieval/model_embedder.h"
 #include "model/model.h"
 #include "tokenizer/load_tokenizer.h"
 

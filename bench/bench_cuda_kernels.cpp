@@ -37,7 +37,7 @@
 #include "backend/cuda/rope_table.h"
 #include "cuda_bench_common.h"
 #include "util/check.h"
-#include "memory/cpu_vector_index.h"
+#include "memory/retrieval/cpu_vector_index.h"
 
 namespace inferscale {
 namespace {

@@ -17,7 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "memory/locomo.h"
+#include "memory/formats/locomo.h"
 #include "memory_bench_setup.h"
 
 using namespace inferscale;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "memory/locomo.h"
-#include "memory/prompt_layout.h"
+#include "memory/formats/locomo.h"
+#include "memory/compose/prompt_layout.h"
 #include "memory_bench_setup.h"
 
 using namespace inferscale;

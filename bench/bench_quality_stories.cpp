@@ -30,7 +30,7 @@
 #include "engine/block_manager.h"
 #include "engine/engine.h"
 #include "engine/logprobs.h"
-#include "memory/fact_encoder.h"
+#include "memory/kv/fact_encoder.h"
 #include "model/model.h"
 #include "tensor/dtype.h"
 

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "cli/memory_options.h"
-#include "memory/fact_store.h"
-#include "memory/locomo.h"
+#include "memory/store/fact_store.h"
+#include "memory/formats/locomo.h"
 #include "util/check.h"
 
 using namespace inferscale;

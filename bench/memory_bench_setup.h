@@ -16,8 +16,8 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
-#include "memory/bm25_retriever.h"
-#include "memory/fact_store.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/store/fact_store.h"
 #include "memory/memory_service.h"
 #include "model/model.h"
 #include "tokenizer/load_tokenizer.h"

@@ -6,7 +6,7 @@ our own Python BM25 (no rank_bm25) and sentence-transformers dense retrieval, fu
         --model models/all-MiniLM-L6-v2 --json ref.json --md ref.md [--convs conv-26] [--threads 2]
 
 What is shared with the C++ benchmark, so the numbers compare: the questions (categories 1-4 with
-at least one well-formed evidence dia_id, the same parsing as src/memory/locomo.cpp), the facts (the
+at least one well-formed evidence dia_id, the same parsing as src/memory/formats/locomo.cpp), the facts (the
 non-blank turn texts), "found at k" (any evidence turn in the top k), Okapi BM25 with k1 = 1.2,
 b = 0.75 and idf = ln(1 + (N - df + 0.5) / (df + 0.5)), RRF with k_rrf = 60 over each retriever's
 top max(k, 100), and ties broken by turn order. What is not: BM25's tokens here are Python's
@@ -44,7 +44,7 @@ def load(path, only):
         keys = sorted((k for k in c if re.fullmatch(r"session_\d+", k) and isinstance(c[k], list)),
                       key=lambda k: int(k.split("_")[1]))
         # (dia_id, text, the document the dense side embeds: "[date] speaker: text", as
-        # memory/vector_retriever.h's embedding_document renders a LoCoMo turn)
+        # memory/retrieval/vector_retriever.h's embedding_document renders a LoCoMo turn)
         turns = [(t["dia_id"], t["text"], f"[{c.get(k + '_date_time', '')}] {t.get('speaker', '')}: {t['text']}")
                  for k in keys for t in c[k] if t.get("text", "").strip(" \t\r\n")]
         qs = []

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "memory/bm25_index.h"
-#include "memory/embedder.h"
-#include "memory/hidden_state_embedder.h"
+#include "memory/retrieval/bm25_index.h"
+#include "memory/retrieval/embedder.h"
+#include "memory/retrieval/hidden_state_embedder.h"
 
 namespace inferscale::testing {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "memory/bm25_retriever.h"
-#include "memory/combined_retriever.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/retrieval/combined_retriever.h"
 #include "server/memory_bridge.h"
 #include "server_http_client.h"
 #include "store_backends.h"

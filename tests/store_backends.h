@@ -14,8 +14,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "memory/fact_store.h"
-#include "memory/sqlite.h"
+#include "memory/store/fact_store.h"
+#include "memory/store/sqlite.h"
 #include "test_fact_store_util.h"
 
 namespace inferscale::testing {

@@ -7,9 +7,9 @@
 #include <map>
 #include <random>
 
-#include "memory/bm25_index.h"
-#include "memory/bm25_retriever.h"
-#include "memory/fact_store.h"
+#include "memory/retrieval/bm25_index.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/store/fact_store.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;

@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "engine/block_manager.h"
-#include "memory/fact_encoder.h"
+#include "memory/kv/fact_encoder.h"
 #include "model/model.h"
 #include "kv_rows_test_util.h"
 

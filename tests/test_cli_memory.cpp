@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "backend/backend.h"
-#include "memory/fact_store.h"
-#include "memory/model_embedder.h"
-#include "memory/vector_retriever.h"
+#include "memory/store/fact_store.h"
+#include "memory/retrieval/model_embedder.h"
+#include "memory/retrieval/vector_retriever.h"
 #include "model/model.h"
 #include "cli_process.h"
 #include "test_fact_store_util.h"

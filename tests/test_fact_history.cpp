@@ -1,13 +1,13 @@
-// FactStore's audit trail (memory/fact_history.h) and its lookups by id alone: every add, update
+// FactStore's audit trail (memory/store/fact_history.h) and its lookups by id alone: every add, update
 // and delete leaves one event with the text and metadata before and after, in the write's own
 // transaction; history outlives the fact and stays inside its tenant; a migrated store gets the
 // ADD events of the facts that never changed.
 #include <gtest/gtest.h>
 
-#include "memory/bm25_retriever.h"
-#include "memory/fact_store.h"
-#include "memory/schema.h"
-#include "memory/sqlite.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/store/fact_store.h"
+#include "memory/store/schema.h"
+#include "memory/store/sqlite.h"
 #include "store_backends.h"
 #include "test_fact_store_util.h"
 

@@ -10,10 +10,10 @@
 #include <fstream>
 #include <thread>
 
-#include "memory/bm25_retriever.h"
-#include "memory/fact_store.h"
-#include "memory/schema.h"
-#include "memory/sqlite.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/store/fact_store.h"
+#include "memory/store/schema.h"
+#include "memory/store/sqlite.h"
 #include "store_backends.h"
 #include "test_fact_store_util.h"
 

@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "memory/fact_store.h"
+#include "memory/store/fact_store.h"
 #include "store_backends.h"
 #include "test_fact_store_util.h"
 

@@ -1,7 +1,7 @@
 // parse_timestamp: LoCoMo session dates, ISO 8601 and word dates; impossible dates are rejected.
 #include <gtest/gtest.h>
 
-#include "memory/timestamp.h"
+#include "memory/store/timestamp.h"
 
 using namespace inferscale;
 

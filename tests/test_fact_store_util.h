@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/retriever.h"
+#include "memory/retrieval/retriever.h"
 #include "util/check.h"
 
 namespace inferscale::testing {

@@ -7,10 +7,10 @@
 #include <array>
 
 #include "hashing_embedder.h"
-#include "memory/bm25_retriever.h"
-#include "memory/dense_retriever.h"
-#include "memory/hybrid_retriever.h"
-#include "memory/rank_fusion.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/retrieval/dense_retriever.h"
+#include "memory/retrieval/hybrid_retriever.h"
+#include "memory/retrieval/rank_fusion.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <random>
 
-#include "memory/kv_file.h"
+#include "memory/kv/kv_file.h"
 #include "util/check.h"
 #include "test_fact_store_util.h"
 

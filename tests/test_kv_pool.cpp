@@ -2,7 +2,7 @@
 // fact resident at once; stale entries dropped; pins; LRU eviction; every block returned.
 #include <gtest/gtest.h>
 
-#include "memory/kv_pool.h"
+#include "memory/kv/kv_pool.h"
 #include "util/check.h"
 
 using namespace inferscale;

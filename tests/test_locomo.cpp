@@ -6,8 +6,8 @@
 #include <map>
 #include <set>
 
-#include "memory/locomo.h"
-#include "memory/timestamp.h"
+#include "memory/formats/locomo.h"
+#include "memory/store/timestamp.h"
 #include "test_fact_store_util.h"
 
 using namespace inferscale;

@@ -14,8 +14,8 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
-#include "memory/bm25_retriever.h"
-#include "memory/fact_encoder.h"
+#include "memory/retrieval/bm25_retriever.h"
+#include "memory/kv/fact_encoder.h"
 #include "memory/memory_service.h"
 #include "model/model.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -751,7 +751,7 @@ TEST(MemoryService, WithoutAChatTemplateMemoryAgreesWithAPlainChat) {
     expect_error([&] { s.service->release(s.service->prepare(r, kAsk)); }, ErrorKind::kUnsupported, "no chat template");
 }
 
-// Issue 8, part 5: a completion goes through the same builder as a chat (memory/prompt_layout.h).
+// Issue 8, part 5: a completion goes through the same builder as a chat (memory/compose/prompt_layout.h).
 // Without facts its prompt is exactly the plain completion's (text or token ids); with facts they
 // go before the prompt, no chat template involved: [BOS][header][facts][footer][prompt].
 TEST(MemoryService, CompletionsPlaceTheFactsBeforeThePrompt) {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "memory/dense_retriever.h"
-#include "memory/model_embedder.h"
+#include "memory/retrieval/dense_retriever.h"
+#include "memory/retrieval/model_embedder.h"
 #include "model/model.h"
 #include "test_fact_store_util.h"
 #include "tokenizer/byte_tokenizer.h"

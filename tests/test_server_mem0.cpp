@@ -7,7 +7,7 @@
 
 #include <regex>
 
-#include "memory/timestamp.h"
+#include "memory/store/timestamp.h"
 #include "memory_server.h"
 
 using namespace inferscale;

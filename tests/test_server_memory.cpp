@@ -350,7 +350,7 @@ TEST(ServerMemoryBackground, FactsWrittenBeforeTheFirstIdlePieceAreQueued) {
   EXPECT_EQ(r["memory"]["encoded"], 0) << "encoded in the background, not by the request";
 }
 
-// Issue 8, part 5: chat and completion prompts come from one builder (memory/prompt_layout.h), so
+// Issue 8, part 5: chat and completion prompts come from one builder (memory/compose/prompt_layout.h), so
 // k = 0 and mode off give exactly the prompt of a plain request on both endpoints (compared token
 // for token through return_token_ids), and a completion's facts go before its prompt text.
 TEST_F(ServerMemory, ModeOffAndKZeroEqualAPlainRequest) {

@@ -4,7 +4,7 @@
 // 400s that write nothing.
 #include <gtest/gtest.h>
 
-#include "memory/timestamp.h"
+#include "memory/store/timestamp.h"
 #include "memory_server.h"
 
 using namespace inferscale;

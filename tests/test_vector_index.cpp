@@ -9,11 +9,11 @@
 #include <random>
 #include <utility>
 
-#include "memory/bm25_index.h"
-#include "memory/cpu_vector_index.h"
-#include "memory/dense_retriever.h"
-#include "memory/hidden_state_embedder.h"
-#include "memory/vector_retriever.h"
+#include "memory/retrieval/bm25_index.h"
+#include "memory/retrieval/cpu_vector_index.h"
+#include "memory/retrieval/dense_retriever.h"
+#include "memory/retrieval/hidden_state_embedder.h"
+#include "memory/retrieval/vector_retriever.h"
 #include "hashing_embedder.h"
 #include "test_fact_store_util.h"
 

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "memory/fact_store.h"
+#include "memory/store/fact_store.h"
 #include "memory/memory_service.h"
-#include "memory/retriever.h"
+#include "memory/retrieval/retriever.h"
 
 namespace inferscale::cli {
 

@@ -31,13 +31,13 @@
 #include "engine/memory_connector.h"
 #include "engine/request.h"
 #include "tokenizer/chat_render.h"
-#include "memory/compose.h"
-#include "memory/fact_encoder.h"
-#include "memory/fact_store.h"
-#include "memory/kv_file.h"
-#include "memory/kv_pool.h"
-#include "memory/prompt_layout.h"
-#include "memory/retriever.h"
+#include "memory/compose/compose.h"
+#include "memory/kv/fact_encoder.h"
+#include "memory/store/fact_store.h"
+#include "memory/kv/kv_file.h"
+#include "memory/kv/kv_pool.h"
+#include "memory/compose/prompt_layout.h"
+#include "memory/retrieval/retriever.h"
 #include "model/model.h"
 
 namespace inferscale {
@@ -93,7 +93,7 @@ class MemoryService : private FactStoreListener {
   // with no fact placed (mode off, k = 0, nothing retrieved) exactly the plain prompt. Mode inject
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
   // lack of room: the request is served, only slower. Throws kInvalidInput for values past the
-  // MemoryRequest limits (memory/compose.h).
+  // MemoryRequest limits (memory/compose/compose.h).
   // A request's retrieval: the facts prepare() places, best-ranked first, and its time.
   struct Retrieval {
     std::vector<FactHit> hits;

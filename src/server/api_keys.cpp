@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "memory/fact_store.h"
+#include "memory/store/fact_store.h"
 #include "util/check.h"
 
 namespace inferscale::server {

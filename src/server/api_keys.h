@@ -8,7 +8,7 @@
 //
 // KEY is the key itself (printable ASCII without spaces or '#') or `sha256:` and the 64 hex
 // digits of the key's SHA-256, so the file need not hold the key. TENANT follows the store's name
-// rule (memory/fact_store.h: 1 to 256 bytes, no control characters; no spaces here). A key may
+// rule (memory/store/fact_store.h: 1 to 256 bytes, no control characters; no spaces here). A key may
 // appear once, in either form; several keys may share a tenant. A bad line makes the whole file
 // bad (Error kInvalidInput naming the file and the line): no key of a half-read file is used.
 //

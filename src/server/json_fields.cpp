@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "memory/fact_json.h"
+#include "memory/formats/fact_json.h"
 #include "server/api_error.h"
 #include "util/check.h"
 

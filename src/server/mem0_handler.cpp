@@ -9,8 +9,8 @@
 #include <span>
 #include <string_view>
 
-#include "memory/chat_turn.h"
-#include "memory/timestamp.h"
+#include "memory/formats/chat_turn.h"
+#include "memory/store/timestamp.h"
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/json_fields.h"

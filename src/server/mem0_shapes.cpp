@@ -7,8 +7,8 @@
 #include <cctype>
 #include <charconv>
 
-#include "memory/chat_turn.h"
-#include "memory/timestamp.h"
+#include "memory/formats/chat_turn.h"
+#include "memory/store/timestamp.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 #include "server/tenant.h"

@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "memory/fact.h"
+#include "memory/store/fact.h"
 
 namespace inferscale::server {
 

@@ -8,9 +8,9 @@
 #include <memory>
 #include <mutex>
 
-#include "memory/fact_store.h"
+#include "memory/store/fact_store.h"
 #include "memory/memory_service.h"
-#include "memory/retriever.h"
+#include "memory/retrieval/retriever.h"
 #include "model/model.h"
 #include "server/async_engine.h"
 #include "server/memory_provider.h"

@@ -13,7 +13,7 @@
 #include <span>
 #include <string_view>
 
-#include "memory/fact_json.h"
+#include "memory/formats/fact_json.h"
 #include "server/api_error.h"
 #include "server/api_request.h"
 #include "server/json_fields.h"
@@ -108,7 +108,7 @@ auto on_fact(F&& f) -> decltype(f()) {
   }
 }
 
-// The records of a "facts" or "turns" array, in the JSON shape of memory/fact_json.h.
+// The records of a "facts" or "turns" array, in the JSON shape of memory/formats/fact_json.h.
 std::vector<NewFact> parse_records(const json& arr, const char* key) {
   if (!arr.is_array() || arr.empty()) throw bad_request(fmt::format("'{}' must be a non-empty array of facts", key), key);
   if (arr.size() > kMaxFactsPerRequest)

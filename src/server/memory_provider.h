@@ -34,8 +34,8 @@
 
 #include "engine/engine.h"
 #include "engine/request.h"
-#include "memory/fact_store.h"
-#include "memory/retriever.h"
+#include "memory/store/fact_store.h"
+#include "memory/retrieval/retriever.h"
 #include "server/api_request.h"
 #include "server/memory_report.h"
 

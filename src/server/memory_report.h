@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/compose.h"
+#include "memory/compose/compose.h"
 
 namespace inferscale::server {
 

@@ -24,10 +24,10 @@
 //                                        false = "none" (default); not with mode off
 //              "conversation": "chat"}   with store: the conversation they go to (default "chat")
 //
-// The limits are the memory module's (MemoryRequest::kMax*, memory/compose.h): one set for the
+// The limits are the memory module's (MemoryRequest::kMax*, memory/compose/compose.h): one set for the
 // API, the server's defaults and the service.
 //
-// mode and order are the memory module's own enums (memory/compose.h): rank puts the best-ranked
+// mode and order are the memory module's own enums (memory/compose/compose.h): rank puts the best-ranked
 // fact last, right before the question; time orders them by time.
 //
 // Unknown keys are rejected (a typo must not silently turn memory off).
@@ -43,7 +43,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "memory/compose.h"
+#include "memory/compose/compose.h"
 
 namespace inferscale::server {
 

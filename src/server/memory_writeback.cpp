@@ -4,7 +4,7 @@
 #include <cctype>
 #include <chrono>
 
-#include "memory/chat_turn.h"
+#include "memory/formats/chat_turn.h"
 #include "server/api_error.h"
 
 namespace inferscale::server {

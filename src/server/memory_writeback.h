@@ -1,6 +1,6 @@
 // Conversation write-back: `memory.store: true` on a chat request appends the user's last message
 // to the user's memory as a turn of a conversation (memory.conversation, default "chat";
-// memory/chat_turn.h), so chats accumulate memory with no separate call. `"store": "all"` appends
+// memory/formats/chat_turn.h), so chats accumulate memory with no separate call. `"store": "all"` appends
 // the assistant's reply as a second turn too: an explicit choice, since a wrong reply then becomes
 // a memory that can outrank the user's own facts.
 //
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "memory/fact_store.h"
+#include "memory/store/fact_store.h"
 #include "server/api_request.h"
 #include "server/memory_provider.h"
 

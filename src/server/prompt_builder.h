@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "memory/prompt_layout.h"
+#include "memory/compose/prompt_layout.h"
 #include "server/api_request.h"
 #include "server/memory_provider.h"
 #include "tokenizer/chat_template.h"

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include "memory/fact_store.h"
+#include "memory/store/fact_store.h"
 #include "server/api_error.h"
 
 namespace inferscale::server {

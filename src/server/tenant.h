@@ -27,7 +27,7 @@ inline constexpr const char* kTenantHeader = "X-InferScale-Tenant";
 inline constexpr const char* kTenantFromKeyHeader = "X-InferScale-Tenant-From-Key";
 
 // 400 naming `param` (code invalid_name) unless `name` is a valid tenant or user name: the
-// store's rule (name_problem in memory/fact_store.h), for REST paths and memory objects alike.
+// store's rule (name_problem in memory/store/fact_store.h), for REST paths and memory objects alike.
 void check_name(std::string_view name, const std::string& param);
 
 // The header's tenant, or kDefaultTenant; 400 when the header holds an invalid name.

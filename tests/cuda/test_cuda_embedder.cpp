@@ -10,7 +10,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
-#include "memory/model_embedder.h"
+#include "memory/retrieval/model_embedder.h"
 #include "model/model.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "util/check.h"

@@ -10,7 +10,7 @@
 
 #include "memory/cuda/cuda_vector_index.h"
 #include "cuda_test_util.h"
-#include "memory/cpu_vector_index.h"
+#include "memory/retrieval/cpu_vector_index.h"
 #include "util/check.h"
 
 using namespace inferscale;

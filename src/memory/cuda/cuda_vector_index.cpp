@@ -6,7 +6,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
-#include "memory/cpu_vector_index.h"
+#include "memory/retrieval/cpu_vector_index.h"
 
 namespace inferscale {
 namespace {

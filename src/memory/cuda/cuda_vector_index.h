@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "memory/vector_index.h"
+#include "memory/retrieval/vector_index.h"
 
 namespace inferscale {
 
