@@ -18,6 +18,8 @@ scripts/cluster.sh in a folder of its own on free ports and stopped at the end.
   C. a write through replica A is found by a search through replica B within 1 s (each pair).
   D. with API keys, nothing through the proxy reads, searches, injects or gets a prefix-cache hit
      from the other tenant's memory.
+  E. a turn edited through one replica is served at its new version by another, which encodes
+     again the turns whose window held it (and only those).
 
 Prints each part's figures and exits 1 when a check fails (77: a prerequisite is missing).
 
@@ -461,6 +463,39 @@ def part_d(cluster, users):
     check(cached == 0, f"globex's first chat reused {cached} cached tokens of {jg['usage']['prompt_tokens']}")
 
 
+def part_e(cluster):
+    print("\nE. a turn edited through one replica, re-encoded with its window on another")
+    a, b = cluster.replica_port(1), cluster.replica_port(2)
+    user = f"turns{uuid.uuid4().hex[:6]}"
+    turns = [{"text": f"zebra note {w}", "speaker": "Ann"} for w in ("one", "two", "three", "four", "five")]
+    status, _, text = call(a, "POST", f"/v1/memory/users/{user}/facts", {"conversation": "c", "turns": turns})
+    if not check(status == 200, f"five turns written through r1: {status}"):
+        return
+    ids = json.loads(text)["ids"]
+    body = {"model": "demo", "max_tokens": 1, "temperature": 0, "messages": [{"role": "user", "content": "zebra?"}],
+            "memory": {"user": user, "mode": "inject", "k": 5, "w": 2, "query": "zebra note"}}
+
+    def chat():
+        status, _, text = call(b, "POST", "/v1/chat/completions", body)
+        m = json.loads(text).get("memory", {}) if status == 200 else {}
+        return status, m.get("encoded", -1), sorted(f["text"] for f in m.get("facts", []))
+
+    first, again = chat(), chat()
+    check(first[0] == 200 and first[1] == 5 and again[1] == 0,
+          f"r2 encodes the 5 turns once: {first[1]}, then {again[1]}")
+    status, _, _ = call(a, "PATCH", f"/v1/memory/users/{user}/facts/{ids[1]}", {"text": "zebra note TWO edited"})
+    check(status == 200, "turn 2 edited through r1")
+    t0 = time.time()
+    while True:
+        status, encoded, texts = chat()
+        if "zebra note TWO edited" in texts or time.time() - t0 > 1.0:
+            break
+        time.sleep(0.01)
+    # The edited turn, and the two turns whose window (w = 2) held it: turns 3 and 4.
+    check("zebra note TWO edited" in texts and "zebra note two" not in texts and encoded == 3,
+          f"r2 serves the edit {1000 * (time.time() - t0):.0f} ms later, encoding {encoded} turns (expected 3)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "inferscale"))
@@ -481,6 +516,7 @@ def main():
         seed(cluster, users)
         part_d(cluster, users)
         part_c(cluster, None)
+        part_e(cluster)
         dead = part_a(cluster, users)
         part_b(cluster, users, dead)
         part_c(cluster, dead)
