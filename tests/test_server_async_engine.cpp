@@ -155,7 +155,7 @@ TEST(ServerAsyncEngine, ConcurrentSubmittersFromManyThreads) {
 
 // On a backend that overlaps its forwards (the GPU's; here one whose forward stays "running" for
 // many polls), submissions that arrive while a forward runs are admitted beside it (the engine's
-// intake, AsyncEngineOptions::admit_beside_forward) and served exactly as the synchronous engine
+// intake) and served exactly as the synchronous engine
 // serves them.
 TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
   std::vector<std::vector<int32_t>> expected;
@@ -178,18 +178,6 @@ TEST(ServerAsyncEngine, SubmissionsArrivingDuringAForwardAreAdmittedBesideIt) {
   // Each lands inside a forward's window with high probability (the engine spends its steps
   // polling); that none of 10 does would mean the intake is not called.
   EXPECT_GE(ae.stats().engine.requests_taken_beside, 1);
-}
-
-// `serve --admit-between-steps`: no intake, every admission between steps.
-TEST(ServerAsyncEngine, AdmitBetweenStepsTakesNothingBesideAForward) {
-  AsyncEngineOptions ao;
-  ao.admit_beside_forward = false;
-  AsyncEngine ae(deferring_engine_factory(), ao);
-  auto [running, streams] = submit_beside_a_decode(ae, 5);
-  for (auto& st : streams) EXPECT_EQ(collect(*st).tokens.size(), 6u);
-  running->cancel();
-  collect(*running);
-  EXPECT_EQ(ae.stats().engine.requests_taken_beside, 0);
 }
 
 TEST(ServerAsyncEngine, InvalidRequestIsRejectedAlone) {

@@ -1,7 +1,7 @@
 // `inferscale serve`: the OpenAI-compatible HTTP server.
 //
 //   serve [model options: --model PATH|demo, --kv-cache-mb, ...] [--host 127.0.0.1] [--port 8000]
-//         [--max-pending N] [--admit-between-steps] [--http-threads N] [--shutdown-timeout S]
+//         [--max-pending N] [--http-threads N] [--shutdown-timeout S]
 //         [--read-timeout S] [--keep-alive-timeout S] [--write-timeout S] [--listen-backlog N]
 //         [--data-dir D | --store URL] [--memory-k K] [--window W] ...   per-user memory (requests'
 //                                                        `memory` object) in SQLite or a shared PostgreSQL
@@ -69,7 +69,6 @@ struct ServeArgs {
   std::string api_keys;  // "": no keys, every route open
   std::string served_model_name;  // "": the model's own name (GGUF file stem, HF directory name)
   bool no_background_encoding = false;  // facts' KV only on demand (the first request that retrieves them)
-  bool admit_between_steps = false;     // AsyncEngineOptions::admit_beside_forward off
   double background_step_ms = 200;      // EngineOptions::background_step_seconds, in ms (0: fixed caps)
 };
 
@@ -113,7 +112,6 @@ void run_serve(const ServeArgs& a) {
 
   server::AsyncEngineOptions ao;
   ao.max_pending = a.max_pending;
-  ao.admit_beside_forward = !a.admit_between_steps;
   // Facts written through the API get their KV encoded between requests (memory_bridge.h).
   if (bridge && !a.no_background_encoding) bridge->enable_background(ao);
   // The backend is built on the engine thread, which runs it.
@@ -168,10 +166,6 @@ void register_serve(CLI::App& app) {
   s->add_option("--host", a->host, "Address to listen on")->capture_default_str();
   s->add_option("--port", a->port, "Port to listen on (0: any free port, logged at start)")->capture_default_str();
   s->add_option("--max-pending", a->max_pending, "Requests queued or running before new ones get 503")->capture_default_str();
-  s->add_flag("--admit-between-steps", a->admit_between_steps,
-              "GPU: admit requests that arrive while a forward runs only after it (the engine thread then blocks "
-              "while the device computes); by default it polls during the forward and admits them beside it, so "
-              "they run one step sooner");
   s->add_option("--http-threads", a->http.http_threads, "Connections served at once, a thread each (0 = max-pending + 1024)")
       ->capture_default_str();
   s->add_option("--read-timeout", a->http.read_timeout_s, "Seconds a request's headers and body may take to arrive in full")

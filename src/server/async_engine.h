@@ -44,12 +44,6 @@ struct AsyncEngineOptions {
   // before any request or write the server takes): e.g. starting the memory service's queueing.
   // What it throws fails the constructor.
   std::function<void(Engine&)> on_start;
-  // Admit submissions that arrive while a forward runs beside it (Engine::set_intake: on an
-  // overlapping backend the engine thread then polls for the length of each forward, taking a
-  // core); false: between steps only, the engine thread blocking while the device computes. On
-  // the H200 (docs/BENCHMARKS.md run 21) it cut the TTFT of 100 clients by about a quarter at
-  // k = 5 and at k = 50 (two alternated pairs; single runs at k = 50 spread as widely either way).
-  bool admit_beside_forward = true;
 };
 
 // What one submit asks for: token ids, sampling, and optionally an injected memory span; or,
