@@ -54,6 +54,7 @@ LOAD="$PY $HERE/http_load.py --data $HERE/data/locomo10.json --max-questions 10 
   --modes inject --w 2 --duration 4 --min-requests 40 --max-cell-seconds 20 --pause 0.2 --no-resume"
 echo "== import + warm-up at k = 50 (direct)"
 $LOAD --base-url http://127.0.0.1:8201 --out "$OUT/ttft_warm" | tail -3
+grep -q '"errors": 0' "$OUT/ttft_warm/results.json" || { echo "the warm-up had errors: stopping"; exit 1; }
 for round in 1 2 3; do
   for side in direct proxy; do
     port=8201; [ $side = proxy ] && port=8200
@@ -62,6 +63,8 @@ for round in 1 2 3; do
 import json, sys
 cells = json.load(open(sys.argv[1]))["cells"]
 c = cells[0]
+if not c["requests"]:
+    sys.exit(f"round {sys.argv[3]} {sys.argv[2]}: no request answered ({c['errors']} errors: {c['error_kinds']})")
 print(f"round {sys.argv[3]} {sys.argv[2]:6s} TTFT p50 {c['ttft_ms']['p50']:.2f} ms p95 {c['ttft_ms']['p95']:.2f} ms "
       f"over {c['requests']} requests, errors {c['errors']}")
 PY

@@ -1667,6 +1667,31 @@ TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
   EXPECT_EQ(m.tokenizer->decode(off.tokens, false), m.chat_template.render(kAsk, true));
 }
 
+// Every chat family serves memory in inject mode: the text each fact is encoded after (the block's
+// opening) is framed from a chat of one user message, since Mistral's template writes the system
+// text into the last user turn and has nowhere to put it in a chat without one.
+TEST(MemoryService, EveryChatFamilyInjectsMemory) {
+  for (ChatFamily family : {ChatFamily::kLlama31, ChatFamily::kChatML, ChatFamily::kMistral, ChatFamily::kPlain}) {
+    TempDir dir;
+    Model m = demo();
+    m.chat_template = ChatTemplate(family, "", "");
+    auto store = FactStore::open(dir.path());
+    Bm25Retriever retriever(*store);
+    add_alice(*store);
+    BackendOptions bo;
+    bo.num_cache_blocks = 64;
+    bo.num_pool_blocks = 64;
+    Engine engine(make_cpu_backend(m.config, m.weights, bo), m.tokenizer, EngineOptions{});
+    MemoryService svc(*store, retriever, m, engine.backend(), engine.blocks(), {});
+    MemoryPrompt p = svc.prepare(req(MemoryMode::kInject, 2), kAsk);
+    ASSERT_TRUE(p.injected.has_value()) << static_cast<int>(family);
+    EXPECT_EQ(p.facts.size(), 2u);
+    // The same tokens as the text mode's: only how the facts' KV gets in differs.
+    EXPECT_EQ(p.tokens, svc.prepare(req(MemoryMode::kText, 2), kAsk).tokens) << static_cast<int>(family);
+    svc.release(p);
+  }
+}
+
 // memory.recompute_last: the last m placed facts (nearest the question) are computed whole.
 TEST(MemoryService, RecomputeLastComputesTheFactsNearestTheQuestion) {
   TempDir dir;

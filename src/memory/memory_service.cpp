@@ -231,8 +231,10 @@ std::vector<int32_t> MemoryService::block_opening(const std::string& user) const
   const Tokenizer& tok = *model_.tokenizer;
   const FactsBlock block = FactsBlock::for_user(opts_.header, opts_.footer, user);
   const bool chat = model_.chat_template.family() != ChatFamily::kNone;
-  const PromptSource empty = chat ? PromptSource::of_chat({}) : PromptSource::of_text("");
-  std::vector<int32_t> out = frame_prompt(empty, tok, model_.chat_template, &block, &frame_cache_).before;
+  // A chat of one user message, as the requests the facts serve: templates that write the system
+  // text into the last user turn (Mistral's) have nowhere to put it in a chat without one.
+  const PromptSource one = chat ? PromptSource::of_chat({ChatMessage{"user", "?"}}) : PromptSource::of_text("");
+  std::vector<int32_t> out = frame_prompt(one, tok, model_.chat_template, &block, &frame_cache_).before;
   const auto bos = tok.bos_id();
   if (opts_.sink && bos && (out.empty() || out.front() != *bos)) out.insert(out.begin(), *bos);
   return out;
