@@ -1646,18 +1646,30 @@ TEST(MemoryService, FrameCacheGivesTheSameFrames) {
 
 // A template with a default system prompt (SmolLM2's ChatML) keeps it when memory makes the system
 // message: the memory block follows it, as it follows a client's own system prompt.
-TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
+namespace {
+// Alice's facts served by the demo model under another chat template: `m` must outlive it.
+struct TemplateStack {
+  explicit TemplateStack(const Model& m) : store(FactStore::open(dir.path())), retriever(*store) {
+    add_alice(*store);
+    BackendOptions bo;
+    bo.num_cache_blocks = 64;
+    bo.num_pool_blocks = 64;
+    engine = std::make_unique<Engine>(make_cpu_backend(m.config, m.weights, bo), m.tokenizer, EngineOptions{});
+    svc = std::make_unique<MemoryService>(*store, retriever, m, engine->backend(), engine->blocks(), MemoryOptions{});
+  }
   TempDir dir;
+  std::unique_ptr<FactStore> store;
+  Bm25Retriever retriever;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<MemoryService> svc;
+};
+}  // namespace
+
+TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
   Model m = demo();
   m.chat_template = ChatTemplate(ChatFamily::kChatML, "", "", "You are a helpful AI assistant named Demo");
-  auto store = FactStore::open(dir.path());
-  Bm25Retriever retriever(*store);
-  add_alice(*store);
-  BackendOptions bo;
-  bo.num_cache_blocks = 64;
-  bo.num_pool_blocks = 64;
-  Engine engine(make_cpu_backend(m.config, m.weights, bo), m.tokenizer, EngineOptions{});
-  MemoryService svc(*store, retriever, m, engine.backend(), engine.blocks(), {});
+  TemplateStack stack(m);
+  MemoryService& svc = *stack.svc;
   const MemoryPrompt p = svc.prepare(req(MemoryMode::kText, 2), kAsk);
   const std::string text = m.tokenizer->decode(p.tokens, false);
   EXPECT_EQ(text.rfind("<|im_start|>system\nYou are a helpful AI assistant named Demo\n\n" + alices_block(svc).header, 0), 0u)
@@ -1672,17 +1684,10 @@ TEST(MemoryService, MemoryFollowsTheTemplatesDefaultSystemPrompt) {
 // text into the last user turn and has nowhere to put it in a chat without one.
 TEST(MemoryService, EveryChatFamilyInjectsMemory) {
   for (ChatFamily family : {ChatFamily::kLlama31, ChatFamily::kChatML, ChatFamily::kMistral, ChatFamily::kPlain}) {
-    TempDir dir;
     Model m = demo();
     m.chat_template = ChatTemplate(family, "", "");
-    auto store = FactStore::open(dir.path());
-    Bm25Retriever retriever(*store);
-    add_alice(*store);
-    BackendOptions bo;
-    bo.num_cache_blocks = 64;
-    bo.num_pool_blocks = 64;
-    Engine engine(make_cpu_backend(m.config, m.weights, bo), m.tokenizer, EngineOptions{});
-    MemoryService svc(*store, retriever, m, engine.backend(), engine.blocks(), {});
+    TemplateStack stack(m);
+    MemoryService& svc = *stack.svc;
     MemoryPrompt p = svc.prepare(req(MemoryMode::kInject, 2), kAsk);
     ASSERT_TRUE(p.injected.has_value()) << static_cast<int>(family);
     EXPECT_EQ(p.facts.size(), 2u);
