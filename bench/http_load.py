@@ -49,7 +49,7 @@ CPU (the demo model or SmolLM2; a small grid):
 
 GPU, the whole grid (H200; Llama-3.1-8B shapes, random bf16 weights, the Mistral v3 tokenizer;
 scripts/gpu_bundle.sh puts inferscale, its libraries, this script, locomo_eval.py and the data in
-.gpu/cuda). Two calls of the device tool, one per output length, each within its 10 minutes
+.gpu/cuda). Two runs on the GPU host, one per output length, each within 10 minutes
 (--max-seconds stops starting cells in time; a rerun of the same call with the same --out resumes,
 while the machine is warm):
 
@@ -1354,7 +1354,7 @@ def main():
     server = None
 
     def terminated(*_):
-        # SIGTERM (a timeout, the device tool's limit): the server we started goes first, so that
+        # SIGTERM (a timeout of the run's time limit): the server we started goes first, so that
         # threads waiting on its answers (the warm-up's) fail at once and the exit is not held up.
         stop_server(server)
         sys.exit("http_load: terminated")

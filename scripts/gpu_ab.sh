@@ -6,8 +6,8 @@
 # in one device call, so that every ratio is measured on one machine in one run:
 #
 #   scripts/gpu_ab.sh 2673c2e            # base = 2673c2e, work = this working tree
-#   run(command="bash .gpu/ab/run.sh", carry=[".gpu/cuda", ".gpu/ab"])
-#   run(command="AB_ARGS=--decode-only AB_ENGINE=1 bash .gpu/ab/run.sh", carry=[...])
+#   bash .gpu/ab/run.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda and .gpu/ab)
+#   AB_ARGS=--decode-only AB_ENGINE=1 bash .gpu/ab/run.sh   (on the GPU host, in a copy of this checkout holding the bundle folders)
 #
 # run.sh: AB_ARGS (bench_cuda_serving's arguments), AB_ROUNDS (default 2), AB_ENGINE=1 (also
 # bench_memory_serving at Llama-3.1-8B shapes, 100 users, k = 50, once per binary). Logs go to
@@ -72,4 +72,4 @@ fi
 RUN
 chmod +x "$AB/run.sh"
 du -sh "$AB"
-echo "next: run(command=\"bash .gpu/ab/run.sh\", carry=[\".gpu/cuda\", \".gpu/ab\"])"
+echo "next, on the GPU host (with .gpu/cuda and .gpu/ab copied there): bash .gpu/ab/run.sh"

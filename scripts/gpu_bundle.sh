@@ -2,11 +2,11 @@
 # Builds the CUDA build here (sm_90) and gathers what the GPU machine needs into .gpu/cuda/:
 # the test and benchmark binaries, the shared libraries they need that the GPU machine lacks
 # (found with ldd; the binaries carry an $ORIGIN rpath), and gpu_run.sh. The folder is ignored
-# by .gitignore (/.gpu/) and travels with the `run` tool's carry: [".gpu/cuda"] (64 MiB limit).
+# by .gitignore (/.gpu/); copy it to the GPU host beside a checkout (kept under 64 MiB).
 #
 # Usage: scripts/gpu_bundle.sh [MIRROR_REPO_ROOT ...]
-#   Each MIRROR_REPO_ROOT also gets a copy at <root>/.gpu/cuda (the device tool sends the checkout
-#   its session started in, which may be another worktree of this repository).
+#   Each MIRROR_REPO_ROOT also gets a copy at <root>/.gpu/cuda (the checkout that goes to the GPU
+#   host may be another worktree of this repository).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -51,7 +51,7 @@ for b in "${BINS[@]}" "$BUILD/inferscale" "$(command -v haproxy)"; do
   done
 done
 # A second, smaller bundle for the embedding-model benchmark (the Qwen3 tokenizer alone is 11 MB;
-# both would not fit one call's 64 MiB): run(command="bash .gpu/emb/run.sh", carry=[".gpu/emb"]).
+# both would not fit one call's 64 MiB): bash .gpu/emb/run.sh   (on the GPU host, in a copy of this checkout holding .gpu/emb).
 EMB="$ROOT/.gpu/emb"
 rm -rf "$EMB"
 mkdir -p "$EMB"

@@ -9,7 +9,7 @@
 #
 # Runs from the bundle (scripts/gpu_bundle.sh copies it, http_load.py, locomo_eval.py, a stripped
 # `inferscale`, its libraries and the data into .gpu/cuda):
-#   run(command="bash .gpu/cuda/gpu_http_load.sh", carry=[".gpu/cuda"])
+#   bash .gpu/cuda/gpu_http_load.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
 # Writes $OUT/http_load/{results.json,results.md,serve.log}, $OUT/selftest/selftest.json and
 # $OUT/http_load.log; the PNGs when the machine has matplotlib, else here afterwards:
 #   bench/http_load.py --plot-only <files_at>/http_load

@@ -4,7 +4,7 @@
 # (BENCHMARKS run 22): the parity tests and memcheck of the split, bench_cuda_serving --mixed-only,
 # then HTTP at 100 clients (k = HTTP_K, default 50; FP8 cache) alternately, ROUNDS pairs (default 2).
 # After BUILD=build scripts/gpu_bundle.sh:
-#   run(command="bash scripts/gpu_mixed_attention_ab.sh", carry=[".gpu/cuda"])
+#   bash scripts/gpu_mixed_attention_ab.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 C=$HERE/../.gpu/cuda
@@ -40,5 +40,5 @@ for round in $(seq "${ROUNDS:-2}"); do
   done
 done
 stamp "done"
-rm -rf "$OUT"/h_split* "$OUT"/h_tiles*  # the device tool returns 8 files: ROUNDS <= 2
+rm -rf "$OUT"/h_split* "$OUT"/h_tiles*  # at most 8 result files come back from the GPU host: ROUNDS <= 2
 ls "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (the device tool), from the repository root: issue 7's real-model work on
+# Runs on the GPU machine, from the repository root: issue 7's real-model work on
 # SmolLM2-135M-Instruct. The bundle comes from scripts/gpu_quality_bundle.sh; files written under
 # /root stay while the machine is warm, so the model travels in two parts over two calls:
 #   bash scripts/gpu_quality.sh stash                  carry .gpu/m1: model part 1 -> /root/m
@@ -10,7 +10,7 @@
 #   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
 #   f1       the server on the GPU + bench/locomo_eval.py (F1 and NLL over HTTP) for F1_CONVS, resumable
 #            (results in /root/f1, copied to $OUT), stopped after F1_SECONDS (default 400)
-# Outputs go to $OUT (the device tool brings them back).
+# Outputs go to $OUT (the folder whose files come back from the GPU host).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}

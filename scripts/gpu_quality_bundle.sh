@@ -3,8 +3,8 @@
 # .gpu/m1, .gpu/m2 (SmolLM2's 98 MB GGUF in two parts: one device call carries at most 64 MiB) and
 # .gpu/q (stripped CUDA-build binaries and the libraries the machine lacks, xz-compressed, plus
 # LoCoMo, the eval harness and its nltk wheels). All under /.gpu/, which git ignores.
-#   run(command="bash scripts/gpu_quality.sh stash", carry=[".gpu/m1"])
-#   run(command="bash scripts/gpu_quality.sh parity kl", carry=[".gpu/m2", ".gpu/q"])   (within 30 s)
+#   bash scripts/gpu_quality.sh stash   (on the GPU host, in a copy of this checkout holding .gpu/m1)
+#   bash scripts/gpu_quality.sh parity kl   (on the GPU host, in a copy of this checkout holding .gpu/m2 and .gpu/q)   (within 30 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (the `run` tool), from the repository root, with the bundle carried:
-#   run(command="bash .gpu/cuda/gpu_run.sh", carry=[".gpu/cuda"])
+# Runs on the GPU machine, from the repository root, with the bundle copied there:
+#   bash .gpu/cuda/gpu_run.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
 # Every parity test, then every benchmark; logs under $OUT; a short table at the end.
 # GPU_RUN_QUICK=1 shortens the benchmarks.
 set -uo pipefail

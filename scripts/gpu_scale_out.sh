@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scale out on the GPU machine (issue "Scale out"), from the bundle (scripts/gpu_bundle.sh):
-#   run(command="bash .gpu/cuda/gpu_scale_out.sh", carry=[".gpu/cuda"])
+#   bash .gpu/cuda/gpu_scale_out.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
 #
 # 1. One replica (`serve --device cuda`, Llama-3.1-8B shapes, seeded random bf16 weights, memory
 #    in a SQLite data dir, --kv-dir) behind HAProxy with deploy/haproxy/inferscale.cfg. The 10

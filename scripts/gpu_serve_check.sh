@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The product on the GPU machine, end to end: `inferscale serve --device cuda` with memory, driven
 # over HTTP. Runs from the bundle (scripts/gpu_bundle.sh copies it and a stripped `inferscale`):
-#   run(command="bash .gpu/cuda/gpu_serve_check.sh", carry=[".gpu/cuda"])
+#   bash .gpu/cuda/gpu_serve_check.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
 # Model: a small Llama shape with head_dim 128 (what the CUDA kernels take) and random weights,
 # the Mistral v3 tokenizer (DEVICE=cpu runs the same checks on the CPU backend; SERVE_ARGS adds
 # `serve` flags, e.g. "--memory-kv-dtype fp8 --kv-cache-dtype fp8"). Prints one PASS/FAIL line per

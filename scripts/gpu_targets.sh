@@ -6,7 +6,7 @@
 # an FP8 KV cache over HTTP as the earlier runs.
 #
 # Runs from the bundle (scripts/gpu_bundle.sh copies it and targets_table.py into .gpu/cuda):
-#   run(command="bash .gpu/cuda/gpu_targets.sh", carry=[".gpu/cuda"])
+#   bash .gpu/cuda/gpu_targets.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
 # Writes $OUT/targets.md (the table) and $OUT/targets.tgz (every log: device.txt, serving_Q.log,
 # mem_Q.log, http_Q/... with the HTTP results.json; Q: none, fp8), two files, so that the device
 # tool brings them all back (it returns a limited number of files, none deep in folders).
