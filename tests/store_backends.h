@@ -15,6 +15,7 @@
 #include <string>
 
 #include "memory/store/fact_store.h"
+#include "memory/store/postgres.h"
 #include "memory/store/sqlite.h"
 #include "test_fact_store_util.h"
 
@@ -101,6 +102,36 @@ class StoreLocation {
   Backend backend_;
   std::unique_ptr<TempDir> dir_;
   std::string admin_, db_;
+};
+
+// Holds the store's write lock from a connection of its own until destroyed, as a writer stuck
+// inside its transaction would (SQLite: BEGIN IMMEDIATE; PostgreSQL: the advisory lock).
+class WriteLockHolder {
+ public:
+  explicit WriteLockHolder(const StoreLocation& at) {
+    if (at.backend() == Backend::kSqlite) {
+      sqlite_ = std::make_unique<sqlite::Db>(at.where() + "/" + FactStore::kFileName, false);
+      sqlite_->exec("BEGIN IMMEDIATE");
+      return;
+    }
+    pg_ = PQconnectdb(at.where().c_str());
+    if (PQstatus(pg_) != CONNECTION_OK) throw std::runtime_error(PQerrorMessage(pg_));
+    PQclear(PQexec(pg_, "BEGIN"));
+    PGresult* r = PQexec(pg_, ("SELECT pg_advisory_xact_lock(" + std::to_string(postgres::kWriteLockKey) + ")").c_str());
+    const bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    if (!ok) throw std::runtime_error(PQerrorMessage(pg_));
+  }
+  ~WriteLockHolder() {
+    if (sqlite_) sqlite_->exec("ROLLBACK");
+    if (pg_ != nullptr) PQfinish(pg_);  // ends its transaction and the lock
+  }
+  WriteLockHolder(const WriteLockHolder&) = delete;
+  WriteLockHolder& operator=(const WriteLockHolder&) = delete;
+
+ private:
+  std::unique_ptr<sqlite::Db> sqlite_;
+  PGconn* pg_ = nullptr;
 };
 
 // A fixture for tests of the store's contract: `where` is this test's store location.

@@ -669,6 +669,20 @@ TEST_P(FactStoreContract, AnotherProcesssWriteIsNoticedWithinASecond) {
   EXPECT_EQ(l.events, (std::vector<std::string>{"add u news"}));
 }
 
+// A write that cannot get the write lock in time (another writer stuck in its transaction) fails
+// as kResource after the engine's wait (SQLite's busy timeout, PostgreSQL's lock_timeout: 5 s)
+// and leaves nothing behind: once the lock is free the next write goes through.
+TEST_P(FactStoreContract, AWriteThatWaitsTooLongForTheLockFailsAndTheStoreCarriesOn) {
+  auto store = open_store();
+  store->add_fact("default", "u", fact("before"));
+  {
+    inferscale::testing::WriteLockHolder stuck(*where);
+    expect_error([&] { store->add_fact("default", "u", fact("blocked")); }, ErrorKind::kResource, "");
+  }
+  store->add_fact("default", "u", fact("after"));
+  EXPECT_EQ(texts(store->list("default", "u")), (std::vector<std::string>{"before", "after"}));
+}
+
 // A request composes the facts it retrieved; one deleted meanwhile still has its window (the
 // turns before it), so the request is served as retrieved instead of failing with "not found".
 TEST_P(FactStoreContract, TheWindowOfAFactReadBeforeItsDeletionIsStillAnswered) {

@@ -225,7 +225,12 @@ void Db::begin(sql::TxKind kind) {
   if (kind == sql::TxKind::kWrite) {
     exec("BEGIN");
     in_tx_ = true;
-    exec(fmt::format("SELECT pg_advisory_xact_lock({})", kWriteLockKey));
+    try {
+      exec(fmt::format("SELECT pg_advisory_xact_lock({})", kWriteLockKey));
+    } catch (...) {
+      rollback();  // no Transaction owns it yet: a lock timeout must not leave it open and aborted
+      throw;
+    }
   } else {
     exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     in_tx_ = true;
