@@ -68,7 +68,7 @@ class Statement {
   bool lent_ = false;  // a Query holds it
 };
 
-// The three kinds of transaction the store runs.
+// The two kinds of transaction the store runs.
 enum class TxKind {
   kWrite,  // takes the store's one write lock up front: writers run one at a time, in every process
   kRead,   // one consistent snapshot for several reads; never blocks a writer
