@@ -41,6 +41,8 @@ import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from free_ports import free_base  # noqa: E402
 FAILURES = []
 KEYS = {"acme": "key-acme-0123", "globex": "key-globex-4567"}
 
@@ -50,26 +52,6 @@ def check(ok, what):
     if not ok:
         FAILURES.append(what)
     return ok
-
-
-def free_base(count):
-    """A port P such that P .. P+count-1 are free on 127.0.0.1."""
-    for _ in range(200):
-        base = random.randint(20000, 50000)
-        socks = []
-        try:
-            for p in range(base, base + count):
-                s = socket.socket()
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
 
 
 class Cluster:

@@ -10,18 +10,7 @@ command -v haproxy >/dev/null || { echo "skipped: haproxy is not installed (scri
 dir=$(mktemp -d /tmp/inferscale-routing-XXXXXX)
 chmod 755 "$dir"
 # Five free ports in a row: HAProxy, 3 replicas, PostgreSQL.
-base=$(python3 - <<'PY'
-import random, socket
-while True:
-    b = random.randint(20000, 50000)
-    try:
-        socks = [socket.create_server(("127.0.0.1", p)) for p in range(b, b + 5)]
-        print(b)
-        break
-    except OSError:
-        continue
-PY
-)
+base=$(python3 "$ROOT/scripts/free_ports.py" 5)
 export INFERSCALE_BIN=$BIN INFERSCALE_CLUSTER_DIR=$dir INFERSCALE_PORT=$base INFERSCALE_PG_PORT=$((base + 4))
 unset INFERSCALE_STORE
 trap '"$ROOT/scripts/cluster.sh" down; rm -rf "$dir"' EXIT

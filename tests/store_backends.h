@@ -138,9 +138,14 @@ class WriteLockHolder {
 class StoreTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
+    skip_without_postgres();
+    if (IsSkipped()) return;
+    where = std::make_unique<StoreLocation>(GetParam());
+  }
+  // Skips a PostgreSQL case when there is no test server (the caller checks IsSkipped()).
+  void skip_without_postgres() {
     if (GetParam() == Backend::kPostgres && test_postgres_url().empty())
       GTEST_SKIP() << "no test PostgreSQL server (INFERSCALE_TEST_POSTGRES unset; ctest starts one)";
-    where = std::make_unique<StoreLocation>(GetParam());
   }
   std::unique_ptr<FactStore> open_store(const FactStoreOptions& opts = {}) { return where->open(opts); }
   bool on_postgres() const { return GetParam() == Backend::kPostgres; }

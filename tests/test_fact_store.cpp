@@ -427,13 +427,11 @@ TEST_P(FactStoreContract, DurableCommitsAndSchemaVersion) {
     if (on_postgres()) {
       EXPECT_EQ(store->engine_setting("synchronous_commit"), "on");
       EXPECT_EQ(store->engine_setting("fsync"), "on");
-      EXPECT_TRUE(store->shared());
     } else {
       EXPECT_EQ(store->engine_setting("journal_mode"), "wal");
       EXPECT_EQ(store->engine_setting("synchronous"), "2");  // FULL
       EXPECT_EQ(store->engine_setting("foreign_keys"), "1");
       EXPECT_EQ(store->describe(), where->where() + "/memory.db");
-      EXPECT_FALSE(store->shared());
     }
   }
   where->exec_raw("UPDATE schema_version SET version = version + 1");

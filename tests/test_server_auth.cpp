@@ -23,8 +23,8 @@ const std::vector<std::string> kAcmeFacts = {"Acme's Alice adopted a cat named M
 class ServerAuth : public inferscale::testing::StoreTest {
  protected:
   void SetUp() override {
-    if (on_postgres() && inferscale::testing::test_postgres_url().empty())
-      GTEST_SKIP() << "no test PostgreSQL server (INFERSCALE_TEST_POSTGRES unset; ctest starts one)";
+    skip_without_postgres();
+    if (IsSkipped()) return;
     auto& server = servers[GetParam()];
     if (!server) server = make_server(GetParam());
     s = server.get();

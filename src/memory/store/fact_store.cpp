@@ -167,8 +167,6 @@ std::unique_ptr<FactStore> FactStore::open_db(std::unique_ptr<sql::Db> db) {
 
 const std::string& FactStore::describe() const { return db_->describe(); }
 
-bool FactStore::shared() const { return db_->dialect() == sql::Dialect::kPostgres; }
-
 std::string FactStore::engine_setting(std::string_view name) const {
   IS_REQUIRE(!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c == '_' || std::islower(c); }),
              kInvalidInput, "bad setting name '{}'", name);

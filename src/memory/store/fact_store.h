@@ -166,8 +166,6 @@ class FactStore {
 
   // What the store is, for messages: the database file, or the server and database (no password).
   const std::string& describe() const;
-  // Whether other processes may share it by design (PostgreSQL).
-  bool shared() const;
   // A durability setting of the engine on the store's connection (diagnostics and tests): a
   // PRAGMA for SQLite ("synchronous" -> "2"), SHOW for PostgreSQL ("synchronous_commit" -> "on").
   std::string engine_setting(std::string_view name) const;
