@@ -1610,6 +1610,18 @@ TEST(MemoryService, EveryChatFamilyFramesTheFacts) {
   }
 }
 
+// A chat the template gives no place for the block (Mistral's, ending with the assistant's turn
+// to continue) is refused by name: kUnsupported, a 400 on the server, not an internal error.
+TEST(MemoryService, AChatWithNoPlaceForTheBlockIsRefusedByName) {
+  const Tokenizer& tok = *demo().tokenizer;
+  const FactsBlock block{"Memories:\n", "\n"};
+  const ChatTemplate mistral(ChatFamily::kMistral, "", "");
+  PromptSource src = PromptSource::of_chat({{"user", "Where does Bob work?"}, {"assistant", "Bob works"}});
+  src.render.add_generation_prompt = false;
+  src.render.continue_final_message = true;
+  expect_error([&] { frame_prompt(src, tok, mistral, &block); }, ErrorKind::kUnsupported, "end the messages with a user turn");
+}
+
 // The cache of the text before the facts (EncodeCache) changes no frame: chat in every family,
 // with and without a system prompt, completion text and ids, a second request served from the
 // cache, and a full cache cleared rather than grown.

@@ -42,7 +42,12 @@ PromptFrame frame_chat(const PromptSource& src, const Tokenizer& tok, const Chat
   }
   const std::string text = render_chat(tmpl, msgs, src.render);
   const size_t at = text.find(kMarker);
-  IS_CHECK(at != std::string::npos, "the chat template dropped the memory marker");
+  // Mistral's template writes the system text into the final user turn only: a chat that ends
+  // with another role has nowhere for the block.
+  IS_REQUIRE(at != std::string::npos, kUnsupported,
+             "the chat template ({}) drops the system message, where memory goes, from this chat: end the "
+             "messages with a user turn",
+             chat_family_name(tmpl.family()));
   const EncodeOptions rest{.add_special = false, .parse_special = first.parse_special};
   return {encode_before(tok, text.substr(0, at), first, cache), tok.encode(text.substr(at + kMarker.size()), rest)};
 }
