@@ -29,11 +29,6 @@ cp scripts/gpu_env.sh scripts/gpu_run.sh scripts/gpu_serve_check.sh scripts/gpu_
 # The HTTP load benchmark (gpu_http_load.sh runs it) travels as its two files; it also needs
 # `inferscale` and data/ below (the 8B config, the tokenizer, locomo10.json).
 cp bench/http_load.py bench/locomo_eval.py bench/targets_table.py "$DEST/"
-# Scale out (gpu_scale_out.sh): HAProxy (Debian's, with the libraries the GPU machine may lack)
-# and the shipped routing rules, the proxy and moved-user benchmarks.
-cp scripts/gpu_scale_out.sh bench/moved_users.py bench/proxy_latency.py "$DEST/"
-cp deploy/haproxy/inferscale.cfg "$DEST/haproxy.cfg"
-strip -o "$DEST/haproxy" "$(command -v haproxy)"
 # The product binary, stripped (22 MB -> ~5 MB), for gpu_serve_check.sh and gpu_http_load.sh.
 strip -o "$DEST/inferscale" "$BUILD/inferscale"
 # Inputs of the end-to-end memory benchmark (../shared does not travel to the GPU machine).
@@ -45,7 +40,7 @@ cp "$SHARED/configs/Llama-3.1-8B.json" "$SHARED/configs/Mistral-7B-v0.3.json" "$
 # Libraries the GPU machine has (or that must come from its driver/toolkit): not copied (OpenBLAS
 # alone is 36 MB of the 64 MB a call may carry).
 SKIP='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcudart|libsqlite3|libpcre2-8|libxxhash|libzstd|libopenblas|libgfortran|libquadmath|libgomp)'
-for b in "${BINS[@]}" "$BUILD/inferscale" "$(command -v haproxy)"; do
+for b in "${BINS[@]}" "$BUILD/inferscale"; do
   ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
     if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$DEST/$name"; fi
   done
@@ -66,6 +61,23 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$HERE:${LD_LIBRARY_PATH:-}"
 "$HERE/bench_cuda_embedder" --tokenizer "$HERE/qwen3-tokenizer.json" --locomo "$HERE/locomo10.json" "$@"
 RUN
 du -sh "$EMB"
+# A third for scale out (gpu_scale_out.sh), on the GPU host `bash .gpu/so/gpu_scale_out.sh` with
+# .gpu/so copied there: `inferscale`, HAProxy (Debian's) and the libraries of both the GPU machine
+# may lack, the shipped routing rules, the load, proxy and moved-user benchmarks, the data.
+SO="$ROOT/.gpu/so"
+rm -rf "$SO"
+mkdir -p "$SO/data"
+cp "$DEST/inferscale" scripts/gpu_env.sh scripts/gpu_scale_out.sh bench/http_load.py bench/locomo_eval.py \
+   bench/moved_users.py bench/proxy_latency.py "$SO/"
+cp deploy/haproxy/inferscale.cfg "$SO/haproxy.cfg"
+strip -o "$SO/haproxy" "$(command -v haproxy)"
+cp "$DEST"/data/Llama-3.1-8B.json "$DEST"/data/tokenizer.model.v3 "$DEST"/data/locomo10.json "$SO/data/"
+for b in "$BUILD/inferscale" "$(command -v haproxy)"; do
+  ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    if ! [[ "$name" =~ $SKIP ]]; then cp -L "$path" "$SO/$name"; fi
+  done
+done
+du -sh "$SO"
 
 echo "bundle: $DEST"
 ls -la "$DEST"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Scale out on the GPU machine (issue "Scale out"), from the bundle (scripts/gpu_bundle.sh):
-#   bash .gpu/cuda/gpu_scale_out.sh   (on the GPU host, in a copy of this checkout holding .gpu/cuda)
+# Scale out on the GPU machine (issue "Scale out"), from its bundle (scripts/gpu_bundle.sh makes .gpu/so):
+#   bash .gpu/so/gpu_scale_out.sh   (on the GPU host, in a copy of this checkout holding .gpu/so)
 #
 # 1. One replica (`serve --device cuda`, Llama-3.1-8B shapes, seeded random bf16 weights, memory
 #    in a SQLite data dir, --kv-dir) behind HAProxy with deploy/haproxy/inferscale.cfg. The 10
