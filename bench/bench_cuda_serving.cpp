@@ -76,8 +76,9 @@ void encode_facts(CudaBackend& be, int32_t k, int32_t scratch_block, ForwardOutp
 
 // (d): `decodes` sequences of `ctx` injected tokens decode one token each beside `questions`
 // 32-token questions after `ctx` injected tokens of their own (every context filled from the
-// pool's facts); the mixed step's GPU time in each MixedAttention mode, alternately, then the
-// decode-only step of the same sequences (graphed, as served).
+// pool's facts); the mixed step's GPU time as served (the decodes on the decode kernel beside the
+// questions' tiles) and with every sequence on the tiles (DecodeAttention::kTensorCore),
+// alternately, then the decode-only step of the same sequences (graphed, as served).
 void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick, bool fp8_weights) {
   constexpr int32_t kSeqs = 100, kCtx = 2750, kFacts = 50;
   const int32_t iters = quick ? 4 : 12;
@@ -101,34 +102,34 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick, bool fp8_weights)
     }
   be->inject(inj);
   const auto question = tokens(kQuestionLen, 7, cfg.vocab_size);
-  std::printf("\n| KV cache | decodes + questions | mixed step, split concurrent | split serial | tiles | tiles / concurrent "
-              "| attention ms, concurrent / serial / tiles (eager, profiled) | decode-only step (graphed) |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| KV cache | decodes + questions | mixed step, split | all on the tiles | tiles / split "
+              "| attention ms, split / tiles (eager, profiled) | decode-only step (graphed) |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (const int32_t q : {1, 4, 16}) {
     ForwardBatch mixed;  // sequences [0, 100 - q) decode at position kCtx, the last q prefill questions
     for (int32_t s = 0; s < kSeqs - q; ++s) add_seq(mixed, {question[static_cast<size_t>(s % kQuestionLen)]}, kCtx, s * blocks_per_seq);
     for (int32_t s = kSeqs - q; s < kSeqs; ++s) add_seq(mixed, question, kCtx, s * blocks_per_seq);
     mixed.output = ForwardBatch::Output::kArgmax;
-    // The three ways, alternately, then the attention's share of each (eager with events between
+    // The two ways, alternately, then the attention's share of each (eager with events between
     // ops, op_profile.h: the concurrent launches' overlap shows in their sum).
-    const MixedAttention modes[] = {MixedAttention::kConcurrent, MixedAttention::kSerial, MixedAttention::kTiles};
-    std::vector<double> g[3];
+    const DecodeAttention ways[] = {kDefaultDecodeAttention, DecodeAttention::kTensorCore};
+    std::vector<double> g[2];
     for (int32_t it = 0; it < iters + 1; ++it)
-      for (int m = 0; m < 3; ++m) {
-        be->set_mixed_attention(modes[m]);
+      for (int m = 0; m < 2; ++m) {
+        be->set_decode_attention(ways[m]);
         be->forward(mixed, out);
         if (it > 0) g[m].push_back(be->last_gpu_ms());
       }
-    double attn[3] = {0, 0, 0};
-    for (int m = 0; m < 3; ++m) {
-      be->set_mixed_attention(modes[m]);
+    double attn[2] = {0, 0};
+    for (int m = 0; m < 2; ++m) {
+      be->set_decode_attention(ways[m]);
       be->set_op_profile(true);
       be->forward(mixed, out);
       for (const OpTime& t : be->op_profile())
         if (t.op.rfind("attention", 0) == 0) attn[m] += t.ms;
       be->set_op_profile(false);
     }
-    be->set_mixed_attention(kDefaultMixedAttention);
+    be->set_decode_attention(kDefaultDecodeAttention);
     ForwardBatch decode;  // the same decodes alone
     for (int32_t s = 0; s < kSeqs - q; ++s) add_seq(decode, {question[static_cast<size_t>(s % kQuestionLen)]}, kCtx, s * blocks_per_seq);
     decode.output = ForwardBatch::Output::kArgmax;
@@ -137,9 +138,9 @@ void mixed_steps(const ModelConfig& cfg, bool fp8, bool quick, bool fp8_weights)
       be->forward(decode, out);
       if (it >= 3) g_dec.push_back(be->last_gpu_ms());
     }
-    const double mc = bench::median(g[0]), ms = bench::median(g[1]), mt = bench::median(g[2]);
-    std::printf("| %s | %d + %d | %.2f | %.2f | %.2f | %.2fx | %.2f / %.2f / %.2f | %.2f |\n", fp8 ? "FP8" : "bf16",
-                kSeqs - q, q, mc, ms, mt, mt / mc, attn[0], attn[1], attn[2], bench::median(g_dec));
+    const double ms = bench::median(g[0]), mt = bench::median(g[1]);
+    std::printf("| %s | %d + %d | %.2f | %.2f | %.2fx | %.2f / %.2f | %.2f |\n", fp8 ? "FP8" : "bf16", kSeqs - q, q, ms,
+                mt, mt / ms, attn[0], attn[1], bench::median(g_dec));
   }
   // A burst's first forward (bench_memory_serving's 100 users at once): every sequence prefills its
   // question after its injected facts; where its time goes, by op (eager, events between ops).
@@ -274,8 +275,7 @@ int main(int argc, char** argv) {
   };
   const Variant variants[] = {{DecodeAttention::kAuto, true, true},       {DecodeAttention::kAuto, true, false},
                               {DecodeAttention::kAuto, false, true},      {DecodeAttention::kAuto, false, false},
-                              {DecodeAttention::kMma, true, true},        {DecodeAttention::kTensorCore, true, true},
-                              {DecodeAttention::kSimt, true, true},       {DecodeAttention::kSimt, false, true}};
+                              {DecodeAttention::kMma, true, true},        {DecodeAttention::kTensorCore, true, true}};
   // The variants take turns: `rounds` rounds, each variant decoding `warm` untimed steps (the
   // first round's capture the graph; later ones follow a switch of kernel or mode) then `timed`
   // timed ones; a variant's figure is the median of all its timed steps. Measured one after the

@@ -92,10 +92,9 @@ int main(int argc, char** argv) {
 #ifdef INFERSCALE_HAS_CUDA
   const std::map<std::string, DecodeAttention> decode_kernels{{"tiles", DecodeAttention::kTensorCore},
                                                               {"mma", DecodeAttention::kMma},
-                                                              {"simt", DecodeAttention::kSimt},
                                                               {"auto", DecodeAttention::kAuto}};
   app.add_option("--decode-attention", a.decode_attention,
-                 "CUDA: the decode steps' attention kernel: tiles | mma | simt | auto (the default)")
+                 "CUDA: the decode steps' attention kernel: tiles | mma | auto (the default)")
       ->transform(CLI::CheckedTransformer(decode_kernels));
 #endif
   CLI11_PARSE(app, argc, argv);
@@ -278,26 +277,8 @@ int main(int argc, char** argv) {
   double rps[2] = {0, 0};
   std::string step_lines;  // per mode: a step's wall time against its GPU time (CUDA)
   int mi = 0;
-  // Inject three times on a backend that overlaps its forward: tickets resolved beside the
-  // running forward (the default), all before scheduling (EngineOptions::overlap_memory false),
-  // beside again (the spread between runs of one setting).
-  struct Run {
-    MemoryMode mode;
-    bool overlap;
-  };
-  std::vector<Run> runs{{MemoryMode::kInject, true}};
-  if (engine.backend().overlaps_forward()) {
-    runs.push_back({MemoryMode::kInject, false});
-    runs.push_back({MemoryMode::kInject, true});
-  }
-  runs.push_back({MemoryMode::kText, true});
-  bool first_inject = true;
-  for (const auto [mode, overlap] : runs) {
-    engine.set_overlap_memory(overlap);
-    const char* label = mode == MemoryMode::kText ? "text"
-                        : runs.size() == 2       ? "inject"
-                        : overlap                ? "inject, tickets beside the forward"
-                                                 : "inject, tickets before scheduling";
+  for (const MemoryMode mode : {MemoryMode::kInject, MemoryMode::kText}) {
+    const char* label = mode == MemoryMode::kText ? "text" : "inject";
     const auto t0 = Clock::now();
     const EngineStats start = engine.stats();  // the run's counts are differences from these
     for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, nullptr);
@@ -335,8 +316,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(e.prefix_hit_tokens - start.prefix_hit_tokens));
       step_lines += line;
     }
-    if (mode == MemoryMode::kText || first_inject) rps[mi++] = a.users / wall;
-    if (mode == MemoryMode::kInject) first_inject = false;
+    rps[mi++] = a.users / wall;
     std::printf("| %s | %.2f | %.1f | %.0f | %.1f |\n", label, wall, a.users / wall, out_tokens / wall,
                 ttft_sum / a.users * 1e3);
   }

@@ -27,8 +27,7 @@ MEMORY = """Encoding (write path): 419 facts, 69198 tokens through the model (wi
 
 | mode | wall (s) | requests/s | output tokens/s | mean TTFT (ms) |
 |---|---|---|---|---|
-| inject, tickets beside the forward | 0.47 | 211.9 | 6781 | 116.9 |
-| inject, tickets before scheduling | 0.48 | 210.5 | 6736 | 120.0 |
+| inject | 0.47 | 211.9 | 6781 | 116.9 |
 | text | 5.72 | 17.5 | 560 | 2791.0 |
 """
 

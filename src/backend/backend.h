@@ -54,9 +54,6 @@ struct BackendOptions {
   bool cpu_quant_linears = true;
   bool cuda_graphs = true;          // CUDA: decode steps and short prefills replay CUDA graphs (false: eager)
   bool programmatic_launch = true;  // CUDA: a forward's kernels overlap their neighbours' launch (PDL, launch.cuh)
-  // CUDA: a mixed batch's decode sequences run the decode attention kernel beside its prefill
-  // chunks' tiles (kDefaultMixedAttention; false: every sequence of a mixed batch on the tiles).
-  bool split_mixed_attention = true;
   // The memory pool in FP8 E4M3 with a scale per (slot, kv head) (--memory-kv-dtype fp8): ~4x
   // the facts of an f32 pool in the same bytes on the CPU (backend/cpu/cpu_kv_store.h), ~2x a bf16
   // pool's on the GPU. Keys are stored before RoPE, as in any pool.

@@ -62,9 +62,6 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
                  "min_p); a request's own fields always win");
   cmd.add_flag("--no-programmatic-launch", a.no_programmatic_launch,
                "CUDA: launch each kernel after the previous one ends (no Programmatic Dependent Launch)");
-  cmd.add_flag("--mixed-attention-tiles", a.mixed_attention_tiles,
-               "CUDA: run every sequence of a mixed step (prefills beside decodes) on the prefill attention tiles, "
-               "instead of the decodes on the decode kernel (for comparison)");
 }
 
 SamplingDefaults resolve_sampling(const ModelArgs& a, const SamplingDefaults& model_own) {
@@ -166,7 +163,6 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.num_threads = a.threads;
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;
-  bo.split_mixed_attention = !a.mixed_attention_tiles;
   return bo;
 }
 

@@ -24,7 +24,6 @@ struct ModelArgs {
   int32_t threads = 0;
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
   bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
-  bool mixed_attention_tiles = false;   // --mixed-attention-tiles: a mixed batch's decodes on the tiles too
   std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8
   std::string kv_cache_dtype = "native";   // --kv-cache-dtype: native | fp8
   std::string quantization = "none";       // --quantization: none | fp8 (CUDA: E4M3 projections)

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "engine/sampler.h"
+#include "engine/step_batch.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -262,194 +263,120 @@ RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::option
   return o;
 }
 
+// A step in four phases (engine.h); each forward's host time is split around its launch.
 std::vector<RequestOutput> Engine::step() {
-  using Clock = std::chrono::steady_clock;
-  const auto started = Clock::now();
+  StepClock clock;
+  clock.started = StepClock::Clock::now();
   std::vector<RequestOutput> outs;
-  // Memory tickets: a backend that overlaps its forward with the host gets them resolved while the
-  // device computes (below), except when nothing else is ready to run: an idle engine resolves
-  // every waiting ticket first, so that a burst starts as one batch (measured on the H200, run 20:
-  // staggering a 100-request burst behind single-request forwards cost 3 steps more than the
-  // serial resolution it hid).
-  const bool overlap = opts_.overlap_memory && backend_->overlaps_forward();
+  std::optional<SchedulerOutput> plan = schedule(outs);
+  if (!plan) return outs;
+  StepBatch batch = prepare_step(*plan, blocks_.block_size(), sample_vocab_);
+  ForwardOutput fo = execute(*plan, batch, outs, clock);
+  update(*plan, batch, fo, outs);
+  stats_.host_after_seconds += std::chrono::duration<double>(StepClock::Clock::now() - clock.ended).count();
+  return outs;
+}
+
+// Memory tickets: a backend that overlaps its forward with the host gets them resolved while the
+// device computes (execute), except when nothing else is ready to run: an idle engine resolves
+// every waiting ticket first, so that a burst starts as one batch (on the H200, staggering a
+// 100-request burst behind single-request forwards cost 3 steps more than the serial resolution
+// it hid; bench_memory_serving's throughput run shows it).
+std::optional<SchedulerOutput> Engine::schedule(std::vector<RequestOutput>& outs) {
+  const bool overlap = backend_->overlaps_forward();
   const bool before = !resolving_.empty() && (!overlap || !scheduler_.has_ready_work());
   if (before) resolve_memory(outs, Resolve::kAll);
   SchedulerOutput plan = scheduler_.schedule();
-  if (plan.seqs.empty()) {
-    if (!before && !resolving_.empty()) resolve_memory(outs, Resolve::kAll);  // no forward to overlap
-    return outs;
-  }
-  const int32_t bs = blocks_.block_size();
-  auto slot_of = [bs](const Request* r, int32_t i) {
-    return static_cast<int64_t>(r->block_table[static_cast<size_t>(i / bs)]) * bs + i % bs;
-  };
+  if (!plan.seqs.empty()) return plan;
+  if (!before && !resolving_.empty()) resolve_memory(outs, Resolve::kAll);  // no forward to overlap
+  return std::nullopt;
+}
 
-  // 1. Memory injection: pool KV -> this request's slots, K rotated to its positions.
-  InjectBatch inj;
-  for (const ScheduledSeq& s : plan.seqs) {
-    if (!s.inject) continue;
-    Request* r = s.req;
-    const InjectedSpan& span = *r->injected;
-    const size_t before = inj.src_slots.size();
-    for (int32_t i = std::max(span.start, r->num_computed_tokens); i < span.end; ++i) {
-      if (!span.injects(i)) continue;  // recomputed by the forward
-      inj.src_slots.push_back(span.pool_slots[static_cast<size_t>(i - span.start)]);
-      inj.dst_slots.push_back(slot_of(r, i));
-      inj.positions.push_back(i);
-    }
-    r->num_injected_tokens = static_cast<int32_t>(inj.src_slots.size() - before);
-  }
-  if (!inj.src_slots.empty()) backend_->inject(inj);
-  stats_.tokens_injected += static_cast<int64_t>(inj.src_slots.size());
-
-  // 2. One forward over every scheduled token. Output rows, request by request: the prompt rows
-  // (positions whose logits score the next prompt token, for prompt_logprobs), then the sampled row.
-  struct Row {
-    Request* req;
-    int32_t position;
-    bool sample;
-  };
-  std::vector<Row> rows;
-  bool need_logits = false;  // any row needs the full logits, not just its argmax
-  ForwardBatch fb;
-  fb.q_indptr.push_back(0);
-  fb.kv_indptr.push_back(0);
-  for (const ScheduledSeq& s : plan.seqs) {
-    Request* r = s.req;
-    for (int32_t p : s.positions) {
-      if (r->is_capture() && r->capture_slots[static_cast<size_t>(p)] >= 0) {
-        fb.capture_tokens.push_back(fb.num_tokens());
-        fb.capture_slots.push_back(r->capture_slots[static_cast<size_t>(p)]);
-      }
-      if (r->needs_prompt_row(p)) {
-        fb.output_tokens.push_back(fb.num_tokens());
-        rows.push_back({r, p, false});
-        need_logits = true;
-      }
-      fb.token_ids.push_back(r->tokens[static_cast<size_t>(p)]);
-      fb.positions.push_back(p);
-      fb.slot_mapping.push_back(slot_of(r, p));
-    }
-    if (s.samples && r->sampling.max_tokens > 0) {
-      fb.output_tokens.push_back(fb.num_tokens() - 1);
-      rows.push_back({r, s.positions.back(), true});
-      if (r->sampling.logprobs >= 0) need_logits = true;
-    }
-    fb.q_indptr.push_back(fb.num_tokens());
-    fb.kv_indices.insert(fb.kv_indices.end(), r->block_table.begin(), r->block_table.end());
-    fb.kv_indptr.push_back(static_cast<int32_t>(fb.kv_indices.size()));
-  }
-  // No row wants logprobs: the backend samples and only R ids leave it, not [R, vocab] logits.
-  // Greedy everywhere is kArgmax; otherwise kSample with each row's draw taken here from its
-  // request's rng (one per sampled token, as sample_token would take on the logits path).
-  if (rows.empty()) {
-    fb.output = ForwardBatch::Output::kHidden;  // captures only: no row comes out
-  } else if (!need_logits) {
-    fb.argmax_vocab = static_cast<int32_t>(sample_vocab_);
-    const bool all_greedy = std::all_of(rows.begin(), rows.end(), [](const Row& w) { return is_greedy(w.req->sampling); });
-    fb.output = all_greedy ? ForwardBatch::Output::kArgmax : ForwardBatch::Output::kSample;
-    if (!all_greedy)
-      for (const Row& w : rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
-  }
+ForwardOutput Engine::execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
+                              StepClock& clock) {
+  if (!batch.inject.src_slots.empty()) backend_->inject(batch.inject);
+  stats_.tokens_injected += static_cast<int64_t>(batch.inject.src_slots.size());
   ForwardOutput fo;
-  const auto launched = Clock::now();
-  backend_->launch_forward(fb, fo);
-  const auto returned = Clock::now();
-  if (overlap) {
-    // While the device computes: the tickets waiting, and the requests the intake adds meanwhile
-    // with theirs; all are scheduled from the next step on. Between schedule() and finish_step()
-    // this only adds waiting work (requests, captures) or removes unscheduled requests (rejected
-    // tickets).
+  clock.launched = StepClock::Clock::now();
+  backend_->launch_forward(batch.forward, fo);
+  clock.returned = StepClock::Clock::now();
+  if (backend_->overlaps_forward()) {
     try {
-      size_t asked = 0;  // resolving_[0, asked) were asked beside this forward (each once a step)
-      for (;;) {
-        if (resolving_.size() > asked) {
-          resolve_memory(outs, Resolve::kWhileBusy, asked);
-          asked = resolving_.size();  // all of them, unless the device is done (then the loop ends)
-        }
-        if (!intake_ || !backend_->forward_running()) break;
-        const size_t live_before = live_.size();  // the intake only adds live requests
-        const bool added = intake_();
-        stats_.requests_taken_beside += static_cast<int64_t>(live_.size() - live_before);
-        if (!added) std::this_thread::yield();
-      }
+      work_beside_forward(outs);
     } catch (...) {
       backend_->wait_forward();
       throw;
     }
   }
   backend_->wait_forward();
-  const std::vector<float>& logits = fo.values;
   scheduler_.finish_step(plan);
-  ++stats_.steps;
-  stats_.tokens_computed += plan.num_tokens;
-  const auto ended = Clock::now();
-  const double forward_s = std::chrono::duration<double>(ended - launched).count();
-  stats_.host_before_seconds += std::chrono::duration<double>(launched - started).count();
-  stats_.host_launch_seconds += std::chrono::duration<double>(returned - launched).count();
-  count_step_kind(fb, forward_s);
-  adapt_background(plan, forward_s);
+  clock.ended = StepClock::Clock::now();
+  count_step(plan, batch.forward, clock);
+  return fo;
+}
 
-  // 3. Sample and score each row. Only ids the tokenizer knows are sampled or compete in the
-  // log-softmax: a model's embedding is often padded past the tokenizer's vocabulary (Qwen: 152,064
-  // rows for 151,665 tokens), and those rows have no text.
-  const size_t R = rows.size();
-  std::vector<int32_t> sampled(R, -1);
-  std::vector<std::optional<LogprobEntry>> scored(R);
-  if (need_logits) {
-    const int64_t V = backend_->config().vocab_size;
-    std::exception_ptr error;
-    // Rows are independent (a request has one sampled row per step, so no rng is shared).
-#pragma omp parallel for schedule(dynamic) if (R > 1)
-    for (size_t i = 0; i < R; ++i) {
-      try {
-        const Row& row = rows[i];
-        const SamplingParams& sp = row.req->sampling;
-        std::span<const float> lg(logits.data() + static_cast<int64_t>(i) * V, static_cast<size_t>(sample_vocab_));
-        if (row.sample) {
-          sampled[i] = sample_token(lg, sp, row.req->rng);
-          if (sp.logprobs >= 0) scored[i] = compute_logprobs(lg, sampled[i], sp.logprobs);
-        } else {
-          scored[i] = compute_logprobs(lg, row.req->tokens[static_cast<size_t>(row.position + 1)], sp.prompt_logprobs,
-                                       sp.prompt_distributions);
-        }
-      } catch (...) {
-#pragma omp critical(inferscale_engine_rows)
-        if (!error) error = std::current_exception();
-      }
+// While the device computes: the tickets waiting, and the requests the intake adds meanwhile
+// with theirs; all are scheduled from the next step on. Between schedule() and finish_step()
+// this only adds waiting work (requests, captures) or removes unscheduled requests (rejected
+// tickets).
+void Engine::work_beside_forward(std::vector<RequestOutput>& outs) {
+  size_t asked = 0;  // resolving_[0, asked) were asked beside this forward (each once a step)
+  for (;;) {
+    if (resolving_.size() > asked) {
+      resolve_memory(outs, Resolve::kWhileBusy, asked);
+      asked = resolving_.size();  // all of them, unless the device is done (then the loop ends)
     }
-    if (error) std::rethrow_exception(error);
-  } else {
-    IS_CHECK(fo.ids.size() == R, "the backend returned {} ids for {} rows", fo.ids.size(), R);
-    sampled = std::move(fo.ids);
+    if (!intake_ || !backend_->forward_running()) return;
+    const size_t live_before = live_.size();  // the intake only adds live requests
+    const bool added = intake_();
+    stats_.requests_taken_beside += static_cast<int64_t>(live_.size() - live_before);
+    if (!added) std::this_thread::yield();
   }
+}
 
-  // 4. Store prompt logprobs, stream, finish; captures that went through end here.
+// Sample and score each row, then store prompt logprobs, stream, finish; captures that went
+// through end here.
+void Engine::update(const SchedulerOutput& plan, const StepBatch& batch, ForwardOutput& fo,
+                    std::vector<RequestOutput>& outs) {
+  RowResults res = read_rows(batch, fo, backend_->config().vocab_size, sample_vocab_);
+  const std::vector<OutputRow>& rows = batch.rows;
   size_t i = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     Request* r = s.req;
-    for (; i < R && rows[i].req == r && !rows[i].sample; ++i)
-      r->prompt_logprobs[static_cast<size_t>(rows[i].position + 1)] = std::move(scored[i]);
+    for (; i < rows.size() && rows[i].req == r && !rows[i].sample; ++i)
+      r->prompt_logprobs[static_cast<size_t>(rows[i].position + 1)] = std::move(res.scored[i]);
     if (!s.samples) continue;
     if (r->is_capture()) {
-      ++stats_.captures;
-      stats_.tokens_captured += r->num_tokens();
-      auto owned = captures_.extract(r->id);  // keeps *r alive to the end of this iteration
-      scheduler_.remove(r);
-      if (r->capture_done) r->capture_done(true);
+      finish_capture(r);
       continue;
     }
     Live& live = live_.at(r->id);
     if (r->sampling.max_tokens == 0) {
       outs.push_back(emit(live, std::nullopt, std::nullopt));
     } else {
-      outs.push_back(emit(live, sampled[i], std::move(scored[i])));
+      outs.push_back(emit(live, res.sampled[i], std::move(res.scored[i])));
       ++i;
     }
     if (outs.back().finished) live_.erase(outs.back().id);
   }
-  stats_.host_after_seconds += std::chrono::duration<double>(Clock::now() - ended).count();
-  return outs;
+}
+
+void Engine::finish_capture(Request* r) {
+  ++stats_.captures;
+  stats_.tokens_captured += r->num_tokens();
+  auto owned = captures_.extract(r->id);  // keeps *r alive to the end of this function
+  scheduler_.remove(r);
+  if (r->capture_done) r->capture_done(true);
+}
+
+void Engine::count_step(const SchedulerOutput& plan, const ForwardBatch& fb, const StepClock& clock) {
+  ++stats_.steps;
+  stats_.tokens_computed += plan.num_tokens;
+  const double forward_s = std::chrono::duration<double>(clock.ended - clock.launched).count();
+  stats_.host_before_seconds += std::chrono::duration<double>(clock.launched - clock.started).count();
+  stats_.host_launch_seconds += std::chrono::duration<double>(clock.returned - clock.launched).count();
+  count_step_kind(fb, forward_s);
+  adapt_background(plan, forward_s);
 }
 
 void Engine::adapt_background(const SchedulerOutput& plan, double seconds) {

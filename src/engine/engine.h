@@ -1,10 +1,17 @@
 // The engine: owns the backend, the block manager, the scheduler and the requests. Single-threaded
 // by design (the server runs it on one engine thread); callers add requests and call step().
 //
-// step():  resolve memory tickets -> schedule -> inject memory KV -> one forward over all
-//          scheduled tokens (captures included) -> sample -> stream text (stop strings, EOS, max
-//          tokens) -> finish and free
+// step(), in four phases:
+//   schedule   resolve memory tickets (all of them first where nothing else is ready, or where the
+//              backend computes on the host), then the scheduler picks the step's tokens
+//   prepare    prepare_step (step_batch.h): the memory injection and one ForwardBatch over every
+//              scheduled token, captures included
+//   execute    inject, launch the forward, resolve tickets and take arrivals while the device
+//              computes (work_beside_forward), wait
+//   update     read_rows (sample, score), then per request: append, stream text (stop strings,
+//              EOS, max tokens), finish and free; finished captures call their done
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -19,6 +26,7 @@
 #include "engine/memory_connector.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/step_batch.h"
 #include "engine/text_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,10 +35,6 @@ namespace inferscale {
 struct EngineOptions {
   SchedulerOptions scheduler;
   int32_t max_model_len = 0;  // 0 = the model's max_position_embeddings
-  // On a backend that overlaps its forward with the host (Backend::overlaps_forward), resolve
-  // memory tickets while the forward runs; false: all of them before scheduling, as on the CPU
-  // (the side-by-side baseline of bench_memory_serving).
-  bool overlap_memory = true;
   // Background captures: tokens a step gives them sized so that a step of background work alone
   // takes about this long (a request arriving during one waits at most that; the scheduler's caps
   // still bound them), measured on the engine's own background steps; 0 = the fixed caps alone.
@@ -127,10 +131,7 @@ class Engine {
   BlockManager& blocks() { return blocks_; }
   const Scheduler& scheduler() const { return scheduler_; }
   EngineStats stats() const;
-  // EngineOptions::overlap_memory, between steps (benchmarks compare both in one process).
-  void set_overlap_memory(bool on) { opts_.overlap_memory = on; }
-  // A server's intake of requests that arrive while a forward runs (overlapping backends, with
-  // overlap_memory): step() calls it on the engine thread again and again until the device is done,
+  // A server's intake of requests that arrive while a forward runs (overlapping backends): step() calls it on the engine thread again and again until the device is done,
   // between the tickets it resolves there. It may only add requests (add_request,
   // add_memory_request): their tickets then resolve beside this forward and they run from the
   // next step, not one step later. Returns whether it added any (when not, the thread yields
@@ -159,6 +160,20 @@ class Engine {
   enum class Resolve { kAll, kWhileBusy };
   // Asks the tickets of resolving_[from ..) (those before were asked in this step already).
   void resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_t from = 0);
+  // The phases of step().
+  struct StepClock {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point started, launched, returned, ended;  // the step; the forward's launch, return, end
+  };
+  std::optional<SchedulerOutput> schedule(std::vector<RequestOutput>& outs);
+  ForwardOutput execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
+                        StepClock& clock);
+  void work_beside_forward(std::vector<RequestOutput>& outs);
+  void update(const SchedulerOutput& plan, const StepBatch& batch, ForwardOutput& fo, std::vector<RequestOutput>& outs);
+  // A capture whose last token went through: its done(true), and it leaves the engine.
+  void finish_capture(Request* r);
+  // EngineStats after a forward: counts, host times, step kind, the background cap.
+  void count_step(const SchedulerOutput& plan, const ForwardBatch& fb, const StepClock& clock);
   // EngineStats' step kinds: a finished forward over `fb` that took `seconds`.
   void count_step_kind(const ForwardBatch& fb, double seconds);
   // After a forward of background captures alone (`tokens` in `seconds`): the scheduler's

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/batch_builder.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -56,10 +57,7 @@ int64_t packed_prefill(Backend& backend, BlockManager& blocks, int32_t max_batch
         ++next;
       }
       // One forward over the next chunk of each active sequence, within the budget.
-      ForwardBatch fb;
-      fb.output = hooks.output;
-      fb.q_indptr.push_back(0);
-      fb.kv_indptr.push_back(0);
+      BatchBuilder bb(bs);
       rows.clear();
       int32_t budget = max_batch_tokens;
       std::vector<std::pair<size_t, int32_t>> took;  // (active index, tokens)
@@ -69,28 +67,16 @@ int64_t packed_prefill(Backend& backend, BlockManager& blocks, int32_t max_batch
         const std::vector<int32_t>& tokens = seqs[static_cast<size_t>(a.seq)];
         for (int32_t p = a.done; p < a.done + n; ++p) {
           const PackedToken t{a.seq, p};
-          const auto row = static_cast<int32_t>(fb.token_ids.size());
-          if (hooks.capture_slot) {
-            const int64_t slot = hooks.capture_slot(t);
-            if (slot >= 0) {
-              fb.capture_tokens.push_back(row);
-              fb.capture_slots.push_back(slot);
-            }
-          }
-          if (hooks.wants_output && hooks.wants_output(t)) {
-            fb.output_tokens.push_back(row);
-            rows.push_back(t);
-          }
-          fb.token_ids.push_back(tokens[static_cast<size_t>(p)]);
-          fb.positions.push_back(p);
-          fb.slot_mapping.push_back(static_cast<int64_t>(a.blocks[static_cast<size_t>(p / bs)]) * bs + p % bs);
+          const bool output = hooks.wants_output && hooks.wants_output(t);
+          if (output) rows.push_back(t);
+          bb.add_token(tokens[static_cast<size_t>(p)], p, a.blocks, hooks.capture_slot ? hooks.capture_slot(t) : -1, output);
         }
-        fb.q_indptr.push_back(static_cast<int32_t>(fb.token_ids.size()));
-        fb.kv_indices.insert(fb.kv_indices.end(), a.blocks.begin(), a.blocks.end());
-        fb.kv_indptr.push_back(static_cast<int32_t>(fb.kv_indices.size()));
+        bb.end_sequence(a.blocks);
         took.emplace_back(ai, n);
         budget -= n;
       }
+      ForwardBatch& fb = bb.batch();
+      fb.output = hooks.output;
       backend.forward(fb, out);
       forwarded += fb.num_tokens();
       if (!rows.empty()) {

@@ -28,15 +28,14 @@ struct AttnCase {
   int32_t num_sms;  // planner's SM count: 132 (split when small) or 1 (never split)
   bool jumps;       // a sequence's new tokens skip a range of positions
   // Decode cases: the kernel (prefill cases run the tiles).
-  cuda::AttnKernel decode_kernel = cuda::AttnKernel::kDecodeSimt;
+  cuda::AttnKernel decode_kernel = cuda::AttnKernel::kDecodeMma;
   bool kv_start = false;     // each sequence attends from entry ctx / 2 on (ForwardBatch::kv_start)
   bool fp8 = false;          // the cache in FP8 codes and scales (the tensor-core kernels)
   int32_t max_ctx = 0;       // cached entries a sequence draws below (0: 3,000 decode, 600 prefill)
 };
 
 // Every kernel that runs decode plans.
-constexpr cuda::AttnKernel kDecodeKernels[] = {cuda::AttnKernel::kDecodeSimt, cuda::AttnKernel::kTiles,
-                                               cuda::AttnKernel::kDecodeMma};
+constexpr cuda::AttnKernel kDecodeKernels[] = {cuda::AttnKernel::kTiles, cuda::AttnKernel::kDecodeMma};
 
 std::string case_name(const char* fam, const AttnCase& c) {
   return std::string(fam) + "/S" + std::to_string(c.num_seqs) + "/D" + std::to_string(c.head_dim) + "/g" +
@@ -124,9 +123,7 @@ void run_case(const AttnCase& c, uint64_t seed) {
   a.scale = scale;
   cuda::attention(a, kernel, nullptr);
   const auto got = test::from_bf16(download<uint16_t>(d_out, ref.size()));
-  const char* fam = kernel == cuda::AttnKernel::kTiles ? (c.decode ? "attn_decode_tc" : "attn_prefill")
-                    : kernel == cuda::AttnKernel::kDecodeSimt ? "attn_decode_simt"
-                                                               : "attn_decode_mma";
+  const char* fam = kernel == cuda::AttnKernel::kTiles ? (c.decode ? "attn_decode_tc" : "attn_prefill") : "attn_decode_mma";
   test::record(case_name(fam, c) + "/splits" + std::to_string(plan.num_partials),
                test::compare(got, ref), 1e-2);
 }
@@ -202,7 +199,6 @@ TEST(CudaAttention, MoreWorkItemsThanGridY) {
   uint64_t seed = 5000;
   for (const auto k : kDecodeKernels) {
     for (bool fp8 : {false, true}) {
-      if (fp8 && k == cuda::AttnKernel::kDecodeSimt) continue;  // bf16 only
       AttnCase c{70001, 64, 4, 1, 16, true, 132, false, k};
       c.fp8 = fp8;
       c.max_ctx = 8;  // one block a sequence

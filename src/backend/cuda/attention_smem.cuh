@@ -1,7 +1,7 @@
-// What the attention kernels share (attention_prefill.cu, attention_decode.cu,
-// attention_decode_mma.cu): their grid over work items and kv heads, the log2 domain of their
-// softmax, and the shared-memory tile addressing: rows of K / V / Q, XOR-swizzled by 16-byte chunk
-// so that ldmatrix's 8 row addresses (8 consecutive rows, one chunk) fall in 8 distinct bank groups.
+// What the attention kernels share (attention_prefill.cu, attention_decode_mma.cu): their grid
+// over work items and kv heads, the log2 domain of their softmax, and the shared-memory tile
+// addressing: rows of K / V / Q, XOR-swizzled by 16-byte chunk so that ldmatrix's 8 row addresses
+// (8 consecutive rows, one chunk) fall in 8 distinct bank groups.
 #pragma once
 #include <cstdint>
 

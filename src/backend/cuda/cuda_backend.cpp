@@ -81,7 +81,6 @@ class CudaBackendImpl final : public CudaBackend {
     kv.pool_slots = num_pool_blocks_ * block_size_;
     ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_,
                                             CudaTiming{ev_start_, ev_stop_, &last_gpu_ms_});
-    ops_->set_mixed_attention(opts.split_mixed_attention ? kDefaultMixedAttention : MixedAttention::kTiles);
     ops_->set_e4m3_projections(opts.projections_fp8);
     arch_ = make_architecture(cfg_);
     if (weights != nullptr) {
@@ -110,7 +109,6 @@ class CudaBackendImpl final : public CudaBackend {
   DType pool_dtype() const override { return pool_fp8_ ? DType::kF32 : DType::kBF16; }
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
-  void set_mixed_attention(MixedAttention mode) override { ops_->set_mixed_attention(mode); }
   void set_cuda_graphs(bool on) override { graphs_ = on; }
   void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
   GraphStats graph_stats() const override { return ops_->graph_stats(); }

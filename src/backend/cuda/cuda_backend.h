@@ -31,7 +31,6 @@ namespace inferscale {
 
 // Attention kernel for batches where every sequence has one new token.
 enum class DecodeAttention {
-  kSimt,        // the CUDA-core decode kernel (attention_decode.cu; bf16 caches)
   kTensorCore,  // the tensor-core prefill tiles (one token's group rows per tile; idle rows skip the math)
   kMma,         // the tensor-core decode kernel, kv entries as the MMA's rows (attention_decode_mma.cu)
   kAuto,        // kMma for batches of at least kDecodeMmaMinSeqs sequences, kTensorCore below
@@ -45,24 +44,8 @@ inline constexpr int32_t kDecodeMmaMinSeqs = 2;
 static_assert(kDecodeMmaMinSeqs == 2, "decode_attention_name spells it out");
 // What a backend starts with.
 inline constexpr DecodeAttention kDefaultDecodeAttention = DecodeAttention::kAuto;
-// Attention of a mixed batch (prefill chunks beside one-token sequences).
-enum class MixedAttention {
-  kTiles,       // every sequence on the prefill tiles
-  kSerial,      // the decodes on the decode kernel, after the prefills' tiles, on one stream
-  kConcurrent,  // the same two launches at once, the tiles on a second stream
-};
-inline constexpr MixedAttention kDefaultMixedAttention = MixedAttention::kConcurrent;
-inline const char* mixed_attention_name(MixedAttention m) {
-  switch (m) {
-    case MixedAttention::kTiles: return "tiles";
-    case MixedAttention::kSerial: return "split, serial";
-    case MixedAttention::kConcurrent: return "split, concurrent";
-  }
-  return "?";
-}
 inline const char* decode_attention_name(DecodeAttention k) {
   switch (k) {
-    case DecodeAttention::kSimt: return "CUDA-core kernel";
     case DecodeAttention::kTensorCore: return "tensor-core tiles";
     case DecodeAttention::kMma: return "tensor-core decode kernel";
     case DecodeAttention::kAuto: return "auto (tiles for one sequence)";
@@ -79,9 +62,6 @@ struct GraphStats {
 class CudaBackend : public Backend {
  public:
   virtual void set_decode_attention(DecodeAttention kind) = 0;
-  // Mixed batches (prefill chunks beside decodes): their decode sequences on the decode kernel
-  // (kConcurrent unless BackendOptions::split_mixed_attention is false: kTiles).
-  virtual void set_mixed_attention(MixedAttention mode) = 0;
   // CUDA graphs for decode steps and short prefills (graph_batch.h; on unless
   // BackendOptions::cuda_graphs is false).
   virtual void set_cuda_graphs(bool on) = 0;

@@ -143,7 +143,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup
                                              ? decode_kernel_for(static_cast<int32_t>(decode_seqs.size()))
                                              : cuda::AttnKernel::kTiles;
-  split_attention_ = !single_token && mixed_attention_ != MixedAttention::kTiles && graph_ == nullptr && !decode_seqs.empty() &&
+  split_attention_ = !single_token && graph_ == nullptr && !decode_seqs.empty() &&
                      decode_kernel != cuda::AttnKernel::kTiles;
   attn_kernel_ = single_token ? decode_kernel : cuda::AttnKernel::kTiles;
   // A split's tiles keep the prefill split rule: the decode rule's finer pieces cost a mixed step
@@ -386,24 +386,19 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
     cuda::attention(aa_, attn_kernel_, stream_);
     return;
   }
-  // A mixed batch (begin()): the prefills' tiles, then (kSerial) or beside them (kConcurrent: on
-  // side_, from the QKV step's end to before o_proj) the decodes on the decode kernel. The two
-  // read q and the cache and write disjoint rows of `out` and their own partials.
+  // A mixed batch (begin()): the prefills' tiles on side_ (from the QKV step's end to before
+  // o_proj), the decodes on the decode kernel beside them on stream_. The two read q and the cache
+  // and write disjoint rows of `out` and their own partials.
   decode_aa_.q = aa_.q;
   decode_aa_.out = aa_.out;
   decode_aa_.cache = aa_.cache;
-  const bool concurrent = mixed_attention_ == MixedAttention::kConcurrent;
-  if (concurrent) {
-    CUDA_CHECK(cudaEventRecord(fork_, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(side_, fork_));
-  }
-  cuda::attention(aa_, attn_kernel_, concurrent ? side_ : stream_);
+  CUDA_CHECK(cudaEventRecord(fork_, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(side_, fork_));
+  cuda::attention(aa_, attn_kernel_, side_);
   mark("attention, mixed step's decodes");
   cuda::attention(decode_aa_, decode_kernel_, stream_);
-  if (concurrent) {
-    CUDA_CHECK(cudaEventRecord(join_, side_));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, join_));
-  }
+  CUDA_CHECK(cudaEventRecord(join_, side_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, join_));
 }
 
 cuda::AttnKernel CudaForwardOps::decode_kernel_for(int32_t num_seqs) const {
@@ -411,7 +406,6 @@ cuda::AttnKernel CudaForwardOps::decode_kernel_for(int32_t num_seqs) const {
     case DecodeAttention::kTensorCore: return cuda::AttnKernel::kTiles;
     case DecodeAttention::kMma: return cuda::AttnKernel::kDecodeMma;
     case DecodeAttention::kAuto: return num_seqs >= kDecodeMmaMinSeqs ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kTiles;
-    case DecodeAttention::kSimt: return kv_.cache.fp8 ? cuda::AttnKernel::kDecodeMma : cuda::AttnKernel::kDecodeSimt;
   }
   return cuda::AttnKernel::kTiles;
 }

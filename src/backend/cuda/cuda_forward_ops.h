@@ -11,9 +11,8 @@
 //                cuda::gemv at one row (Gemm::gemv_path), with SiLU * up fused for the gate_up
 //                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
-//   attention    tensor-core tiles, or for decode steps the tensor-core decode kernel (or the
-//                CUDA-core one, bf16 caches only: DecodeAttention), planned in begin(); a
-//                mixed batch runs its decode sequences on the decode kernel and the rest on the
+//   attention    tensor-core tiles, or for decode steps the tensor-core decode kernel
+//                (DecodeAttention), planned in begin(); a mixed batch runs its decode sequences on the decode kernel and the rest on the
 //                tiles; causal only; the cache bf16 or FP8 (CudaKv::cache)
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
 // attention (BERT encoders run on the CPU backend; cuda_unsupported_reason says so first).
@@ -98,7 +97,6 @@ class CudaForwardOps final : public ForwardOps {
   DecodeAttention decode_attention() const { return decode_attention_; }
   // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'
   // tiles, or every sequence on the tiles (as before run 22).
-  void set_mixed_attention(MixedAttention mode) { mixed_attention_ = mode; }
   // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
   // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
   void use_graph(ForwardGraph* g, int64_t output_rows);
@@ -142,7 +140,6 @@ class CudaForwardOps final : public ForwardOps {
   CudaTiming timing_;
   int num_sms_ = 132;
   DecodeAttention decode_attention_;
-  MixedAttention mixed_attention_ = kDefaultMixedAttention;
   // kConcurrent: the prefills' tiles on side_, forked after the QKV step and joined before o_proj.
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;

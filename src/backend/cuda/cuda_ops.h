@@ -179,21 +179,19 @@ struct AttentionArgs {
 inline constexpr int32_t kPrefillRowsPerTile = 64;
 inline constexpr int32_t kPrefillKvChunk = 64;
 void attention_prefill(const AttentionArgs& a, cudaStream_t stream);
-// Decode paths, one token per tile (rows_per_tile == group <= 8), split-KV, head dims 64 and 128:
-// on CUDA cores (bf16 caches), or on tensor cores with the kv entries as the MMA's rows (bf16 or
-// FP8 caches; attention_decode_mma.cu).
+// The decode path, one token per tile (rows_per_tile == group <= 8), split-KV, head dims 64 and
+// 128, on tensor cores with the kv entries as the MMA's rows (bf16 or FP8 caches;
+// attention_decode_mma.cu).
 inline constexpr int32_t kDecodeMaxGroup = 8;
-void attention_decode(const AttentionArgs& a, cudaStream_t stream);
 void attention_decode_mma(const AttentionArgs& a, cudaStream_t stream);
-// Combines split pieces (no-op when the plan has none).
+// Combines split pieces (no-op when the plan has none; attention_merge.cu).
 void attention_merge(const AttentionArgs& a, cudaStream_t stream);
 // The kernel that runs a plan: the tensor-core tiles (any batch), or a decode kernel (every
 // sequence one new token, group <= kDecodeMaxGroup).
-enum class AttnKernel { kTiles, kDecodeSimt, kDecodeMma };
+enum class AttnKernel { kTiles, kDecodeMma };
 // The kernel, then the merge.
 inline void attention(const AttentionArgs& a, AttnKernel kernel, cudaStream_t stream) {
   switch (kernel) {
-    case AttnKernel::kDecodeSimt: attention_decode(a, stream); break;
     case AttnKernel::kDecodeMma: attention_decode_mma(a, stream); break;
     case AttnKernel::kTiles: attention_prefill(a, stream); break;
   }

@@ -1,0 +1,59 @@
+// Lays sequences' tokens out as one ForwardBatch: the one way tokens are put through the model,
+// for the engine's steps (step_batch.h) and for packed prefills (packed_prefill.h).
+//
+//   for each sequence: add_token(...) for each of its tokens this forward, in position order,
+//                      then end_sequence(its block table)
+//
+// Token t of the batch is row t of token_ids / positions / slot_mapping; sequence s owns rows
+// [q_indptr[s], q_indptr[s+1]) and blocks kv_indices[kv_indptr[s] .. kv_indptr[s+1]).
+#pragma once
+#include <cstdint>
+#include <span>
+
+#include "backend/backend.h"
+
+namespace inferscale {
+
+// The cache slot of position `pos` in a sequence whose block table is `blocks`: position p lives
+// in block blocks[p / block_size] at offset p % block_size.
+inline int64_t cache_slot(std::span<const int32_t> blocks, int32_t block_size, int32_t pos) {
+  return static_cast<int64_t>(blocks[static_cast<size_t>(pos / block_size)]) * block_size + pos % block_size;
+}
+
+class BatchBuilder {
+ public:
+  explicit BatchBuilder(int32_t block_size) : block_size_(block_size) {
+    fb_.q_indptr.push_back(0);
+    fb_.kv_indptr.push_back(0);
+  }
+  // Appends token `id` at position `pos` of the current sequence. capture_slot >= 0: the memory-
+  // pool slot that keeps its pre-RoPE K and V; output: its row comes out of the forward.
+  void add_token(int32_t id, int32_t pos, std::span<const int32_t> blocks, int64_t capture_slot = -1,
+                 bool output = false) {
+    const int32_t row = fb_.num_tokens();
+    if (capture_slot >= 0) {
+      fb_.capture_tokens.push_back(row);
+      fb_.capture_slots.push_back(capture_slot);
+    }
+    if (output) fb_.output_tokens.push_back(row);
+    fb_.token_ids.push_back(id);
+    fb_.positions.push_back(pos);
+    fb_.slot_mapping.push_back(cache_slot(blocks, block_size_, pos));
+  }
+  // The current sequence's last token yields an output row (after its add_token).
+  void output_last() { fb_.output_tokens.push_back(fb_.num_tokens() - 1); }
+  // Closes the current sequence: it attends over every entry of `blocks` up to its positions.
+  void end_sequence(std::span<const int32_t> blocks) {
+    fb_.q_indptr.push_back(fb_.num_tokens());
+    fb_.kv_indices.insert(fb_.kv_indices.end(), blocks.begin(), blocks.end());
+    fb_.kv_indptr.push_back(static_cast<int32_t>(fb_.kv_indices.size()));
+  }
+  int32_t block_size() const { return block_size_; }
+  ForwardBatch& batch() { return fb_; }
+
+ private:
+  int32_t block_size_;
+  ForwardBatch fb_;
+};
+
+}  // namespace inferscale
