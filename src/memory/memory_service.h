@@ -272,7 +272,7 @@ class MemoryService : private FactStoreListener {
   //   fact_cache_    the facts retrievals read, by fact id, served only to their own tenant and
   //                  user (ids are per tenant): a retrieval reads from the store only the hits not
   //                  here (the fetch took ~0.1-0.25 ms of a request's preparation on the CPU at
-  //                  k = 5-50, docs/BENCHMARKS.md run 16); the facts encoding reads go in too, so
+  //                  k = 5-50, bench_memory_prepare); the facts encoding reads go in too, so
   //                  the first request after a fact's encoding does not fetch it; also emptied past
   //                  kMaxCachedFactRows facts or kMaxCachedFactBytes of text.
   struct WindowEntry {

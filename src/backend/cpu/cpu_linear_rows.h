@@ -1,7 +1,7 @@
 // Linear layers of a few rows on the CPU (decode steps of 2-14 sequences): each weight row is
 // streamed from memory once and dotted with every row of x, where OpenBLAS' sgemm packs the whole
 // weight matrix first (it costs a SmolLM2-135M forward of 2-8 rows 2.5-4.5x one row's on 2 cores;
-// docs/BENCHMARKS.md "Linear layers of a few rows on the CPU", bench/bench_cpu_decode.cpp). One
+// bench/bench_cpu_decode.cpp). One
 // row stays on OpenBLAS' sgemv, which streams as fast (CpuForwardOps::linear).
 //   y[t * ldy + n] = sum_k x[t, k] w[n, k]     x: [T, K], w: [N, K] (rows [n0, n1) computed)
 // AVX2 + FMA (+ F16C for the blocks' scales), chosen at run time; without them available() is

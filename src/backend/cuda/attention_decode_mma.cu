@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   // Block steps: a lane's copies sit at the same offsets from its step's first slot every step: per
   // pass its row's bytes in the cache and its swizzled place in a stage; FP8: its scale's address
   // but for the slot. Computed once and pinned in registers (ptxas would otherwise recompute them
-  // from threadIdx in every step: ~70 of a step's ~430 instructions, BENCHMARKS run 24).
+  // from threadIdx in every step: ~70 of a step's ~430 instructions, counted in the SASS).
   uint32_t g_off[kPasses] = {}, s_off[kPasses] = {};
   int r_first = r0, l15 = lane & 15;
   const float* scale_lane = nullptr;

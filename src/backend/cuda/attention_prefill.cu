@@ -56,7 +56,7 @@ struct Pipe {
 // Byte offsets of the shared tiles. At D = 128 the bf16 layout is 113 KB: two CTAs an SM (the 2
 // per __launch_bounds__ and the register budget) take the whole 228 KB carveout with the 1 KB the
 // driver reserves a CTA. The kernel has no static __shared__: 4 bytes more would leave one CTA an
-// SM (BENCHMARKS.md run 16: batch-32 decode 6.04 -> 7.03 ms). The FP8 layout is 100 KB.
+// SM (bench_cuda_serving (b): batch-32 decode 6.04 -> 7.03 ms on the H200). The FP8 layout is 100 KB.
 template <int D, bool FP8>
 struct PrefillSmem {
   static constexpr int kStages = Pipe<FP8>::kStages;

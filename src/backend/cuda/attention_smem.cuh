@@ -11,7 +11,7 @@ namespace inferscale::cuda {
 // fastest dimension (x), items over y (and z past grid.y's 65,535). An item's heads are then
 // scheduled side by side: they read the interleaved heads of the same cache blocks at about the same
 // time, and the plan's longest items (it puts them first) take the first CTA of every SM while its
-// shortest fill the second. Items fastest measured slower on the H200 (docs/BENCHMARKS.md run 25):
+// shortest fill the second. Items fastest measured slower on the H200 (bench_cuda_kernels --attention):
 // bf16 prefill of 1,532 tokens 0.114-0.116 against 0.099-0.100 ms, FP8 0.132-0.133 against 0.112;
 // FP8 decode kernel at 100 x 2,800 0.162-0.163 against 0.157-0.158.
 inline dim3 work_item_grid(int32_t num_items, int32_t num_kv_heads) {

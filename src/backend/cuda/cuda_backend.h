@@ -35,8 +35,8 @@ enum class DecodeAttention {
   kMma,         // the tensor-core decode kernel, kv entries as the MMA's rows (attention_decode_mma.cu)
   kAuto,        // kMma for batches of at least kDecodeMmaMinSeqs sequences, kTensorCore below
 };
-// kAuto's crossover (BENCHMARKS run 18, decode steps over 1,024-token contexts with graphs and
-// PDL): at batch 1 the tiles' step is the faster (4.40 against 4.55 ms), from batch 2 on the
+// kAuto's crossover (bench_cuda_serving (b): decode steps over 1,024-token contexts with graphs
+// and PDL; H200): at batch 1 the tiles' step is the faster (4.40 against 4.55 ms), from batch 2 on the
 // decode kernel (4.61 / 4.65 at 2, 4.99 / 5.12 at 8, 5.99 / 6.26 at 32; 0.28 against 0.30 ms a
 // layer at 100 x 2,800 bf16, 0.18 against 0.30 FP8). The graph path decides on the padded batch
 // (a bucket), the eager path on the real one; both kernels are twins of the CPU attention.

@@ -135,7 +135,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   // kernels') runs the selected decode kernel over every sequence; a mixed batch (prefill chunks
   // beside decodes) runs its decode sequences on that kernel too and the others on the tiles: two
   // plans, two launches over disjoint output rows (a mixed step on the tiles alone read the
-  // decodes' KV at the tiles' speed; BENCHMARKS run 22). Graph batches are never mixed
+  // decodes' KV at the tiles' speed: bench_cuda_serving (d) compares the two). Graph batches are never mixed
   // (graph_batch.h: decode steps and one-sequence prefills).
   std::vector<int32_t> decode_seqs, tile_seqs;
   for (int32_t s = 0; s < S; ++s) (b.q_indptr[s + 1] - b.q_indptr[s] == 1 ? decode_seqs : tile_seqs).push_back(s);
@@ -147,7 +147,7 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
                      decode_kernel != cuda::AttnKernel::kTiles;
   attn_kernel_ = single_token ? decode_kernel : cuda::AttnKernel::kTiles;
   // A split's tiles keep the prefill split rule: the decode rule's finer pieces cost a mixed step
-  // 0.3 ms at 1-4 questions beside 96-99 decodes and gained ~0.2-0.4 only at 16 (run 22, call 2).
+  // 0.3 ms at 1-4 questions beside 96-99 decodes and gained ~0.2-0.4 only at 16 (bench_cuda_serving (d)).
   const AttnPlanOptions po =
       cuda::attention_plan_options(attn_kernel_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
   const int32_t* kv_start = b.kv_start.empty() ? nullptr : b.kv_start.data();
@@ -339,7 +339,7 @@ void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate
   // W8A8 at every size, x's codes and scale into the scratch slots, then cuBLASLt's FP8 GEMM: in
   // graphed decode steps it beat W8A16 GEMVs (CUDA-core and tensor-core) even at one row, as the
   // quantization of x hides behind its neighbours (PDL) and the row maxima come from RMSNorm or
-  // the SiLU (docs/BENCHMARKS.md run 27: batch-1 decode 4.11 against 4.90 ms on the H100).
+  // the SiLU (bench_cuda_serving (b): batch-1 decode 4.11 against 4.90 ms on the H100).
   auto* codes = static_cast<uint8_t*>(buffer(kQuantCodes, static_cast<size_t>(M * K)));
   auto* row_amax = static_cast<float*>(buffer(kQuantRowAmax, static_cast<size_t>(M) * 4));
   auto* x_scale = static_cast<float*>(buffer(kQuantScale, 4));
@@ -416,7 +416,7 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
   // With FP8 projections the output feeds the down projection: its row maxima come along, as
   // rms_norm's do, where they save a kernel: a small x is quantized by one kernel of one block
   // anyway, and the SiLU over one block a row is slower than over the grid (batch-1 FP8 decode
-  // 4.12-4.15 against 4.02-4.04 ms on the H100, run 28).
+  // 4.12-4.15 against 4.02-4.04 ms on the H100, bench_cuda_serving (b)).
   float* row_amax =
       e4m3_projections_ && !cuda::quantize_e4m3_in_one_block(out.rows, out.cols) ? row_amax_for(out) : nullptr;
   cuda::silu_mul(p<bf16>(gu), p<bf16>(out), out.rows, out.cols, stream_, row_amax);

@@ -95,8 +95,6 @@ class CudaForwardOps final : public ForwardOps {
   void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
-  // Mixed batches: their decode sequences on the decode kernel, beside or after the prefills'
-  // tiles, or every sequence on the tiles (as before run 22).
   // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
   // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
   void use_graph(ForwardGraph* g, int64_t output_rows);

@@ -1,7 +1,7 @@
 // Linear layers through cuBLASLt (and cuda::gemv for one-row inputs): bf16 operands, f32
 // accumulate, f32 or bf16 output; or (run_e4m3, --quantization fp8) FP8 E4M3 operands with one
 // f32 scale each, which cuBLASLt's Hopper FP8 kernels apply to the f32 sums (A_SCALE_POINTER,
-// B_SCALE_POINTER: device scalars; a scale per row measured 1.1-1.5x slower, BENCHMARKS.md run 26).
+// B_SCALE_POINTER: device scalars; a scale per row measured 1.1-1.5x slower, bench_cuda_kernels --gemm-fp8).
 //
 //   y[M, N] (+)= x[M, K] @ w[N, K]^T        (row-major, w in HF [out, in] layout)
 //
@@ -10,7 +10,7 @@
 // the residual add of o_proj and down_proj happens inside the GEMM.
 //
 // Every shape runs cuBLASLt's first heuristic. Measured on the H200 at Llama-3.1-8B shapes
-// (docs/BENCHMARKS.md run 24): split-K variants of its top 16 gain nothing (it already splits K
+// (bench_cuda_kernels' GEMM table): split-K variants of its top 16 gain nothing (it already splits K
 // where that pays); the fastest of its top 8 timed at each M gains 0-7% at a mixed step's 136-1024
 // rows (gate_up 7%, qkv 4%, o_proj and down ~1%) but costs a timing, and a stall, per new M; one
 // timing reused over a bucket of 32 rows loses 1-12%, as cuBLASLt's kernels' speed jumps with M.
@@ -63,7 +63,7 @@ class Gemm {
   void set_split_k(int splits) { forced_splits_ = splits; }
   // GEMMs of M <= rows (at most cuda::kGemvMaxRows) run cuda::gemv instead of cuBLASLt; 0: never.
   // Default 1: on the H200 at Llama-3.1-8B shapes gemv saves 1-1.4 us on qkv, o_proj and down at
-  // M = 1 (loses 1.4 on gate_up) and loses at M = 4 (bench_cuda_kernels' GEMM table, BENCHMARKS.md).
+  // M = 1 (loses 1.4 on gate_up) and loses at M = 4 (bench_cuda_kernels' GEMM table).
   void set_gemv_max_rows(int64_t rows) { gemv_max_rows_ = rows; }
   // Whether run() takes cuda::gemv for these operands (CudaForwardOps fuses SiLU * up into it then).
   bool gemv_path(const void* x, const void* w, int64_t M, int64_t K) const;

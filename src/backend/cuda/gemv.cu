@@ -23,7 +23,7 @@ constexpr int kInFlight = 4;  // 16-byte weight loads per lane issued before the
 // This form (the first batch loaded before pdl_wait(), the loop peeled by a flag) takes 48
 // registers a thread at M = 1; a variant at 32 (more resident blocks, qkv in one wave) and one with
 // 8 loads in flight both measured slower in the whole decode step: 5.11 and 5.08 against 4.99 ms
-// at batch 1 on the H200 (docs/BENCHMARKS.md run 14).
+// at batch 1 on the H200 (bench_cuda_serving (b)).
 
 __device__ __forceinline__ void fma8(const uint4& w, const uint4& x, float& acc) {
   const __nv_bfloat162* pw = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const bf16* __restric
 
   // Before the inputs are ready (launch.cuh): the first batch of weights, into registers. (An L2
   // prefetch of the next 4 KB of the row as well measured slower: batch-1 decode 5.34 against
-  // 4.99 ms on the H200, docs/BENCHMARKS.md run 14.)
+  // 4.99 ms on the H200, bench_cuda_serving (b).)
   int64_t i = lane;
   uint4 wv[Rows][kInFlight];
   if (i + 32 * (kInFlight - 1) < K8) {

@@ -46,7 +46,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // The prologue of a small kernel: let the next kernel be scheduled (it may prefetch its weights or
 // walk its metadata meanwhile), then wait for the previous one. Triggering before the wait, so
 // that a GEMV two or three small kernels ahead is already resident, measured faster than after
-// it: batch-1 decode 4.30 against 4.36 ms on the H200 (docs/BENCHMARKS.md run 15). The GEMV
+// it: batch-1 decode 4.30 against 4.36 ms on the H200 (bench_cuda_serving (b)). The GEMV
 // triggers only after its weight loop, so two weight streams never overlap.
 __device__ __forceinline__ void pdl_begin() {
   pdl_launch_dependents();

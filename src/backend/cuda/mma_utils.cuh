@@ -106,7 +106,7 @@ __device__ __forceinline__ const T* pinned(const T* p) {
 
 // 2^x by the SFU alone (ex2.approx.ftz): exp2f() adds a range check and two multiplies around it
 // so that results below 2^-126 come out as subnormals; a softmax weight that small is 0 here (the
-// attention kernels' inner loops: ~20 fewer instructions a 16-entry decode step, BENCHMARKS run 24).
+// attention kernels' inner loops: ~20 fewer instructions a 16-entry decode step, counted in the SASS).
 // exp2_ftz(-inf) = 0.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;

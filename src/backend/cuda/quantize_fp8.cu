@@ -1,6 +1,6 @@
 // A bf16 tensor into FP8 E4M3 with one scale for the whole tensor (the FP8 projections'
 // operands, CudaForwardOps --quantization fp8: cuBLASLt's FP8 GEMMs on Hopper are fast with a
-// scalar scale per operand, and 1.3-1.6x slower with a scale per row; BENCHMARKS.md run 26):
+// scalar scale per operand, and 1.3-1.6x slower with a scale per row; bench_cuda_kernels --gemm-fp8):
 //   amax[m]       = max_k |x[m, k]|                                  (absmax_rows)
 //   s             = max_m amax[m] / 448 (0 for an all-zero or non-finite tensor)
 //   codes[m, k]   = e4m3(x[m, k] * (1 / s)), rounded to nearest even, saturating   (quantize_e4m3_tensor)
@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(kThreads) quantize_e4m3_tensor_kernel(const bf
 // A small tensor (a decode step's x) in one block: its maximum, then its codes, from the same
 // 16-byte words (the second pass hits L1/L2). One kernel instead of absmax_rows + quantize: a
 // kernel boundary fewer in the forward, where x's row maxima are not ready (the output
-// projection's input). Larger tensors keep the two grid-wide kernels: on the H100 (run 27, call
-// I) one block took batch-1 decode from 4.14-4.15 to 4.00 ms (o_proj's 4,096 values and down's
+// projection's input). Larger tensors keep the two grid-wide kernels: on the H100
+// (bench_cuda_serving (b)) one block took batch-1 decode from 4.14-4.15 to 4.00 ms (o_proj's 4,096 values and down's
 // 14,336), but with a cut at 32,768 values (o_proj at batch 8 in one block) batch 8 went from
 // 4.80-4.89 to 5.04-5.05 ms; hence kQuantizeOneBlockElems = 16,384. (The down projection's input
 // took this path then; the SiLU now writes its row maxima, as RMSNorm does for QKV and gate/up.)

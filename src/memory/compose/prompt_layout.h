@@ -65,7 +65,7 @@ struct PromptFrame {
 // Encodes of the text a frame puts before the facts, memoized by text and options. That text is
 // the same for every request with one template, system prompt and header, and its encode right
 // after a forward (cold caches) took ~0.2 ms of a k = 5 request's preparation on the CPU
-// (docs/BENCHMARKS.md run 16). Holds one tokenizer's encodes; at most `max_entries` (cleared when
+// (bench_memory_prepare). Holds one tokenizer's encodes; at most `max_entries` (cleared when
 // full); not thread-safe (MemoryService keeps one for its engine thread).
 class EncodeCache {
  public:
