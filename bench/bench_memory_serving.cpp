@@ -38,6 +38,26 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A memory ticket timed: *ms gets the time from t0 to its prompt's being ready (the request's
+// preparation: retrieval, residency, composition).
+class TimedTicket final : public MemoryTicket {
+ public:
+  TimedTicket(std::shared_ptr<MemoryTicket> inner, std::chrono::steady_clock::time_point t0, double* ms)
+      : inner_(std::move(inner)), t0_(t0), ms_(ms) {}
+  MemoryPlan resolve(Engine& engine) override {
+    MemoryPlan p = inner_->resolve(engine);
+    if (p.state == MemoryPlan::State::kReady && ms_)
+      *ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    return p;
+  }
+  void release() override { inner_->release(); }
+
+ private:
+  std::shared_ptr<MemoryTicket> inner_;
+  std::chrono::steady_clock::time_point t0_;
+  double* ms_;
+};
+
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 double median(std::vector<double> v) {
@@ -184,11 +204,7 @@ int main(int argc, char** argv) {
     sp.ignore_eos = true;
     auto ticket = service.ticket(r, PromptSource::of_chat({{"user", question}}));
     const auto t0 = Clock::now();
-    engine.add_memory_request(std::make_shared<ChainedTicket>(ticket,
-                                                              [prepare_ms, t0](MemoryPlan&) {
-                                                                if (prepare_ms) *prepare_ms = ms(t0, Clock::now());
-                                                              }),
-                              sp, ++salt);
+    engine.add_memory_request(std::make_shared<TimedTicket>(ticket, t0, prepare_ms), sp, ++salt);
     if (keep) *keep = std::move(ticket);
     return t0;
   };

@@ -64,9 +64,28 @@ const std::map<std::string, std::string> kPrompts{
 
 using Rows = std::vector<std::vector<double>>;  // [answer tokens][vocab] log-probabilities
 
+// A memory ticket whose ready prompt is followed by the gold answer's tokens, scored only
+// (max_tokens 0): the request computes the answer's likelihood after the composed prompt.
+class GoldScoring final : public MemoryTicket {
+ public:
+  GoldScoring(std::shared_ptr<MemoryTicket> inner, const std::vector<int32_t>& gold) : inner_(std::move(inner)), gold_(gold) {}
+  MemoryPlan resolve(Engine& engine) override {
+    MemoryPlan p = inner_->resolve(engine);
+    if (p.state != MemoryPlan::State::kReady) return p;
+    p.prompt.insert(p.prompt.end(), gold_.begin(), gold_.end());
+    p.max_tokens = 0;
+    return p;
+  }
+  void release() override { inner_->release(); }
+
+ private:
+  std::shared_ptr<MemoryTicket> inner_;
+  const std::vector<int32_t>& gold_;
+};
+
 // One configuration through the engine's memory connector, as the server sends a request: the
 // ticket retrieves and composes the prompt (injected facts' KV copied from the pool, as for any
-// request), the chain appends the gold answer, and the engine scores the answer's tokens
+// request), GoldScoring appends the gold answer, and the engine scores the answer's tokens
 // (prompt_logprobs over the tail, with whole distributions) without generating. `served` gets
 // the prompt as the ticket composed it.
 Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const std::vector<ChatMessage>& msgs,
@@ -78,12 +97,7 @@ Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const st
   sp.prompt_logprobs = 0;
   sp.prompt_logprobs_tail = static_cast<int32_t>(gold.size());
   sp.prompt_distributions = true;
-  engine.add_memory_request(std::make_shared<ChainedTicket>(ticket,
-                                                            [&gold](MemoryPlan& p) {
-                                                              p.prompt.insert(p.prompt.end(), gold.begin(), gold.end());
-                                                              p.max_tokens = 0;
-                                                            }),
-                            sp);
+  engine.add_memory_request(std::make_shared<GoldScoring>(ticket, gold), sp);
   std::vector<std::optional<LogprobEntry>> entries;
   while (engine.has_unfinished())
     for (RequestOutput& o : engine.step()) {

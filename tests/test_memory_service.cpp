@@ -358,6 +358,25 @@ test_support::DeferringBackend* with_overlap(Stack& s, int busy_polls, MemoryOpt
   return out;
 }
 
+// A ticket that counts, in `count`, the inner ticket's becoming ready while `backend` had a
+// forward pending.
+class ReadyBesideForward final : public MemoryTicket {
+ public:
+  ReadyBesideForward(std::shared_ptr<MemoryTicket> inner, const test_support::DeferringBackend& backend, int& count)
+      : inner_(std::move(inner)), backend_(backend), count_(count) {}
+  MemoryPlan resolve(Engine& engine) override {
+    MemoryPlan p = inner_->resolve(engine);
+    if (p.state == MemoryPlan::State::kReady && backend_.pending()) ++count_;
+    return p;
+  }
+  void release() override { inner_->release(); }
+
+ private:
+  std::shared_ptr<MemoryTicket> inner_;
+  const test_support::DeferringBackend& backend_;
+  int& count_;
+};
+
 // With a backend that overlaps its forward (the GPU's), tickets arriving at a busy engine are
 // resolved while its forward runs, as many as the device's time covers (here: one more per poll
 // that finds it busy), the rest in the next steps, first in line. Each request is still served
@@ -390,7 +409,7 @@ TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
   for (size_t i = 0; i < asks.size(); ++i) {
     auto t = s.service->ticket(reqs[i], PromptSource::of_chat(asks[i]));
     ids.push_back(s.engine->add_memory_request(
-        std::make_shared<ChainedTicket>(t, [&](MemoryPlan&) { ready_beside_a_forward += be->pending() ? 1 : 0; }), greedy(6)));
+        std::make_shared<ReadyBesideForward>(t, *be, ready_beside_a_forward), greedy(6)));
   }
   MemoryRequest bad = req(MemoryMode::kInject);
   bad.k = MemoryRequest::kMaxK + 1;
@@ -504,12 +523,17 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
   const int64_t id = s.engine->add_memory_request(t, greedy(6));
   const auto first = s.engine->step();
-  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(first[0].id, id);
-  EXPECT_EQ(first[0].new_tokens.size(), 1u) << "the first step computed the prompt";
+  EXPECT_TRUE(first[0].admitted) << "the step says the request was admitted, before its first token";
+  EXPECT_TRUE(first[0].new_tokens.empty());
+  EXPECT_EQ(first[0].num_prompt_tokens, static_cast<int32_t>(t->prompt().tokens.size()));
+  EXPECT_EQ(first[1].id, id);
+  EXPECT_FALSE(first[1].admitted);
+  EXPECT_EQ(first[1].new_tokens.size(), 1u) << "the first step computed the prompt";
   EXPECT_EQ(s.engine->stats().tickets_overlapped, 0);
   EXPECT_EQ(t->prompt().loaded, 4);
-  std::vector<int32_t> tokens = first[0].new_tokens;
+  std::vector<int32_t> tokens = first[1].new_tokens;
   for (const RequestOutput& o : s.engine->run_to_completion()) tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
   EXPECT_EQ(tokens, alone);
   EXPECT_GT(be->launches, 0);

@@ -63,7 +63,8 @@ void run_chat(const ChatArgs& a) {
     SamplingParams sp = sampling_params(a.sampling, model.sampling);
     sp.max_tokens = a.max_tokens;
     // The request's memory is resolved by the engine, as the server's is (engine/memory_connector.h):
-    // the facts are shown once its prompt is ready, before the answer streams.
+    // the facts are shown once its prompt is ready (the step's output `admitted`), before the
+    // answer streams.
     auto ticket = service.ticket(req, PromptSource::of_chat(history));
     auto show = [&] {
       const MemoryPrompt& p = ticket->prompt();
@@ -78,10 +79,11 @@ void run_chat(const ChatArgs& a) {
     bool failed = false;
     int64_t id = -1;
     try {
-      id = engine.add_memory_request(std::make_shared<ChainedTicket>(ticket, nullptr, show), sp);
+      id = engine.add_memory_request(ticket, sp);
       while (engine.has_unfinished()) {
         for (const RequestOutput& o : engine.step()) {
           if (o.error) std::rethrow_exception(o.error);
+          if (o.admitted) show();
           std::fwrite(o.text.data(), 1, o.text.size(), stdout);
           std::fflush(stdout);
           answer += o.text;

@@ -163,7 +163,11 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
         check_prompt(plan.prompt, r->sampling, plan.injected);
         set_prompt(*r, std::move(plan.prompt), std::move(plan.injected));
         r->memory_ready = true;
-        r->memory->admitted();
+        RequestOutput o;
+        o.id = r->id;
+        o.admitted = true;
+        o.num_prompt_tokens = r->num_prompt_tokens;
+        outs.push_back(std::move(o));
         continue;
       }
       for (CaptureSeq& c : plan.encode) add_capture(std::move(c), r);

@@ -63,6 +63,9 @@ struct RequestOutput {
   // sampling.prompt_logprobs >= 0, in the request's first output only: [num_prompt_tokens], entry i
   // scoring prompt token i; empty entries where its predecessor was not computed (Request says when).
   std::vector<std::optional<LogprobEntry>> prompt_logprobs;
+  // A request added with memory (add_memory_request) whose prompt resolved in this step: it will
+  // be served. The output carries no tokens; it comes before the request's first token.
+  bool admitted = false;
   // Set (with finished, kAbort) when a request with memory was rejected at admission: what its
   // ticket or the checks of its prompt threw (add_request's errors). Nothing was computed.
   std::exception_ptr error;

@@ -10,7 +10,8 @@
 //     next step, first in line); an engine with nothing else ready asks them all before
 //     scheduling. A ticket resolved during a forward is scheduled from the next step on.
 //     kReady   the prompt (tokens, injected span): validated, the request becomes an ordinary
-//              waiting request; ticket->admitted()
+//              waiting request, and the step's outputs say so (RequestOutput::admitted): a
+//              server accepts its stream then, a CLI shows the facts
 //     kEncode  capture sequences to run first ([window][fact], K/V of some tokens kept in pool
 //              slots): the engine queues them as internal requests just before this one, so they
 //              are prefill work inside the step's token budget, batched with every other
@@ -62,36 +63,9 @@ class MemoryTicket {
   virtual ~MemoryTicket() = default;
   // Engine thread, until it returns kReady. What it throws rejects the request.
   virtual MemoryPlan resolve(Engine& engine) = 0;
-  // Engine thread: the ready prompt passed the engine's checks; the request will be served.
-  virtual void admitted() {}
-  // Engine thread, once, when the request leaves the engine for any reason (after admitted() or
-  // not): what the ticket holds for the request (memory-pool pins) goes.
+  // Engine thread, once, when the request leaves the engine for any reason (admitted or not):
+  // what the ticket holds for the request (memory-pool pins) goes.
   virtual void release() {}
-};
-
-// A ticket around another: `on_ready` may edit a ready plan and throw to reject it, `on_admitted`
-// runs after the inner ticket's admitted(). The server chains its layers this way (prompt limits,
-// stream acceptance) without the engine knowing them.
-class ChainedTicket final : public MemoryTicket {
- public:
-  ChainedTicket(std::shared_ptr<MemoryTicket> inner, std::function<void(MemoryPlan&)> on_ready,
-                std::function<void()> on_admitted = {})
-      : inner_(std::move(inner)), on_ready_(std::move(on_ready)), on_admitted_(std::move(on_admitted)) {}
-  MemoryPlan resolve(Engine& engine) override {
-    MemoryPlan p = inner_->resolve(engine);
-    if (p.state == MemoryPlan::State::kReady && on_ready_) on_ready_(p);
-    return p;
-  }
-  void admitted() override {
-    inner_->admitted();
-    if (on_admitted_) on_admitted_();
-  }
-  void release() override { inner_->release(); }
-
- private:
-  std::shared_ptr<MemoryTicket> inner_;
-  std::function<void(MemoryPlan&)> on_ready_;
-  std::function<void()> on_admitted_;
 };
 
 }  // namespace inferscale

@@ -199,17 +199,14 @@ void AsyncEngine::admit(std::vector<Pending>& incoming, bool aborting) {
     }
     try {
       if (p.sub.memory) {
-        // Accepted from inside the engine's step that finds the prompt ready; rejected through
-        // that step's outputs (RequestOutput::error).
-        auto ticket = std::make_shared<ChainedTicket>(std::move(p.sub.memory), nullptr,
-                                                      [stream = p.stream] { stream->accept(); });
-        const int64_t id = engine_->add_memory_request(std::move(ticket), p.sub.sampling, p.sub.cache_salt);
-        live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
+        // Accepted by the output of the engine's step that finds the prompt ready
+        // (RequestOutput::admitted); rejected through that step's outputs (RequestOutput::error).
+        const int64_t id = engine_->add_memory_request(std::move(p.sub.memory), p.sub.sampling, p.sub.cache_salt);
+        live_.emplace(id, Live{p.stream});
         continue;
       }
-      const int64_t id =
-          engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::move(p.sub.injected), p.sub.cache_salt);
-      live_.emplace(id, Live{p.stream, std::move(p.sub.hold)});
+      const int64_t id = engine_->add_request(std::move(p.sub.prompt), p.sub.sampling, std::nullopt, p.sub.cache_salt);
+      live_.emplace(id, Live{p.stream});
       p.stream->accept();
     } catch (...) {
       finish_request();
@@ -250,11 +247,15 @@ void AsyncEngine::step_once() {
   for (RequestOutput& o : outs) {
     auto it = live_.find(o.id);
     if (it == live_.end()) continue;  // aborted while its step was running cannot happen; be safe
+    if (o.admitted) {  // its memory resolved: the prompt is final, the request will be served
+      it->second.stream->accept();
+      continue;
+    }
     const bool finished = o.finished;
     if (finished) finish_request();
     if (o.error) it->second.stream->fail(o.error);  // rejected at admission: never accepted
     else it->second.stream->push(std::move(o));
-    if (finished) live_.erase(it);  // releases the request's hold (memory pins) on this thread
+    if (finished) live_.erase(it);
   }
 }
 

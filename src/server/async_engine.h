@@ -46,16 +46,12 @@ struct AsyncEngineOptions {
   std::function<void(Engine&)> on_start;
 };
 
-// What one submit asks for: token ids, sampling, and optionally an injected memory span; or,
-// instead of ids, a memory ticket that the engine resolves at admission (memory_connector.h):
+// What one submit asks for: token ids and sampling; or, instead of ids, a memory ticket that the engine resolves at admission (memory_connector.h):
 // retrieval, composition and the encoding of a cold user's facts then happen inside the engine's
 // steps, and the stream is accepted once the prompt is ready (what the ticket throws rejects it).
 struct Submission {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  std::optional<InjectedSpan> injected;
-  // Kept alive until the request ends (released on the engine thread).
-  std::shared_ptr<void> hold;
   std::shared_ptr<MemoryTicket> memory;
   // The prefix-cache salt (Engine::add_request): the server's is the request's tenant.
   uint64_t cache_salt = 0;
@@ -107,7 +103,6 @@ class AsyncEngine {
  private:
   struct Live {
     std::shared_ptr<RequestStream> stream;
-    std::shared_ptr<void> hold;
   };
   struct Pending {
     Submission sub;

@@ -131,7 +131,11 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
                    "model", "model_not_found");
   std::optional<WriteBack> writeback = WriteBack::of(g, memory_);  // memory.store: 400s before any work
-  PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_);
+  const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
+  ChoiceOutputs outputs(g, *model_.tokenizer);
+  const PromptFit fit{limits, g.max_tokens_given ? std::optional<int32_t>(g.sampling.max_tokens) : std::nullopt,
+                      outputs.needs_prompt()};
+  PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_, fit);
   // The memory report: the provider's preparation fills it on the engine thread; mode "off" asks
   // no provider and reports no facts.
   std::shared_ptr<MemoryReport> report = std::move(prompt.report);
@@ -139,23 +143,17 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     report = std::make_shared<MemoryReport>();
     report->mode = g.memory->mode;
   }
-  const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
-  ChoiceOutputs outputs(g, *model_.tokenizer);
   // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
   // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
-  auto served = std::make_shared<std::vector<int32_t>>();
-  Submission sub{std::move(prompt.ids), g.sampling, std::move(prompt.injected), {}, {}, 0};
+  std::shared_ptr<std::vector<int32_t>> served =
+      prompt.served ? std::move(prompt.served) : std::make_shared<std::vector<int32_t>>();
+  Submission sub{std::move(prompt.ids), g.sampling, {}, 0};
   // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
   // what another sent, through its latency.
   sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
   if (prompt.memory) {
-    // Memory: the prompt exists only once the engine has resolved the ticket; its limits apply then.
-    sub.memory = std::make_shared<ChainedTicket>(
-        std::move(prompt.memory), [g, limits, served, keep = outputs.needs_prompt()](MemoryPlan& p) mutable {
-          fit_to_context(g, static_cast<int64_t>(p.prompt.size()), limits);
-          if (keep) *served = p.prompt;
-          p.max_tokens = g.sampling.max_tokens;
-        });
+    // Memory: the prompt exists only once the engine has resolved the ticket, which checks `fit`.
+    sub.memory = std::move(prompt.memory);
   } else {
     fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
     sub.sampling.max_tokens = g.sampling.max_tokens;

@@ -64,26 +64,24 @@ void MemoryBridge::enable_background(AsyncEngineOptions& ao) {
 
 namespace {
 
-// The engine's ticket for one request: the memory service's (made on the engine thread, the
-// first time the engine asks), reporting what it did into the request's MemoryReport when ready.
-class BridgeTicket final : public MemoryTicket {
+// The engine's ticket for one served request: the memory service's (made on the engine thread,
+// the first time the engine asks). When its prompt is ready: what it did goes into the request's
+// MemoryReport, and the prompt must fit the context (PromptFit), which sets the request's
+// max_tokens; both before the request is admitted (memory_provider.h).
+class ServedTicket final : public MemoryTicket {
  public:
-  BridgeTicket(std::function<MemoryService&(Engine&)> service, MemoryRequest req, PromptSource source,
-               std::shared_ptr<MemoryReport> report)
-      : service_(std::move(service)), req_(std::move(req)), source_(std::move(source)), report_(std::move(report)) {}
+  ServedTicket(MemoryBridge& bridge, MemoryRequest req, PromptSource source, ApiKind kind, PromptFit fit,
+               std::shared_ptr<MemoryReport> report, std::shared_ptr<std::vector<int32_t>> served)
+      : bridge_(bridge), req_(std::move(req)), source_(std::move(source)), kind_(kind), fit_(fit),
+        report_(std::move(report)), served_(std::move(served)) {}
 
   MemoryPlan resolve(Engine& engine) override {
-    if (!inner_) inner_ = service_(engine).ticket(req_, source_);
+    if (!inner_) inner_ = bridge_.service(engine).ticket(req_, source_);
     MemoryPlan plan = inner_->resolve(engine);
     if (plan.state != MemoryPlan::State::kReady) return plan;
-    const MemoryPrompt& p = inner_->prompt();
-    fill_report(p, req_.mode, *report_);  // before the stream is accepted (memory_provider.h)
-    if (!p.fallback.empty())
-      spdlog::warn("memory: user {}: {} facts served as text instead of injected: {}", req_.user, p.facts.size(),
-                   p.fallback);
-    spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
-                  req_.user, req_.k, p.facts.size(), p.encoded, p.loaded, p.tokens.size(),
-                  p.injected ? p.injected->num_injected() : 0);
+    report(inner_->prompt());
+    plan.max_tokens = fit_max_tokens(kind_, fit_.max_tokens, static_cast<int64_t>(plan.prompt.size()), fit_.limits);
+    if (served_) *served_ = plan.prompt;
     return plan;
   }
   void release() override {
@@ -91,24 +89,37 @@ class BridgeTicket final : public MemoryTicket {
   }
 
  private:
-  std::function<MemoryService&(Engine&)> service_;
+  void report(const MemoryPrompt& p) {
+    fill_report(p, req_.mode, *report_);
+    if (!p.fallback.empty())
+      spdlog::warn("memory: user {}: {} facts served as text instead of injected: {}", req_.user, p.facts.size(),
+                   p.fallback);
+    spdlog::debug("memory: user {} k={} -> {} facts ({} encoded, {} from files), {} prompt tokens, {} injected",
+                  req_.user, req_.k, p.facts.size(), p.encoded, p.loaded, p.tokens.size(),
+                  p.injected ? p.injected->num_injected() : 0);
+  }
+
+  MemoryBridge& bridge_;
   const MemoryRequest req_;
   const PromptSource source_;
+  const ApiKind kind_;
+  const PromptFit fit_;
   std::shared_ptr<MemoryReport> report_;
+  std::shared_ptr<std::vector<int32_t>> served_;
   std::shared_ptr<MemoryService::Ticket> inner_;
 };
 
 }  // namespace
 
-PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req) {
+PreparedPrompt MemoryBridge::prepare(const GenerateRequest& req, const PromptFit& fit) {
   PreparedPrompt p;
   p.report = std::make_shared<MemoryReport>();
   MemoryRequest mr = req.memory->resolved();
   p.report->mode = mr.mode;
+  if (fit.keep_prompt) p.served = std::make_shared<std::vector<int32_t>>();
   // The same source a plain request is built from (prompt_builder.h): without facts placed, the
   // service's prompt is exactly the plain one, on both endpoints.
-  p.memory = std::make_shared<BridgeTicket>([this](Engine& e) -> MemoryService& { return service(e); }, std::move(mr),
-                                            prompt_source(req), p.report);
+  p.memory = std::make_shared<ServedTicket>(*this, std::move(mr), prompt_source(req), req.kind, fit, p.report, p.served);
   return p;
 }
 

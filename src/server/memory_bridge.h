@@ -21,7 +21,7 @@ class MemoryBridge final : public MemoryProvider {
  public:
   // store, retriever and model must outlive the bridge; the bridge must outlive the AsyncEngine.
   MemoryBridge(FactStore& store, const Retriever& retriever, const Model& model, MemoryOptions opts);
-  PreparedPrompt prepare(const GenerateRequest& req) override;
+  PreparedPrompt prepare(const GenerateRequest& req, const PromptFit& fit) override;
   FactStore& store() override { return store_; }
   const Retriever& retriever() const override { return retriever_; }
 
@@ -38,9 +38,10 @@ class MemoryBridge final : public MemoryProvider {
   }
   static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
   BackgroundEncoding background() const override;
+  // Engine thread only: the memory service, made on first use, bound to the engine's backend.
+  MemoryService& service(Engine& engine);
 
  private:
-  MemoryService& service(Engine& engine);  // engine thread: made on first use, bound to its backend
 
   FactStore& store_;
   const Retriever& retriever_;

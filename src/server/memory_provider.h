@@ -16,7 +16,8 @@
 //   submit --------------------------------> engine: ticket->resolve() each step until ready
 //                                            (retrieve; facts without KV encoded as captures
 //                                            batched into the steps; compose, inject);
-//                                            fill *report; then RequestStream::accept()
+//                                            fill *report; check the prompt's fit; the
+//                                            step's output `admitted`: RequestStream::accept()
 //   poll() sees accepted <------------------
 //   read *report
 //
@@ -41,15 +42,31 @@
 
 namespace inferscale::server {
 
+struct PromptLimits {
+  int32_t max_model_len = 0;       // prompt + output tokens of one request
+  int64_t kv_capacity_tokens = 0;  // what the whole KV cache holds
+};
+
+// What a prompt composed on the engine thread must fit, checked there before the request is
+// admitted (prompt_builder.h's fit_to_context: a prompt too long, or an explicit max_tokens past
+// the room it leaves, rejects the request with a 400).
+struct PromptFit {
+  PromptLimits limits;
+  std::optional<int32_t> max_tokens;  // the request's; none: the rest of the window
+  bool keep_prompt = false;           // PreparedPrompt::served receives the prompt (echo, token ids)
+};
+
 struct PreparedPrompt {
   std::vector<int32_t> ids;
-  std::optional<InjectedSpan> injected;
   // Set instead of `ids` when the prompt can only be built on the engine thread (memory): the
   // engine resolves it at admission (Submission::memory).
   std::shared_ptr<MemoryTicket> memory;
   // Set with `memory`: filled on the engine thread when the ticket is ready, read by the HTTP
   // thread after acceptance.
   std::shared_ptr<MemoryReport> report;
+  // Set with `memory` when PromptFit::keep_prompt: the prompt as composed, written and read as
+  // `report` is.
+  std::shared_ptr<std::vector<int32_t>> served;
 };
 
 class MemoryProvider {
@@ -59,8 +76,9 @@ class MemoryProvider {
   virtual BackgroundEncoding background() const { return {}; }
   // Called concurrently from HTTP threads: must be thread-safe. `req.memory` is set and its mode
   // is inject or text. Returns a PreparedPrompt whose `memory` ticket resolves on the engine
-  // thread; both may throw inferscale::Error (kNotFound for an unknown user, ...) or ApiError.
-  virtual PreparedPrompt prepare(const GenerateRequest& req) = 0;
+  // thread, where the composed prompt must pass `fit`; both may throw inferscale::Error
+  // (kNotFound for an unknown user, ...) or ApiError.
+  virtual PreparedPrompt prepare(const GenerateRequest& req, const PromptFit& fit) = 0;
 
   // The store and retriever behind the provider, for the memory REST API (memory_handler.h). Both
   // are thread-safe: HTTP threads use them directly, never through the engine thread.

@@ -5,6 +5,7 @@
 // tokenizer and chat template are only read.
 #pragma once
 #include <cstdint>
+#include <optional>
 
 #include "memory/compose/prompt_layout.h"
 #include "server/api_request.h"
@@ -14,20 +15,18 @@
 
 namespace inferscale::server {
 
-struct PromptLimits {
-  int32_t max_model_len = 0;       // prompt + output tokens of one request
-  int64_t kv_capacity_tokens = 0;  // what the whole KV cache holds
-};
-
 // What the request's prompt is made of (its messages, or its completion prompt).
 PromptSource prompt_source(const GenerateRequest& req);
 
-// `memory` may be null (memory not enabled). Throws ApiError / inferscale::Error.
+// `memory` may be null (memory not enabled); with memory, `fit` is what the prompt must fit once
+// it is composed (MemoryProvider::prepare). Throws ApiError / inferscale::Error.
 PreparedPrompt build_prompt(const GenerateRequest& req, const Tokenizer& tok, const ChatTemplate& tmpl,
-                            MemoryProvider* memory);
+                            MemoryProvider* memory, const PromptFit& fit = {});
 
 // Rejects a prompt that leaves no room for output (400, code "context_length_exceeded") and fits
 // max_tokens: an explicit value must fit (else 400), a default one becomes the rest of the window.
 void fit_to_context(GenerateRequest& req, int64_t prompt_tokens, const PromptLimits& limits);
+// The same rule over its inputs alone: returns the max_tokens to run with.
+int32_t fit_max_tokens(ApiKind kind, std::optional<int32_t> max_tokens, int64_t prompt_tokens, const PromptLimits& limits);
 
 }  // namespace inferscale::server
