@@ -120,103 +120,55 @@ bool stream_events(StreamingState& st, httplib::DataSink& sink) {
   }
 }
 
-}  // namespace
-
-void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
-  const nlohmann::json body = parse_json_body(req.body);
-  GenerateRequest g =
-      kind == ApiKind::kChat ? parse_chat_request(body, model_.sampling) : parse_completion_request(body, model_.sampling);
-  if (g.memory) apply_tenant_header(req, *g.memory);
-  if (g.model != model_.name)
-    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
-                   "model", "model_not_found");
-  std::optional<WriteBack> writeback = WriteBack::of(g, memory_);  // memory.store: 400s before any work
-  const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
-  ChoiceOutputs outputs(g, *model_.tokenizer);
-  const PromptFit fit{limits, g.max_tokens_given ? std::optional<int32_t>(g.sampling.max_tokens) : std::nullopt,
-                      outputs.needs_prompt()};
-  PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_, fit);
-  // The memory report: the provider's preparation fills it on the engine thread; mode "off" asks
-  // no provider and reports no facts.
-  std::shared_ptr<MemoryReport> report = std::move(prompt.report);
-  if (g.memory && !report) {
-    report = std::make_shared<MemoryReport>();
-    report->mode = g.memory->mode;
-  }
-  // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
-  // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
-  std::shared_ptr<std::vector<int32_t>> served =
-      prompt.served ? std::move(prompt.served) : std::make_shared<std::vector<int32_t>>();
-  Submission sub{std::move(prompt.ids), g.sampling, {}, 0};
-  // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
-  // what another sent, through its latency.
-  sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
-  if (prompt.memory) {
-    // Memory: the prompt exists only once the engine has resolved the ticket, which checks `fit`.
-    sub.memory = std::move(prompt.memory);
-  } else {
-    fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
-    sub.sampling.max_tokens = g.sampling.max_tokens;
-    if (outputs.needs_prompt()) *served = sub.prompt;
-  }
-
-  Progress progress{kind, metrics_, {}, FinishReason::kNone, {}, false, {}};
-  progress.usage.prompt_tokens = static_cast<int64_t>(sub.prompt.size());
-  std::shared_ptr<RequestStream> stream = engine_.submit(std::move(sub));
-  const ResponseMeta meta{kind, new_response_id(kind), unix_now(), model_.name};
-  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-
-  // Wait until the engine accepted the request (or rejected it: that is still a plain JSON error),
-  // and for a non-streaming request until it ends.
-  std::vector<RequestOutput> early;
+// What admit() saw: whether the engine accepted the request, and the outputs so far.
+struct Admitted {
   bool accepted = false;
+  std::vector<RequestOutput> outputs;
+};
+
+// Waits until the engine accepted the request (or rejected it: that is still a plain JSON error,
+// thrown), and for a non-streaming request until it ends. None when the client went away (the
+// request is cancelled).
+std::optional<Admitted> admit(RequestStream& stream, bool streaming, const ConnectionWatch& watch, Progress& progress) {
+  Admitted a;
   for (;;) {
-    RequestStream::Poll p = stream->poll(kPollInterval);
-    accepted = accepted || p.accepted;
-    for (RequestOutput& o : p.outputs) early.push_back(std::move(o));
+    RequestStream::Poll p = stream.poll(kPollInterval);
+    a.accepted = a.accepted || p.accepted;
+    for (RequestOutput& o : p.outputs) a.outputs.push_back(std::move(o));
     if (p.error) {
       progress.end("error");
       throw api_error_from(p.error);
     }
-    if (g.stream ? (p.accepted || p.done) : p.done) break;
+    if (streaming ? (p.accepted || p.done) : p.done) return a;
     if (watch.closed()) {
-      stream->cancel();
+      stream.cancel();
       progress.end("cancelled");
-      res.status = 499;  // nginx's "client closed request": nobody reads it
-      return;
+      return std::nullopt;
     }
   }
+}
 
-  // Only now may this thread read the report and the served prompt: the engine thread wrote them
-  // before accepting.
-  if (!accepted) report.reset();
-  if (report) metrics_.record_memory(*report);
-  if (accepted && outputs.needs_prompt()) outputs.set_prompt(std::move(*served));
-
-  if (!g.stream) {
-    for (const RequestOutput& o : early) {
-      progress.add(o);
-      progress.keep(o);
-    }
-    if (writeback && report && reply_complete(progress.finish)) {  // durable before the body is sent
-      try {
-        report->stored = writeback->write(progress.text);
-      } catch (...) {
-        progress.end("error");
-        throw;
-      }
-    }
-    progress.end(finish_reason_text(progress.finish));
-    const ChoiceFields extra = outputs.next(progress.all);
-    res.status = 200;
-    res.set_content(response_body(meta, progress.text, progress.finish, progress.usage, report.get(), &extra),
-                    "application/json");
-    return;
+void answer_whole(httplib::Response& res, const ResponseMeta& meta, const std::vector<RequestOutput>& outs,
+                  Progress& progress, MemoryReport* report, ChoiceOutputs& outputs, std::optional<WriteBack>& writeback) {
+  for (const RequestOutput& o : outs) {
+    progress.add(o);
+    progress.keep(o);
   }
+  if (writeback && report && reply_complete(progress.finish)) {  // durable before the body is sent
+    try {
+      report->stored = writeback->write(progress.text);
+    } catch (...) {
+      progress.end("error");
+      throw;
+    }
+  }
+  progress.end(finish_reason_text(progress.finish));
+  const ChoiceFields extra = outputs.next(progress.all);
+  res.status = 200;
+  res.set_content(response_body(meta, progress.text, progress.finish, progress.usage, report, &extra), "application/json");
+}
 
-  auto st = std::make_shared<StreamingState>(StreamingState{stream, meta, g.include_usage, watch, std::move(progress),
-                                                            std::move(early), std::move(report), std::move(outputs),
-                                                            std::move(writeback)});
+void answer_stream(httplib::Response& res, std::shared_ptr<StreamingState> st) {
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -228,6 +180,84 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
         st->stream->cancel();
         st->progress.end("cancelled");
       });
+}
+
+}  // namespace
+
+// A request in four phases: parse, submit (the prompt and what the engine runs), admit (wait for
+// the engine to accept it), answer (one JSON body, or a stream of events).
+void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res, ApiKind kind) {
+  GenerateRequest g = parse(req, kind);
+  std::optional<WriteBack> writeback = WriteBack::of(g, memory_);  // memory.store: 400s before any work
+  ChoiceOutputs outputs(g, *model_.tokenizer);
+  Submitted sub = submit(req, g, outputs);
+  Progress progress{kind, metrics_, {}, FinishReason::kNone, {}, false, {}};
+  progress.usage.prompt_tokens = sub.prompt_tokens;
+  const ResponseMeta meta{kind, new_response_id(kind), unix_now(), model_.name};
+  ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  std::optional<Admitted> admitted = admit(*sub.stream, g.stream, watch, progress);
+  if (!admitted) {
+    res.status = 499;  // nginx's "client closed request": nobody reads it
+    return;
+  }
+  // Only now may this thread read the report and the served prompt: the engine thread wrote them
+  // before accepting.
+  if (!admitted->accepted) sub.report.reset();
+  if (sub.report) metrics_.record_memory(*sub.report);
+  if (admitted->accepted && outputs.needs_prompt()) outputs.set_prompt(std::move(*sub.served));
+  if (!g.stream) {
+    answer_whole(res, meta, admitted->outputs, progress, sub.report.get(), outputs, writeback);
+    return;
+  }
+  auto st = std::make_shared<StreamingState>(StreamingState{sub.stream, meta, g.include_usage, watch, std::move(progress),
+                                                            std::move(admitted->outputs), std::move(sub.report),
+                                                            std::move(outputs), std::move(writeback)});
+  answer_stream(res, std::move(st));
+}
+
+GenerateRequest GenerateHandler::parse(const httplib::Request& req, ApiKind kind) const {
+  const nlohmann::json body = parse_json_body(req.body);
+  GenerateRequest g =
+      kind == ApiKind::kChat ? parse_chat_request(body, model_.sampling) : parse_completion_request(body, model_.sampling);
+  if (g.memory) apply_tenant_header(req, *g.memory);
+  if (g.model != model_.name)
+    throw ApiError(404, "invalid_request_error", fmt::format("the model '{}' does not exist; this server serves '{}'", g.model, model_.name),
+                   "model", "model_not_found");
+  return g;
+}
+
+GenerateHandler::Submitted GenerateHandler::submit(const httplib::Request& req, GenerateRequest& g,
+                                                   const ChoiceOutputs& outputs) {
+  const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
+  const PromptFit fit{limits, g.max_tokens_given ? std::optional<int32_t>(g.sampling.max_tokens) : std::nullopt,
+                      outputs.needs_prompt()};
+  PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_, fit);
+  Submitted out;
+  // The memory report: the provider's preparation fills it on the engine thread; mode "off" asks
+  // no provider and reports no facts.
+  out.report = std::move(prompt.report);
+  if (g.memory && !out.report) {
+    out.report = std::make_shared<MemoryReport>();
+    out.report->mode = g.memory->mode;
+  }
+  // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
+  // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
+  out.served = prompt.served ? std::move(prompt.served) : std::make_shared<std::vector<int32_t>>();
+  Submission sub{std::move(prompt.ids), g.sampling, {}, 0};
+  // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
+  // what another sent, through its latency.
+  sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
+  if (prompt.memory) {
+    // Memory: the prompt exists only once the engine has resolved the ticket, which checks `fit`.
+    sub.memory = std::move(prompt.memory);
+  } else {
+    fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
+    sub.sampling.max_tokens = g.sampling.max_tokens;
+    if (outputs.needs_prompt()) *out.served = sub.prompt;
+  }
+  out.prompt_tokens = static_cast<int64_t>(sub.prompt.size());
+  out.stream = engine_.submit(std::move(sub));
+  return out;
 }
 
 }  // namespace inferscale::server

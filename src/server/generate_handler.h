@@ -14,7 +14,12 @@
 #pragma once
 #include <httplib.h>
 
+#include <cstdint>
+#include <memory>
+#include <vector>
+
 #include "server/api_request.h"
+#include "server/choice_outputs.h"
 #include "server/async_engine.h"
 #include "server/memory_provider.h"
 #include "server/metrics.h"
@@ -32,6 +37,17 @@ class GenerateHandler {
   void handle(const httplib::Request& req, httplib::Response& res, ApiKind kind);
 
  private:
+  // What submit() handed to the engine.
+  struct Submitted {
+    std::shared_ptr<RequestStream> stream;
+    std::shared_ptr<MemoryReport> report;         // null without a memory object
+    std::shared_ptr<std::vector<int32_t>> served;  // the prompt as served (echo, token ids)
+    int64_t prompt_tokens = 0;                     // 0 until the engine composes a memory prompt
+  };
+  GenerateRequest parse(const httplib::Request& req, ApiKind kind) const;
+  // Builds the prompt (or the memory ticket that composes it) and submits it; fits g's max_tokens.
+  Submitted submit(const httplib::Request& req, GenerateRequest& g, const ChoiceOutputs& outputs);
+
   const ServedModel& model_;
   AsyncEngine& engine_;
   ServerMetrics& metrics_;

@@ -136,13 +136,23 @@ HttpServer::~HttpServer() { stop(); }
 
 std::string HttpServer::url() const { return fmt::format("http://{}:{}", opts_.host, port_); }
 
+// Every route, in groups: authentication first, the API families, the server's own routes, and
+// the answers to what no route takes.
 void HttpServer::routes() {
   httplib::Server& s = *svr_;
   const size_t threads = static_cast<size_t>(opts_.http_threads);
   s.new_task_queue = [threads] { return new ConnectionPool(threads); };
   s.set_socket_options(listen_socket_options);
   s.set_payload_max_length(opts_.max_body_bytes);
+  authentication_routes();
+  generation_routes();
+  memory_routes();
+  server_routes();
+  fallback_routes();
+}
 
+void HttpServer::authentication_routes() {
+  httplib::Server& s = *svr_;
   // Authentication (auth.h), before any route matches: every route is behind it, also unknown
   // ones and those registered below in the future. httplib passes the handlers this same Request
   // (its own, non-const object), so the tenant header the layer rewrites is what they read.
@@ -156,7 +166,10 @@ void HttpServer::routes() {
     ConnectionServer::close_after_answer();
     return httplib::Server::HandlerResponse::Handled;
   });
+}
 
+void HttpServer::generation_routes() {
+  httplib::Server& s = *svr_;
   auto gen = std::make_shared<GenerateHandler>(model_, engine_, metrics_, memory_);
   s.Post("/v1/chat/completions", guarded([gen](const httplib::Request& req, httplib::Response& res) {
     gen->handle(req, res, ApiKind::kChat);
@@ -164,17 +177,21 @@ void HttpServer::routes() {
   s.Post("/v1/completions", guarded([gen](const httplib::Request& req, httplib::Response& res) {
     gen->handle(req, res, ApiKind::kCompletion);
   }));
+}
 
+// The memory REST API and Mem0's two surfaces, over one store.
+void HttpServer::memory_routes() {
+  httplib::Server& s = *svr_;
   // The memory REST API: one handler routes every method under /v1/memory (memory_handler.h).
   // [\s\S] and not '.': httplib matches the decoded path, which may hold a newline.
   auto mem = std::make_shared<MemoryHandler>(memory_);
   const auto memory_api = guarded([mem](const httplib::Request& req, httplib::Response& res) { mem->handle(req, res); });
-  const char* memory_routes = R"(/v1/memory(/[\s\S]*)?)";
-  s.Get(memory_routes, memory_api);
-  s.Post(memory_routes, memory_api);
-  s.Put(memory_routes, memory_api);
-  s.Patch(memory_routes, memory_api);
-  s.Delete(memory_routes, memory_api);
+  const char* memory_paths = R"(/v1/memory(/[\s\S]*)?)";
+  s.Get(memory_paths, memory_api);
+  s.Post(memory_paths, memory_api);
+  s.Put(memory_paths, memory_api);
+  s.Patch(memory_paths, memory_api);
+  s.Delete(memory_paths, memory_api);
 
   // Mem0's two API surfaces over the same store (mem0_handler.h); it writes its own errors.
   auto mem0 = std::make_shared<Mem0Handler>(memory_);
@@ -186,7 +203,11 @@ void HttpServer::routes() {
     s.Patch(pattern, mem0_api);
     s.Delete(pattern, mem0_api);
   }
+}
 
+// The models, health and metrics.
+void HttpServer::server_routes() {
+  httplib::Server& s = *svr_;
   auto model_json = [this] {
     return json{{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "inferscale"},
                 {"max_model_len", engine_.max_model_len()}};
@@ -215,7 +236,11 @@ void HttpServer::routes() {
     if (memory_ != nullptr) m += ServerMetrics::render_background(memory_->background());
     res.set_content(m, "text/plain; version=0.0.4; charset=utf-8");
   }));
+}
 
+// Wrong methods, statuses without a handler, exceptions, and the access log.
+void HttpServer::fallback_routes() {
+  httplib::Server& s = *svr_;
   // A known route asked with the wrong method.
   auto wrong_method = [](const char* allowed) {
     return guarded([allowed](const httplib::Request& req, httplib::Response& res) {

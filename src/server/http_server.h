@@ -77,6 +77,11 @@ class HttpServer {
 
  private:
   void routes();
+  void authentication_routes();
+  void generation_routes();
+  void memory_routes();
+  void server_routes();
+  void fallback_routes();
 
   ServedModel model_;
   AsyncEngine& engine_;

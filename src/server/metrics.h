@@ -59,6 +59,9 @@ class ServerMetrics {
   static std::string render_background(const BackgroundEncoding& b);
 
  private:
+  // render()'s sections over this object's counters; mu_ held.
+  void render_requests(std::string& out) const;
+  void render_memory(std::string& out) const;
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, int64_t> requests_;  // (endpoint, finish) -> count
   std::map<int, int64_t> statuses_;
