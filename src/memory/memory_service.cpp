@@ -30,7 +30,8 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
       backend_(backend),
       opts_(std::move(opts)),
       pool_(backend.num_pool_blocks(), backend.block_size()),
-      encoder_(backend, cache_blocks, opts_.encode_batch_tokens) {
+      encoder_(backend, cache_blocks, opts_.encode_batch_tokens),
+      texts_(store, model, FactTextOptions{opts_.fact_template, opts_.header, opts_.footer, opts_.sink, opts_.max_cached_facts}) {
   render_fact(opts_.fact_template, "", "", "");  // validates the template now, not on the first request
   fingerprint_ = hash_text(model_.fingerprint + "\n" + opts_.fact_template + "\n" + (opts_.sink ? "sink" : "nosink") +
                            "\nkv-format-3");  // 2: keys cover the window's tokens; 3: windows open with the block
@@ -52,7 +53,7 @@ MemoryService::MemoryService(FactStore& store, const Retriever& retriever, const
 MemoryService::~MemoryService() { store_.detach(this); }
 
 void MemoryService::on_facts_added(std::span<const Fact> facts, ChangeSource source) {
-  store_epoch_.fetch_add(1);
+  texts_.store_changed();
   // Only this server's writes are encoded ahead: the store's contents wait for their first
   // request, and so do other replicas' writes (their users are routed there).
   if (source != ChangeSource::kThisProcess || facts.empty()) return;
@@ -101,12 +102,12 @@ std::vector<CaptureSeq> MemoryService::queued_captures(int32_t max_facts) {
       ++background_skipped_;
       continue;
     }
-    cache_facts({&*f, 1});  // read after sync()'s drop_caches_of_past_epochs()
+    texts_.remember({&*f, 1});  // read after sync()'s drop_stale()
     if (has_kv(*f, w)) {
       ++background_skipped_;
       continue;
     }
-    const int64_t need = pool_.blocks_for(static_cast<int32_t>(fact_tokens(*f).size()));
+    const int64_t need = pool_.blocks_for(static_cast<int32_t>(texts_.tokens(*f).size()));
     if (blocks + need > pool_.num_free_blocks()) {  // no eviction for background work
       ++background_skipped_;
       continue;
@@ -152,19 +153,19 @@ std::vector<CaptureSeq> MemoryService::captures_of(Reservation& r, std::shared_p
 
 void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
                                      std::span<const int64_t> keys) {
-  store_epoch_.fetch_add(1);
+  texts_.store_changed();
   std::lock_guard<std::mutex> lock(stale_mu_);
   stale_.insert(stale_.end(), keys.begin(), keys.end());
 }
 
 void MemoryService::on_fact_updated(const Fact& fact, bool) {
-  store_epoch_.fetch_add(1);
+  texts_.store_changed();
   std::lock_guard<std::mutex> lock(stale_mu_);
   stale_.push_back(fact.key);
 }
 
 void MemoryService::on_reset() {
-  store_epoch_.fetch_add(1);
+  texts_.store_changed();
   std::lock_guard<std::mutex> lock(stale_mu_);
   reset_ = true;
 }
@@ -177,14 +178,14 @@ void MemoryService::sync() {
     ids.swap(stale_);
     std::swap(reset, reset_);
   }
-  drop_caches_of_past_epochs();  // the deletes, updates and resets below moved the epoch
+  texts_.drop_stale();  // the deletes, updates and resets below moved the epoch
   if (reset) {
     pool_.clear();  // pinned entries go when their requests end
-    token_cache_.clear();
+    texts_.forget_all();
   }
   for (int64_t key : ids) {
     pool_.erase_fact(key);
-    token_cache_.erase(key);
+    texts_.forget(key);
     if (!opts_.kv_dir.empty()) {
       std::error_code ec;
       std::filesystem::remove(kv_file_path(key), ec);
@@ -198,61 +199,8 @@ std::filesystem::path MemoryService::kv_file_path(int64_t fact_key) const {
 
 std::filesystem::path MemoryService::kv_path(const Fact& f) const { return kv_file_path(f.key); }
 
-std::vector<int32_t> MemoryService::fact_tokens(const Fact& f) const {
-  auto it = token_cache_.find(f.key);
-  if (it != token_cache_.end() && it->second.first == f.version) return it->second.second;
-  const std::string text = render_fact(opts_.fact_template, f.text, f.source.speaker, f.timestamp) + "\n";
-  // User text never turns into special tokens.
-  auto tokens = model_.tokenizer->encode(text, {.add_special = false, .parse_special = false});
-  if (token_cache_.size() >= opts_.max_cached_facts) token_cache_.clear();
-  token_cache_[f.key] = {f.version, tokens};
-  return tokens;
-}
-
-const MemoryService::WindowEntry& MemoryService::window_entry(const Fact& f, int32_t w) const {
-  drop_caches_of_past_epochs();
-  if (auto it = window_cache_.find(f.key);
-      it != window_cache_.end() && it->second.version == f.version && it->second.w == w)
-    return it->second;
-  // By the fact read at retrieval: it may have been deleted since, and is then served as read.
-  WindowEntry e{f.version, w, block_opening(f.user), 0};
-  for (const Fact& prev : store_.window(f, static_cast<size_t>(w))) {
-    const auto t = fact_tokens(prev);
-    e.tokens.insert(e.tokens.end(), t.begin(), t.end());
-  }
-  e.hash = XXH3_64bits(e.tokens.data(), e.tokens.size() * sizeof(int32_t));
-  if (window_cache_.size() >= opts_.max_cached_facts) window_cache_.clear();
-  return window_cache_[f.key] = std::move(e);
-}
-
-std::vector<int32_t> MemoryService::window_tokens(const Fact& f, int32_t w) const { return window_entry(f, w).tokens; }
-
-std::vector<int32_t> MemoryService::block_opening(const std::string& user) const {
-  const Tokenizer& tok = *model_.tokenizer;
-  const FactsBlock block = FactsBlock::for_user(opts_.header, opts_.footer, user);
-  const bool chat = model_.chat_template.family() != ChatFamily::kNone;
-  // A chat of one user message, as the requests the facts serve: templates that write the system
-  // text into the last user turn (Mistral's) have nowhere to put it in a chat without one.
-  const PromptSource one = chat ? PromptSource::of_chat({ChatMessage{"user", "?"}}) : PromptSource::of_text("");
-  std::vector<int32_t> out = frame_prompt(one, tok, model_.chat_template, &block, &frame_cache_).before;
-  const auto bos = tok.bos_id();
-  if (opts_.sink && bos && (out.empty() || out.front() != *bos)) out.insert(out.begin(), *bos);
-  return out;
-}
-
-void MemoryService::drop_caches_of_past_epochs() const {
-  // Loaded before the caller's store reads: a write during them moves the epoch, so what they
-  // read is dropped at the next call.
-  const uint64_t epoch = store_epoch_.load();
-  if (epoch == cache_epoch_) return;
-  window_cache_.clear();
-  fact_cache_.clear();
-  fact_cache_bytes_ = 0;
-  cache_epoch_ = epoch;
-}
-
 FactKvKey MemoryService::kv_key(const Fact& f, int32_t w) const {
-  return FactKvKey{f.key, f.version, w, window_entry(f, w).hash};  // no copy of the tokens
+  return FactKvKey{f.key, f.version, w, texts_.window(f, w).hash};  // no copy of the tokens
 }
 
 KvFileKey MemoryService::file_key(const FactKvKey& k) const {
@@ -303,7 +251,7 @@ MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts
       pool_.pin(key);  // the encoding's, until finish_encoding()
       pool_.set_pending(key, true);
       r.fresh.push_back(key);
-      r.jobs.push_back(EncodeJob{window_tokens(f, w), tokens, pool_.slots(e)});
+      r.jobs.push_back(EncodeJob{texts_.window(f, w).tokens, tokens, pool_.slots(e)});
     }
     return r;
   } catch (...) {
@@ -371,50 +319,8 @@ MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const
     }
     r.ms = ms_since(t0);
   }
-  r.hits = fetch_hits_cached(req.tenant, req.user, hits);  // facts deleted since the search are gone
+  r.hits = texts_.fetch_hits(req.tenant, req.user, hits);  // facts deleted since the search are gone
   return r;
-}
-
-void MemoryService::make_room_in_fact_cache() const {
-  if (fact_cache_.size() >= kMaxCachedFactRows || fact_cache_bytes_ >= kMaxCachedFactBytes) {
-    fact_cache_.clear();
-    fact_cache_bytes_ = 0;
-  }
-}
-
-void MemoryService::insert_fact(Fact f) const {
-  auto bytes = [](const Fact& x) { return x.text.size() + x.metadata.size(); };
-  fact_cache_bytes_ += bytes(f);
-  // An entry of this id (a re-read, or another tenant's fact of the id) is replaced: its bytes go.
-  const auto [it, added] = fact_cache_.try_emplace(f.id);
-  if (!added) fact_cache_bytes_ -= bytes(it->second);
-  it->second = std::move(f);
-}
-
-void MemoryService::cache_facts(std::span<const Fact> facts) const {
-  make_room_in_fact_cache();
-  for (const Fact& f : facts) insert_fact(f);
-}
-
-std::vector<FactHit> MemoryService::fetch_hits_cached(const std::string& tenant, const std::string& user,
-                                                      std::span<const ScoredFact> hits) {
-  drop_caches_of_past_epochs();
-  make_room_in_fact_cache();  // before the lookups: what they find stays to the end of this call
-  auto cached = [&](int64_t id) -> const Fact* {
-    const auto it = fact_cache_.find(id);
-    return it != fact_cache_.end() && it->second.tenant == tenant && it->second.user == user ? &it->second : nullptr;
-  };
-  // The store reads only the facts not here (one query); a hit it no longer has is dropped.
-  std::vector<int64_t> missing;
-  for (const ScoredFact& h : hits)
-    if (!cached(h.id)) missing.push_back(h.id);
-  if (!missing.empty())
-    for (Fact& f : store_.get_existing(tenant, user, missing)) insert_fact(std::move(f));
-  std::vector<FactHit> out;
-  out.reserve(hits.size());
-  for (const ScoredFact& h : hits)
-    if (const Fact* f = cached(h.id)) out.push_back(FactHit{*f, h.score});
-  return out;
 }
 
 bool MemoryService::has_kv(const Fact& f, int32_t w) {
@@ -480,7 +386,7 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
   std::vector<std::vector<int32_t>> fact_toks;
   for (const Fact& f : out.facts) fact_toks.push_back(fact_tokens(f));
   const FactsBlock block = FactsBlock::for_user(opts_.header, opts_.footer, req.name.empty() ? req.user : req.name);
-  const PromptFrame frame = frame_prompt(prompt, tok, model_.chat_template, &block, &frame_cache_);
+  const PromptFrame frame = frame_prompt(prompt, tok, model_.chat_template, &block, &texts_.frames());
   ComposedPrompt c = compose_tokens(frame.before, fact_toks, frame.after);
   out.tokens = std::move(c.tokens);
   if (req.mode != MemoryMode::kInject) return out;
@@ -547,9 +453,9 @@ int64_t MemoryService::encode_facts(const std::string& tenant, const std::string
   const size_t batch = 64;
   for (size_t i = 0; i < ids.size(); i += batch) {
     std::vector<Fact> facts;
-    drop_caches_of_past_epochs();  // before the reads (cache_facts)
+    texts_.drop_stale();  // before the reads (remember)
     for (size_t j = i; j < std::min(ids.size(), i + batch); ++j) facts.push_back(store_.get(tenant, user, ids[j]));
-    cache_facts(facts);
+    texts_.remember(facts);
     encoded += encode_unpinned(facts, w);
     if (progress) progress->add(static_cast<int64_t>(facts.size()));
   }

@@ -32,6 +32,7 @@
 #include "engine/request.h"
 #include "tokenizer/chat_render.h"
 #include "memory/compose/compose.h"
+#include "memory/compose/fact_texts.h"
 #include "memory/kv/fact_encoder.h"
 #include "memory/store/fact_store.h"
 #include "memory/kv/kv_file.h"
@@ -185,14 +186,14 @@ class MemoryService : private FactStoreListener {
   int64_t background_skipped() const { return background_skipped_; }
 
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
-  std::vector<int32_t> fact_tokens(const Fact& f) const;
+  std::vector<int32_t> fact_tokens(const Fact& f) const { return texts_.tokens(f); }
   uint64_t kv_fingerprint() const { return fingerprint_; }
   // Entries in the token caches (MemoryOptions::max_cached_facts), both together (engine thread).
-  size_t num_cached_tokens() const { return token_cache_.size() + window_cache_.size(); }
+  size_t num_cached_tokens() const { return texts_.num_token_entries(); }
   // Facts in the cache of store reads retrievals take their hits from (engine thread).
-  size_t num_cached_facts() const { return fact_cache_.size(); }
+  size_t num_cached_facts() const { return texts_.num_facts(); }
   // Their text and metadata bytes, which bound the cache with their count (engine thread).
-  size_t cached_fact_bytes() const { return fact_cache_bytes_; }
+  size_t cached_fact_bytes() const { return texts_.fact_bytes(); }
   int64_t tokens_encoded() const { return encoder_.tokens_processed(); }
   MemoryKvPool& pool() { return pool_; }
   const MemoryOptions& options() const { return opts_; }
@@ -238,14 +239,6 @@ class MemoryService : private FactStoreListener {
   // returns their keys in the order of `facts`. kResource when one is being encoded in the steps.
   std::vector<FactKvKey> make_resident(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats,
                                        std::vector<FactKvKey>& pinned);
-  // The tokens a fact is encoded after: [the block's opening][the w preceding facts' tokens]
-  // (window_entry's).
-  std::vector<int32_t> window_tokens(const Fact& f, int32_t w) const;
-  // The prompt of a request with memory up to its first fact, for a user and an empty
-  // conversation: the chat template's start and default system prompt and the block's header
-  // (prompt_layout.h; [BOS][header] for a model without a chat template), BOS first with sink.
-  // Every fact is encoded after it, so its KV has seen what it is served after.
-  std::vector<int32_t> block_opening(const std::string& user) const;
   KvFileKey file_key(const Fact& f, int32_t w) const;
 
   FactStore& store_;
@@ -256,49 +249,9 @@ class MemoryService : private FactStoreListener {
   MemoryKvPool pool_;
   FactEncoder encoder_;
   uint64_t fingerprint_ = 0;
-  // Rendered tokens per fact key, valid for the cached version (engine thread only).
-  mutable std::unordered_map<int64_t, std::pair<int64_t, std::vector<int32_t>>> token_cache_;
-  // The encodes of prompt text before the facts (prompt_layout.h; engine thread only): requests'
-  // and block_opening's. The text names the user, so an entry a user (and template, system
-  // prompt): room for the users of a busy server before it is emptied (~0.5 KB an entry).
-  mutable EncodeCache frame_cache_{4096};
-  // Two caches of store reads (engine thread only), both read at cache_epoch_: every add, update,
-  // delete or reset anywhere in the store moves store_epoch_ (listener thread, before the write's
-  // call returns), and the first use of either cache after that empties both
-  // (drop_caches_of_past_epochs), so a deleted fact's text leaves memory then.
-  //   window_cache_  window tokens and their hash per (fact key, version, w): any write may change some fact's w
-  //                  preceding turns. Saves a store query per retrieved fact per request (k = 50:
-  //                  ~1 ms of a ~7 ms TTFT on the GPU).
-  //   fact_cache_    the facts retrievals read, by fact id, served only to their own tenant and
-  //                  user (ids are per tenant): a retrieval reads from the store only the hits not
-  //                  here (the fetch took ~0.1-0.25 ms of a request's preparation on the CPU at
-  //                  k = 5-50, bench_memory_prepare); the facts encoding reads go in too, so
-  //                  the first request after a fact's encoding does not fetch it; also emptied past
-  //                  kMaxCachedFactRows facts or kMaxCachedFactBytes of text.
-  struct WindowEntry {
-    int64_t version = 0;
-    int32_t w = 0;
-    std::vector<int32_t> tokens;  // window_tokens(f, w): [block_opening(user)][the w preceding facts]
-    uint64_t hash = 0;            // XXH3 of tokens (the pool key's window_hash)
-  };
-  // The cached window of a fact, read from the store on a miss.
-  const WindowEntry& window_entry(const Fact& f, int32_t w) const;
-  mutable std::unordered_map<int64_t, WindowEntry> window_cache_;
-  static constexpr size_t kMaxCachedFactRows = size_t{1} << 14;
-  static constexpr size_t kMaxCachedFactBytes = size_t{64} << 20;
-  mutable std::unordered_map<int64_t, Fact> fact_cache_;
-  mutable size_t fact_cache_bytes_ = 0;
-  mutable uint64_t cache_epoch_ = 0;
-  std::atomic<uint64_t> store_epoch_{0};
-  void drop_caches_of_past_epochs() const;
-  // Facts read from the store after the last drop_caches_of_past_epochs() into fact_cache_, which
-  // is emptied first if it is past its bounds (make_room_in_fact_cache; insert_fact alone does not).
-  void cache_facts(std::span<const Fact> facts) const;
-  void make_room_in_fact_cache() const;
-  void insert_fact(Fact f) const;
-  // fetch_hits (retriever.h) through fact_cache_.
-  std::vector<FactHit> fetch_hits_cached(const std::string& tenant, const std::string& user,
-                                         std::span<const ScoredFact> hits);
+  // The store reads and encodes requests repeat (fact_texts.h; engine thread only, but for the
+  // listener's store_changed).
+  mutable FactTexts texts_;
   mutable std::mutex stale_mu_;
   std::filesystem::path kv_file_path(int64_t fact_key) const;
   std::vector<int64_t> stale_;  // fact keys whose KV must go (listener thread -> engine thread)
