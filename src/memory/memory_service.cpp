@@ -56,42 +56,16 @@ void MemoryService::on_facts_added(std::span<const Fact> facts, ChangeSource sou
   texts_.store_changed();
   // Only this server's writes are encoded ahead: the store's contents wait for their first
   // request, and so do other replicas' writes (their users are routed there).
-  if (source != ChangeSource::kThisProcess || facts.empty()) return;
-  std::function<void()> wake;
-  {
-    std::lock_guard<std::mutex> lock(stale_mu_);
-    if (!background_) return;
-    for (const Fact& f : facts)
-      if (queued_.size() < kMaxQueued) queued_.push_back({f.tenant, f.user, f.id});
-    wake = on_queued_;
-  }
-  if (wake) wake();
-}
-
-size_t MemoryService::num_queued() const {
-  std::lock_guard<std::mutex> lock(stale_mu_);
-  return queued_.size() + static_cast<size_t>(background_in_flight_.load());
-}
-
-bool MemoryService::has_queued() const {
-  std::lock_guard<std::mutex> lock(stale_mu_);
-  return !queued_.empty();
+  if (source == ChangeSource::kThisProcess && !facts.empty()) added_.add(facts);
 }
 
 std::vector<CaptureSeq> MemoryService::queued_captures(int32_t max_facts) {
   sync();
-  std::vector<QueuedFact> batch;
-  {
-    std::lock_guard<std::mutex> lock(stale_mu_);
-    while (!queued_.empty() && static_cast<int32_t>(batch.size()) < max_facts) {
-      batch.push_back(std::move(queued_.front()));
-      queued_.pop_front();
-    }
-  }
+  const std::vector<AddedFacts::Entry> batch = added_.take(max_facts);
   const int32_t w = opts_.default_window;
   std::vector<Fact> todo;
   int64_t blocks = 0;
-  for (const QueuedFact& q : batch) {
+  for (const AddedFacts::Entry& q : batch) {
     std::optional<Fact> f;
     try {
       f = store_.get(q.tenant, q.user, q.id);
@@ -99,17 +73,17 @@ std::vector<CaptureSeq> MemoryService::queued_captures(int32_t max_facts) {
       if (e.kind() != ErrorKind::kNotFound) throw;
     }
     if (!f) {
-      ++background_skipped_;
+      added_.skipped();
       continue;
     }
     texts_.remember({&*f, 1});  // read after sync()'s drop_stale()
     if (has_kv(*f, w)) {
-      ++background_skipped_;
+      added_.skipped();
       continue;
     }
     const int64_t need = pool_.blocks_for(static_cast<int32_t>(texts_.tokens(*f).size()));
     if (blocks + need > pool_.num_free_blocks()) {  // no eviction for background work
-      ++background_skipped_;
+      added_.skipped();
       continue;
     }
     blocks += need;
@@ -131,21 +105,21 @@ std::vector<CaptureSeq> MemoryService::captures_of(Reservation& r, std::shared_p
     // Runs on the engine thread inside its step: never throws into it.
     c.done = [this, key = r.fresh[i], job = std::move(r.jobs[i]), in_flight, background](bool ok) {
       if (in_flight) --*in_flight;
-      if (background) --background_in_flight_;
+      bool kept = false;
       try {
         finish_encoding(key, job, ok);
+        kept = ok;
       } catch (const std::exception& e) {
         spdlog::warn("memory: fact {} encoded but its KV file failed: {}; not kept", key.fact_id, e.what());
         finish_encoding(key, job, false);
-        return;
       }
-      if (!background || !ok) return;
-      ++background_encoded_;
+      if (background) added_.ended(kept);
+      if (!background || !kept) return;
       // With files, keep the pool's room for requests once it runs short: the file holds the KV.
       if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4) pool_.erase(key);
     };
     if (in_flight) ++*in_flight;
-    if (background) ++background_in_flight_;
+    if (background) added_.started();
     out.push_back(std::move(c));
   }
   return out;

@@ -33,6 +33,7 @@
 #include "tokenizer/chat_render.h"
 #include "memory/compose/compose.h"
 #include "memory/compose/fact_texts.h"
+#include "memory/kv/added_facts.h"
 #include "memory/kv/fact_encoder.h"
 #include "memory/store/fact_store.h"
 #include "memory/kv/kv_file.h"
@@ -172,18 +173,14 @@ class MemoryService : private FactStoreListener {
   // room runs short, keeps only the files.
   std::vector<CaptureSeq> queued_captures(int32_t max_facts);
   // Queued facts, and background encodings handed out and not done (thread-safe).
-  size_t num_queued() const;
-  bool has_queued() const;  // facts queued and not yet handed out
+  size_t num_queued() const { return added_.size(); }
+  bool has_queued() const { return added_.has_queued(); }  // facts queued and not yet handed out
   // Starts queueing added facts; `on_queued` (may be empty) is called on the writer's thread after
   // facts were queued, e.g. to wake the engine thread.
-  void enable_background(std::function<void()> on_queued) {
-    std::lock_guard<std::mutex> lock(stale_mu_);
-    background_ = true;
-    on_queued_ = std::move(on_queued);
-  }
+  void enable_background(std::function<void()> on_queued) { added_.enable(std::move(on_queued)); }
   // Background encoding totals: facts encoded, and skipped (resident, in a file, deleted, no room).
-  int64_t background_encoded() const { return background_encoded_.load(); }  // thread-safe
-  int64_t background_skipped() const { return background_skipped_; }
+  int64_t background_encoded() const { return added_.encoded(); }  // thread-safe
+  int64_t background_skipped() const { return added_.num_skipped(); }
 
   // The tokens a fact is rendered to (no BOS); its KV is computed from exactly these.
   std::vector<int32_t> fact_tokens(const Fact& f) const { return texts_.tokens(f); }
@@ -256,19 +253,8 @@ class MemoryService : private FactStoreListener {
   std::filesystem::path kv_file_path(int64_t fact_key) const;
   std::vector<int64_t> stale_;  // fact keys whose KV must go (listener thread -> engine thread)
   bool reset_ = false;          // every fact's KV must go (the store lost track of changes)
-  // Facts added since the service started (listener thread -> engine thread), guarded by stale_mu_;
-  // bounded: past kMaxQueued the newest are encoded on demand instead.
-  struct QueuedFact {
-    std::string tenant, user;
-    int64_t id = 0;
-  };
-  static constexpr size_t kMaxQueued = 1 << 20;
-  std::deque<QueuedFact> queued_;
-  bool background_ = false;             // guarded by stale_mu_
-  std::function<void()> on_queued_;     // guarded by stale_mu_
-  std::atomic<int64_t> background_encoded_{0};  // written on the engine thread
-  std::atomic<int64_t> background_in_flight_{0};  // background captures not done (engine thread writes)
-  int64_t background_skipped_ = 0;               // engine thread
+  // Facts added since background encoding started (listener thread -> engine thread).
+  AddedFacts added_;
 };
 
 }  // namespace inferscale
