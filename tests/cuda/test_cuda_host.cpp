@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/graph_batch.h"
+#include "backend/cuda/step_attention.h"
 #include "backend/cuda/rope_table.h"
 #include "model/config.h"
 #include "model/sampling.h"
@@ -205,7 +207,7 @@ TEST(HostAttentionPlan, CapacityBoundsEveryPlan) {
   std::mt19937 g(11);
   for (int trial = 0; trial < 400; ++trial) {
     const int32_t group = 1 + static_cast<int32_t>(g() % 8), nkv = 1 + static_cast<int32_t>(g() % 8);
-    const bool single = trial % 2 == 0, simt = trial % 4 == 0;
+    const bool single = trial % 2 == 0, decode = trial % 4 == 0;
     Batch b;
     const int32_t S = 1 + static_cast<int32_t>(g() % 40);
     for (int32_t s = 0; s < S; ++s) {
@@ -215,8 +217,8 @@ TEST(HostAttentionPlan, CapacityBoundsEveryPlan) {
     AttnPlanOptions o;
     o.num_kv_heads = nkv;
     o.num_sms = trial % 3 == 0 ? 1 : 132;
-    o.rows_per_tile = simt ? group : 64;
-    o.kv_granule = simt ? 32 : 64;
+    o.rows_per_tile = decode ? group : 64;
+    o.kv_granule = decode ? 32 : 64;
     o.min_split_len = single ? 128 : 256;
     o.ctas_per_sm = single ? 4 : 2;
     const AttnPlan p = b.plan(group, o);
@@ -227,6 +229,63 @@ TEST(HostAttentionPlan, CapacityBoundsEveryPlan) {
     EXPECT_LE(p.num_partials, cap.partials) << "trial " << trial;
     EXPECT_LE(static_cast<int32_t>(p.merges.size()), cap.merges) << "trial " << trial;
   }
+}
+
+// A forward's sequences as (cached entries, new tokens) pairs; only what planning reads.
+ForwardBatch planned_batch(const std::vector<std::pair<int32_t, int32_t>>& seqs) {
+  ForwardBatch b;
+  b.q_indptr = {0};
+  for (const auto& [ctx, n] : seqs) {
+    for (int32_t i = 0; i < n; ++i) {
+      b.positions.push_back(ctx + i);
+      b.token_ids.push_back(1);
+    }
+    b.q_indptr.push_back(b.q_indptr.back() + n);
+  }
+  return b;
+}
+
+// The plans of one forward (step_attention.h): a decode step runs the decode kernel over every
+// sequence; a mixed batch splits, its one-token sequences on the decode kernel and the rest on the
+// tiles, the two plans covering disjoint sequences; a graph's batch never splits and its capacity
+// holds its plan; without a decode kernel (the tiles chosen, or a group past 8) nothing splits.
+TEST(HostStepAttention, KernelsAndSplitsByBatch) {
+  using cuda::AttnKernel;
+  const ForwardBatch decode = planned_batch({{700, 1}, {30, 1}, {2900, 1}});
+  const ForwardBatch mixed = planned_batch({{700, 1}, {0, 40}, {2900, 1}, {100, 17}});
+  const int32_t group = 4, nkv = 8, sms = 132;
+
+  const cuda::StepAttention d = cuda::plan_step_attention(decode, group, nkv, sms, AttnKernel::kDecodeMma, false);
+  EXPECT_TRUE(d.single_token);
+  EXPECT_FALSE(d.split);
+  EXPECT_EQ(d.kernel, AttnKernel::kDecodeMma);
+  EXPECT_EQ(d.options.rows_per_tile, group);
+  EXPECT_EQ(d.capacity.items, static_cast<int32_t>(d.plan.items.size()));
+
+  const cuda::StepAttention m = cuda::plan_step_attention(mixed, group, nkv, sms, AttnKernel::kDecodeMma, false);
+  EXPECT_FALSE(m.single_token);
+  ASSERT_TRUE(m.split);
+  EXPECT_EQ(m.kernel, AttnKernel::kTiles);
+  EXPECT_EQ(m.decode_kernel, AttnKernel::kDecodeMma);
+  EXPECT_EQ(m.options.rows_per_tile, cuda::kPrefillRowsPerTile);
+  EXPECT_EQ(m.decode_plan.rows_per_tile, group);
+  std::set<int32_t> tiles_seqs, decode_seqs;
+  for (const AttnWorkItem& it : m.plan.items) tiles_seqs.insert(it.kv_seq);
+  for (const AttnWorkItem& it : m.decode_plan.items) decode_seqs.insert(it.kv_seq);
+  EXPECT_EQ(tiles_seqs, (std::set<int32_t>{1, 3}));
+  EXPECT_EQ(decode_seqs, (std::set<int32_t>{0, 2}));
+
+  const cuda::StepAttention t = cuda::plan_step_attention(mixed, group, nkv, sms, AttnKernel::kTiles, false);
+  EXPECT_FALSE(t.split);
+  EXPECT_TRUE(t.decode_plan.items.empty());
+  const cuda::StepAttention g = cuda::plan_step_attention(mixed, group, nkv, sms, AttnKernel::kDecodeMma, true);
+  EXPECT_FALSE(g.split) << "a graph's batch is never split";
+  EXPECT_LE(static_cast<int32_t>(g.plan.items.size()), g.capacity.items);
+  EXPECT_LE(g.plan.num_partials, g.capacity.partials);
+  EXPECT_LE(static_cast<int32_t>(g.plan.merges.size()), g.capacity.merges);
+  EXPECT_EQ(g.merge_rows, cuda::kPrefillRowsPerTile);
+  const cuda::StepAttention gd = cuda::plan_step_attention(decode, group, nkv, sms, AttnKernel::kDecodeMma, true);
+  EXPECT_EQ(gd.merge_rows, group) << "a one-token tile merges its group's rows";
 }
 
 // A decode step: `n` sequences of one token each at the given context lengths (block size 4).

@@ -111,6 +111,8 @@ CudaForwardOps::~CudaForwardOps() {
   if (side_ != nullptr) cudaStreamDestroy(side_);
 }
 
+// A forward's start: checks, the attention plans (step_attention.h), one upload of the batch's
+// metadata, and for a graph's batch whether it warms up, captures or replays.
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   IS_CHECK(!pending_, "a forward began before the last one completed (CudaForwardOps::complete)");
   // Graph batches carry dummy sequences in the scratch blocks past the cache's (graph_batch.h).
@@ -122,66 +124,47 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   row_amax_of_ = nullptr;
   phase_ = Phase::kEager;
   split_attention_ = false;
-  const int64_t T = b.num_tokens();
-  if (T == 0) return;
-  const int32_t S = b.num_seqs();
-  const int64_t D = cfg_.head_dim, NH = cfg_.num_heads, NKV = cfg_.num_kv_heads;
-  const int32_t group = static_cast<int32_t>(NH / NKV);
+  if (b.num_tokens() == 0) return;
   int32_t max_pos = 0;
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
   rope_.ensure(max_pos);
+  const cuda::StepAttention attn = plan_attention_of(b);
+  upload_metadata(b, attn);
+  if (graph_ != nullptr) choose_graph_phase();
+}
 
-  // Attention plans. A decode step (every sequence one new token, the group within the decode
-  // kernels') runs the selected decode kernel over every sequence; a mixed batch (prefill chunks
-  // beside decodes) runs its decode sequences on that kernel too and the others on the tiles: two
-  // plans, two launches over disjoint output rows (a mixed step on the tiles alone read the
-  // decodes' KV at the tiles' speed: bench_cuda_serving (d) compares the two). Graph batches are never mixed
-  // (graph_batch.h: decode steps and one-sequence prefills).
-  std::vector<int32_t> decode_seqs, tile_seqs;
-  for (int32_t s = 0; s < S; ++s) (b.q_indptr[s + 1] - b.q_indptr[s] == 1 ? decode_seqs : tile_seqs).push_back(s);
-  const bool single_token = tile_seqs.empty();
-  const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup
-                                             ? decode_kernel_for(static_cast<int32_t>(decode_seqs.size()))
-                                             : cuda::AttnKernel::kTiles;
-  split_attention_ = !single_token && graph_ == nullptr && !decode_seqs.empty() &&
-                     decode_kernel != cuda::AttnKernel::kTiles;
-  attn_kernel_ = single_token ? decode_kernel : cuda::AttnKernel::kTiles;
-  // A split's tiles keep the prefill split rule: the decode rule's finer pieces cost a mixed step
-  // 0.3 ms at 1-4 questions beside 96-99 decodes and gained ~0.2-0.4 only at 16 (bench_cuda_serving (d)).
-  const AttnPlanOptions po =
-      cuda::attention_plan_options(attn_kernel_, single_token, group, static_cast<int32_t>(NKV), num_sms_);
-  const int32_t* kv_start = b.kv_start.empty() ? nullptr : b.kv_start.data();
-  const AttnPlan plan =
-      plan_attention(b.q_indptr.data(), S, b.positions.data(), kv_start, group, po, split_attention_ ? &tile_seqs : nullptr);
-  AttnPlan decode_plan;  // the split's decode sequences
-  if (split_attention_) {
-    decode_kernel_ = decode_kernel;
-    const AttnPlanOptions dpo = cuda::attention_plan_options(decode_kernel, true, group, static_cast<int32_t>(NKV), num_sms_);
-    decode_plan = plan_attention(b.q_indptr.data(), S, b.positions.data(), kv_start, group, dpo, &decode_seqs);
-  }
-  // A graph's launches are sized for any plan of its bucket (T tokens in S sequences make at most
-  // T * group / rows_per_tile + S tiles; a one-token tile merges `group` rows); this plan's counts
-  // go to the device.
-  AttnPlanCapacity cap{static_cast<int32_t>(plan.items.size()), plan.num_partials, static_cast<int32_t>(plan.merges.size())};
-  int32_t merge_rows = plan.max_merge_rows;
-  if (graph_ != nullptr) {
-    cap = plan_capacity(static_cast<int32_t>(T * group / po.rows_per_tile) + S, po);
-    IS_CHECK(static_cast<int32_t>(plan.items.size()) <= cap.items && plan.num_partials <= cap.partials &&
-                 static_cast<int32_t>(plan.merges.size()) <= cap.merges,
-             "attention plan of {} items over its capacity {}", plan.items.size(), cap.items);
-    merge_rows = single_token ? std::min(group, po.rows_per_tile) : po.rows_per_tile;
-    graph_launch_ = {T, S, static_cast<int64_t>(b.output_tokens.size()), static_cast<int64_t>(attn_kernel_), po.rows_per_tile, po.min_split_len,
-                     cap.items, cap.partials, cap.merges, merge_rows};
-  }
+cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
+  const int32_t group = static_cast<int32_t>(cfg_.num_heads / cfg_.num_kv_heads);
+  int32_t one_token = 0;  // sequences with one new token
+  for (int32_t s = 0; s < b.num_seqs(); ++s) one_token += b.q_indptr[s + 1] - b.q_indptr[s] == 1;
+  const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup ? decode_kernel_for(one_token) : cuda::AttnKernel::kTiles;
+  cuda::StepAttention attn = cuda::plan_step_attention(b, group, static_cast<int32_t>(cfg_.num_kv_heads), num_sms_,
+                                                       decode_kernel, graph_ != nullptr);
+  split_attention_ = attn.split;
+  attn_kernel_ = attn.kernel;
+  if (attn.split) decode_kernel_ = attn.decode_kernel;
+  if (graph_ != nullptr)
+    graph_launch_ = {b.num_tokens(), b.num_seqs(), static_cast<int64_t>(b.output_tokens.size()), static_cast<int64_t>(attn_kernel_),
+                     attn.options.rows_per_tile, attn.options.min_split_len, attn.capacity.items, attn.capacity.partials,
+                     attn.capacity.merges, attn.merge_rows};
+  return attn;
+}
+
+// One upload of every per-forward array; the block table last, so that for a graph every other
+// offset is the same at any context length (the graph workspace is sized for the whole cache).
+// Then the attention arguments that point into it.
+void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAttention& attn) {
+  const int64_t T = b.num_tokens();
+  const int32_t S = b.num_seqs();
+  const AttnPlan& plan = attn.plan;
+  const AttnPlan& decode_plan = attn.decode_plan;
+  const AttnPlanCapacity& cap = attn.capacity;
   const std::vector<int32_t> counts{static_cast<int32_t>(plan.items.size()), static_cast<int32_t>(plan.merges.size())};
-
   std::vector<int64_t> capture(b.capture_tokens.empty() ? 0 : static_cast<size_t>(T), -1);  // [T] pool slot or -1
   for (size_t c = 0; c < b.capture_tokens.size(); ++c) capture[static_cast<size_t>(b.capture_tokens[c])] = b.capture_slots[c];
   IS_CHECK(capture.empty() || kv_.pool_slots > 0, "capture needs a memory pool");
   capture_ = !capture.empty();
 
-  // One upload of every per-forward array; the block table last, so that for a graph every other
-  // offset is the same at any context length (the graph workspace is sized for the whole cache).
   MetaUpload& meta = ws_->meta;
   const size_t kv_room = graph_ != nullptr ? std::max<size_t>(b.kv_indices.size(), (kv_.cache_slots + kv_.scratch_slots) / block_size_ + S)
                                            : b.kv_indices.size();
@@ -195,71 +178,78 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   o_pos_ = meta.add(b.positions);
   o_slot_ = meta.add(b.slot_mapping);
   o_cap_ = meta.add(capture);
-  const size_t o_kvp = meta.add(b.kv_indptr);
+  AttentionOffsets o;
+  o.kv_indptr = meta.add(b.kv_indptr);
   o_out_ = meta.add(b.output_tokens);
   o_samp_ = meta.add(b.sampling);
-  const size_t o_counts = meta.add(counts);
-  const size_t o_items = meta.add(plan.items, static_cast<size_t>(cap.items));
-  const size_t o_merge = meta.add(plan.merges, static_cast<size_t>(cap.merges));
-  const size_t o_dec_items = meta.add(decode_plan.items);
-  const size_t o_dec_merge = meta.add(decode_plan.merges);
-  const size_t o_kvi = meta.add(b.kv_indices);
+  o.counts = meta.add(counts);
+  o.items = meta.add(plan.items, static_cast<size_t>(cap.items));
+  o.merges = meta.add(plan.merges, static_cast<size_t>(cap.merges));
+  o.decode_items = meta.add(decode_plan.items);
+  o.decode_merges = meta.add(decode_plan.merges);
+  o.kv_indices = meta.add(b.kv_indices);
   // Partials: [cap.partials, NKV, rows_per_tile] rows of the main plan, then the decode plan's
   // [num_partials, NKV, group] rows.
-  const size_t main_rows = static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile;
-  const size_t decode_rows = static_cast<size_t>(decode_plan.num_partials) * NKV * group;
-  ws_->part_o.reserve((main_rows + decode_rows) * D * 4);
-  ws_->part_lse.reserve((main_rows + decode_rows) * 4);
+  const int64_t D = cfg_.head_dim, NKV = cfg_.num_kv_heads;
+  o.main_rows = static_cast<size_t>(std::max(cap.partials, 1)) * NKV * plan.rows_per_tile;
+  const size_t decode_rows = static_cast<size_t>(decode_plan.num_partials) * NKV * (cfg_.num_heads / NKV);
+  ws_->part_o.reserve((o.main_rows + decode_rows) * D * 4);
+  ws_->part_lse.reserve((o.main_rows + decode_rows) * 4);
 
   CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
   if (profiling()) profiler_.start("upload", stream_);
   meta.upload(stream_);
+  set_attention_args(attn, o);
+}
 
+void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o) {
+  const MetaUpload& meta = ws_->meta;
+  const int64_t D = cfg_.head_dim;
   aa_ = cuda::AttentionArgs{};
   aa_.positions = meta.dev<int32_t>(o_pos_);
-  aa_.kv_indptr = meta.dev<int32_t>(o_kvp);
-  aa_.kv_indices = meta.dev<int32_t>(o_kvi);
-  aa_.items = meta.dev<AttnWorkItem>(o_items);
-  aa_.merges = meta.dev<AttnMergeItem>(o_merge);
+  aa_.kv_indptr = meta.dev<int32_t>(o.kv_indptr);
+  aa_.kv_indices = meta.dev<int32_t>(o.kv_indices);
+  aa_.items = meta.dev<AttnWorkItem>(o.items);
+  aa_.merges = meta.dev<AttnMergeItem>(o.merges);
   aa_.partial_o = ws_->part_o.as<float>();
   aa_.partial_lse = ws_->part_lse.as<float>();
-  aa_.num_items = cap.items;
-  aa_.num_merges = cap.merges;
-  aa_.counts = graph_ != nullptr ? meta.dev<int32_t>(o_counts) : nullptr;
-  aa_.rows_per_tile = plan.rows_per_tile;
-  aa_.merge_rows = merge_rows;
-  aa_.num_heads = static_cast<int32_t>(NH);
-  aa_.num_kv_heads = static_cast<int32_t>(NKV);
+  aa_.num_items = attn.capacity.items;
+  aa_.num_merges = attn.capacity.merges;
+  aa_.counts = graph_ != nullptr ? meta.dev<int32_t>(o.counts) : nullptr;
+  aa_.rows_per_tile = attn.plan.rows_per_tile;
+  aa_.merge_rows = attn.merge_rows;
+  aa_.num_heads = static_cast<int32_t>(cfg_.num_heads);
+  aa_.num_kv_heads = static_cast<int32_t>(cfg_.num_kv_heads);
   aa_.head_dim = static_cast<int32_t>(D);
   aa_.block_size = block_size_;
   aa_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  if (split_attention_) {
-    decode_aa_ = aa_;
-    decode_aa_.items = meta.dev<AttnWorkItem>(o_dec_items);
-    decode_aa_.merges = meta.dev<AttnMergeItem>(o_dec_merge);
-    decode_aa_.partial_o = ws_->part_o.as<float>() + main_rows * D;
-    decode_aa_.partial_lse = ws_->part_lse.as<float>() + main_rows;
-    decode_aa_.num_items = static_cast<int32_t>(decode_plan.items.size());
-    decode_aa_.num_merges = static_cast<int32_t>(decode_plan.merges.size());
-    decode_aa_.rows_per_tile = decode_plan.rows_per_tile;
-    decode_aa_.merge_rows = decode_plan.max_merge_rows;
-  }
+  if (!attn.split) return;
+  const AttnPlan& decode_plan = attn.decode_plan;
+  decode_aa_ = aa_;
+  decode_aa_.items = meta.dev<AttnWorkItem>(o.decode_items);
+  decode_aa_.merges = meta.dev<AttnMergeItem>(o.decode_merges);
+  decode_aa_.partial_o = ws_->part_o.as<float>() + o.main_rows * D;
+  decode_aa_.partial_lse = ws_->part_lse.as<float>() + o.main_rows;
+  decode_aa_.num_items = static_cast<int32_t>(decode_plan.items.size());
+  decode_aa_.num_merges = static_cast<int32_t>(decode_plan.merges.size());
+  decode_aa_.rows_per_tile = decode_plan.rows_per_tile;
+  decode_aa_.merge_rows = decode_plan.max_merge_rows;
+}
 
-  // The graph: replay it when nothing it points into has moved; capture it after one eager run
-  // with these buffers (that run sized them all, so the capture allocates nothing); else warm up.
-  if (graph_ != nullptr) {
-    const bool same = graph_->pointers == graph_pointers() && graph_->launch == graph_launch_;
-    if (same && graph_->exec != nullptr) {
-      phase_ = Phase::kReplay;
-    } else if (same && graph_->warm) {
-      graph_->reset();
-      phase_ = Phase::kCapture;
-      CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    } else {
-      graph_->reset();
-      graph_->warm = false;
-      phase_ = Phase::kWarm;
-    }
+// The graph: replay it when nothing it points into has moved; capture it after one eager run
+// with these buffers (that run sized them all, so the capture allocates nothing); else warm up.
+void CudaForwardOps::choose_graph_phase() {
+  const bool same = graph_->pointers == graph_pointers() && graph_->launch == graph_launch_;
+  if (same && graph_->exec != nullptr) {
+    phase_ = Phase::kReplay;
+  } else if (same && graph_->warm) {
+    graph_->reset();
+    phase_ = Phase::kCapture;
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  } else {
+    graph_->reset();
+    graph_->warm = false;
+    phase_ = Phase::kWarm;
   }
 }
 

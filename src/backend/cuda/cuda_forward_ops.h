@@ -12,8 +12,9 @@
 //                projection (linear_silu_mul)
 //   qkv          the fused bias / qk-norm / capture / RoPE / append kernel
 //   attention    tensor-core tiles, or for decode steps the tensor-core decode kernel
-//                (DecodeAttention), planned in begin(); a mixed batch runs its decode sequences on the decode kernel and the rest on the
-//                tiles; causal only; the cache bf16 or FP8 (CudaKv::cache)
+//                (DecodeAttention), planned in begin() (step_attention.h); a mixed batch runs
+//                its decode sequences on the decode kernel and the rest on the tiles; causal
+//                only; the cache bf16 or FP8 (CudaKv::cache)
 // Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
 // attention (BERT encoders run on the CPU backend; cuda_unsupported_reason says so first).
 #pragma once
@@ -138,12 +139,23 @@ class CudaForwardOps final : public ForwardOps {
   CudaTiming timing_;
   int num_sms_ = 132;
   DecodeAttention decode_attention_;
-  // kConcurrent: the prefills' tiles on side_, forked after the QKV step and joined before o_proj.
+  // A mixed step's prefill tiles run on side_, forked after the QKV step and joined before o_proj.
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   // The decode kernel decode_attention_ picks for a batch of `num_seqs` one-token sequences
   // (kTiles: none).
   cuda::AttnKernel decode_kernel_for(int32_t num_seqs) const;
+  // begin()'s phases: the attention plans (setting the split and kernels), the metadata upload
+  // and the attention arguments into it, and a graph's warm-up, capture or replay.
+  cuda::StepAttention plan_attention_of(const ForwardBatch& b);
+  void upload_metadata(const ForwardBatch& b, const cuda::StepAttention& attn);
+  // Offsets in the metadata upload of the attention's arrays; main_rows: the main plan's partial rows.
+  struct AttentionOffsets {
+    size_t kv_indptr = 0, kv_indices = 0, counts = 0, items = 0, merges = 0, decode_items = 0, decode_merges = 0;
+    size_t main_rows = 0;
+  };
+  void set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o);
+  void choose_graph_phase();
   DeviceWeightStore weights_;
   bool e4m3_projections_ = false;
   Gemm gemm_;

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/cuda/attention_plan.h"
+#include "backend/cuda/step_attention.h"
 #include "model/sampling.h"
 
 namespace inferscale::cuda {
@@ -176,19 +177,13 @@ struct AttentionArgs {
 };
 // Tensor-core (mma.sync bf16, f32 accumulate) tiles of 64 packed rows x 64 kv entries; plan with
 // kPrefillRowsPerTile / kPrefillKvChunk. Head dims 64 and 128.
-inline constexpr int32_t kPrefillRowsPerTile = 64;
-inline constexpr int32_t kPrefillKvChunk = 64;
 void attention_prefill(const AttentionArgs& a, cudaStream_t stream);
 // The decode path, one token per tile (rows_per_tile == group <= 8), split-KV, head dims 64 and
 // 128, on tensor cores with the kv entries as the MMA's rows (bf16 or FP8 caches;
 // attention_decode_mma.cu).
-inline constexpr int32_t kDecodeMaxGroup = 8;
 void attention_decode_mma(const AttentionArgs& a, cudaStream_t stream);
 // Combines split pieces (no-op when the plan has none; attention_merge.cu).
 void attention_merge(const AttentionArgs& a, cudaStream_t stream);
-// The kernel that runs a plan: the tensor-core tiles (any batch), or a decode kernel (every
-// sequence one new token, group <= kDecodeMaxGroup).
-enum class AttnKernel { kTiles, kDecodeMma };
 // The kernel, then the merge.
 inline void attention(const AttentionArgs& a, AttnKernel kernel, cudaStream_t stream) {
   switch (kernel) {
@@ -198,23 +193,6 @@ inline void attention(const AttentionArgs& a, AttnKernel kernel, cudaStream_t st
   attention_merge(a, stream);
 }
 bool attention_supports_head_dim(int32_t head_dim);
-// Planner settings: prefill tiles of 64 packed rows split at 64-entry chunks into pieces >= 256
-// entries (~2 CTAs per SM); the decode kernel's one-token tiles split into pieces >= 128 (~4 CTAs
-// per SM). `single_token` (every sequence has one new token) with the tensor-core kernel uses the
-// decode split rule too: its tiles are few and long.
-inline AttnPlanOptions attention_plan_options(AttnKernel kernel, bool single_token, int32_t group,
-                                              int32_t num_kv_heads, int32_t num_sms) {
-  const bool decode_kernel = kernel != AttnKernel::kTiles;
-  AttnPlanOptions o;
-  o.num_kv_heads = num_kv_heads;
-  o.num_sms = num_sms;
-  o.rows_per_tile = decode_kernel ? group : kPrefillRowsPerTile;
-  o.kv_granule = decode_kernel ? 32 : kPrefillKvChunk;
-  o.min_split_len = single_token ? 128 : 256;
-  o.ctas_per_sm = single_token ? 4 : 2;
-  return o;
-}
-
 // Retrieval: score[i] = matrix[i, :] . query (f32 accumulate), then the k best (score descending,
 // ties to the lower id).  matrix: [N, D] f32 or bf16; query: [D] f32; ids/scores: [k] (k <= 1024, k <= N).
 size_t similarity_topk_workspace_bytes(int64_t N, int32_t k);
