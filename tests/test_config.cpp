@@ -254,6 +254,19 @@ TEST(Config, UnknownArchitectureIsNamed) {
   expect_error([&] { ModelConfig::from_hf_json(j); }, ErrorKind::kInvalidInput, {"architectures"});
 }
 
+// An integer key given as a float must be a whole number inside int64's range: 7.8e102 was cast
+// to int64_t (undefined behaviour; found by fuzz_model_config, fuzz/regressions/).
+TEST(Config, FloatIntegersOutOfRangeAreNamed) {
+  for (const double bad : {7.77e102, -1e19, 9.3e18, 4096.5}) {
+    json j = llama_json();
+    j["hidden_size"] = bad;
+    expect_error([&] { ModelConfig::from_hf_json(j); }, ErrorKind::kInvalidInput, {"hidden_size", "must be an integer"});
+  }
+  json ok = llama_json();
+  ok["hidden_size"] = 256.0;
+  EXPECT_EQ(ModelConfig::from_hf_json(ok).hidden_size, 256);
+}
+
 TEST(Config, MissingKeyNamesKeyAndFile) {
   ScratchDir dir;
   json j = llama_json();

@@ -202,3 +202,27 @@ TEST(KvFile, EveryMismatchOrDamageReadsAsNoFile) {
     EXPECT_TRUE(read_kv_file(p, key()));
   }
 }
+
+// A header is checked against the file's size before anything is allocated for its payload: a
+// file (another replica's directory is not trusted) whose header announces 2^20 tokens of a huge
+// shape reads as no file, where it sized a buffer of 2^55 bytes from the header alone.
+TEST(KvFile, AHeaderLargerThanItsFileAllocatesNothing) {
+  TempDir dir;
+  const auto p = dir.path() / "big.kv";
+  write_kv_file(p, key(), random_kv(5, DType::kF32, true));
+  std::string bytes = [&] {
+    std::ifstream f(p, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), {});
+  }();
+  auto put_i32 = [&](size_t at, int32_t v) { std::memcpy(bytes.data() + at, &v, 4); };
+  put_i32(44, 1 << 20);  // num_tokens
+  put_i32(48, 4096);     // num_layers
+  put_i32(52, 1 << 20);  // kv_size
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  KvFileKey huge = key();
+  huge.num_layers = 4096;
+  huge.kv_size = 1 << 20;
+  std::optional<FactKv> got;
+  EXPECT_NO_THROW(got = read_kv_file(p, huge));
+  EXPECT_FALSE(got);
+}

@@ -73,6 +73,9 @@ TEST(Locomo, FixtureWithQuirks) {
 TEST(Locomo, MalformedInputIsANamedError) {
   expect_error([] { parse_locomo("{not json", "x.json"); }, ErrorKind::kInvalidInput, "x.json: not valid JSON");
   expect_error([] { parse_locomo("{}", "x.json"); }, ErrorKind::kInvalidInput, "expected a list");
+  // Nesting is bounded before parsing (kMaxImportJsonDepth).
+  expect_error([] { parse_locomo(std::string(100000, '[') + std::string(100000, ']'), "x.json"); }, ErrorKind::kInvalidInput,
+               "x.json: nests arrays and objects more than 64 deep");
   expect_error([] { parse_locomo(R"([{"conversation": {}}])", "x.json"); }, ErrorKind::kInvalidInput, "sample 0 has no sample_id");
   expect_error([] { parse_locomo(R"([{"sample_id": "s"}])", "x.json"); }, ErrorKind::kInvalidInput, "s has no conversation");
   expect_error([] { parse_locomo(R"([{"sample_id": "s", "conversation": {"session_1": [{"text": "hi"}]}}])", "x.json"); },

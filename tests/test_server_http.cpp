@@ -233,6 +233,10 @@ TEST_F(ServerHttp, BadRequestsGetOpenAIErrors) {
   EXPECT_EQ(error_of(raw("/v1/chat/completions", "{not json"), 400)["code"], "invalid_json");
   EXPECT_EQ(error_of(raw("/v1/chat/completions", "[1, 2]"), 400)["type"], "invalid_request_error");
   EXPECT_EQ(error_of(raw("/v1/chat/completions", ""), 400)["code"], "invalid_json");
+  // Nesting is bounded before parsing (kMaxJsonDepth): 10,000 '[' in a field answer 400 at once.
+  const json deep = error_of(raw("/v1/chat/completions", "{\"x\": " + std::string(10000, '[') + std::string(10000, ']') + "}"), 400);
+  EXPECT_EQ(deep["code"], "invalid_json");
+  EXPECT_NE(deep["message"].get<std::string>().find("64 deep"), std::string::npos) << deep;
 
   struct Case {
     const char* name;

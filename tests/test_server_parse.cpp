@@ -7,6 +7,7 @@
 #include "server/api_request.h"
 #include "server/prompt_builder.h"
 #include "util/check.h"
+#include "util/json_depth.h"
 
 using namespace inferscale;
 using namespace inferscale::server;
@@ -255,4 +256,20 @@ TEST(ServerParse, ScoringFieldsBecomeLogprobCounts) {
   EXPECT_EQ(error_of([&] { parse_chat_request(chat({{"logprobs", true}, {"top_logprobs", 2.5}})); }).param, "top_logprobs");
   EXPECT_EQ(error_of([&] { parse_completion_request({{"model", "m"}, {"prompt", "a"}, {"prompt_logprobs", 1.5}}); }).param,
             "prompt_logprobs");
+}
+
+// Nesting is counted by a scan before any parse: brackets in strings (escaped quotes included)
+// are text; text deeper than the limit is refused whatever follows; the limit itself passes.
+TEST(ServerParse, JsonNestingIsBoundedBeforeParsing) {
+  EXPECT_FALSE(json_deeper_than(R"({"a": [[["]]]]]]]]"]]]})", 4));
+  EXPECT_TRUE(json_deeper_than(R"({"a": [[["]]]]]]]]"]]]})", 3));
+  EXPECT_FALSE(json_deeper_than(R"({"a": "\"[[[[[[", "b": [1]})", 2));
+  EXPECT_TRUE(json_deeper_than(R"({"a": [[[1]]]})", 3));
+  EXPECT_TRUE(json_deeper_than(std::string(65, '['), 64));  // not JSON at all: still too deep
+  EXPECT_FALSE(json_deeper_than(std::string(64, '[') + std::string(64, ']'), 64));
+  const std::string at_limit = std::string(63, '[') + "1" + std::string(63, ']');
+  EXPECT_NO_THROW(parse_json_body("{\"x\": " + at_limit + "}"));
+  const ApiError e = error_of([&] { parse_json_body("{\"x\": [" + at_limit + "]}"); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "invalid_json");
 }

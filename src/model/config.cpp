@@ -4,6 +4,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "model/json_file.h"
@@ -46,9 +47,9 @@ const json* find(const json& j, const std::string& key) {
 
 int64_t as_int(const json& v, const std::string& name) {
   if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {  // "4096.0" is fine, "4096.5" is not
+  if (v.is_number_float()) {  // "4096.0" is fine, "4096.5" is not, nor one past int64's range
     const double d = v.get<double>();
-    IS_REQUIRE(d == static_cast<double>(static_cast<int64_t>(d)), kInvalidInput,
+    IS_REQUIRE(std::isfinite(d) && std::trunc(d) == d && d >= -0x1p63 && d < 0x1p63, kInvalidInput,
                "config key '{}' must be an integer, got {}", name, v.dump());
     return static_cast<int64_t>(d);
   }

@@ -1,3 +1,4 @@
+#include "util/json_depth.h"
 #include "server/api_request.h"
 
 #include <fmt/format.h>
@@ -156,6 +157,9 @@ std::string message_content(const json& content, size_t i) {
 }  // namespace
 
 json parse_json_body(const std::string& body) {
+  if (json_deeper_than(body, kMaxJsonDepth))
+    throw bad_request(fmt::format("the request body nests arrays and objects more than {} deep", kMaxJsonDepth), {},
+                      "invalid_json");
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw bad_request("the request body is not valid JSON", {}, "invalid_json");
   if (!j.is_object()) throw bad_request(fmt::format("the request body must be a JSON object, got {}", json_type_name(j)));

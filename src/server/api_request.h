@@ -49,7 +49,9 @@ struct GenerateRequest {
   std::optional<MemorySpec> memory;
 };
 
-// Parses a body: 400 when it is not valid JSON or not a JSON object.
+// Request bodies nest arrays and objects at most this deep (OpenAI's and Mem0's bodies use ~6).
+inline constexpr size_t kMaxJsonDepth = 64;
+// Parses a body: 400 when it nests deeper than kMaxJsonDepth, is not valid JSON or not a JSON object.
 nlohmann::json parse_json_body(const std::string& body);
 
 // `defaults` fill the sampling fields the body does not set (the served model's: model/

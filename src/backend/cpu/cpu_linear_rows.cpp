@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_linear_rows.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -116,8 +117,19 @@ constexpr QRowFn<Q4> kQRowFns[9] = {nullptr,
 }  // namespace
 
 bool linear_rows_available() {
-  static const bool ok =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // CPUID leaf 1: ECX bit 12 FMA, bit 29 F16C; leaf 7: EBX bit 5 AVX2 (with the OS saving the
+  // AVX state: OSXSAVE, ECX bit 27, and XCR0's SSE and AVX bits).
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool fma = c & (1u << 12), f16c = c & (1u << 29), osxsave = c & (1u << 27);
+    if (!osxsave) return false;
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & 6u) != 6u) return false;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return fma && f16c && (b & (1u << 5));
+  }();
   return ok;
 }
 

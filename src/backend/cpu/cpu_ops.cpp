@@ -125,7 +125,13 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
     std::vector<float> kp, vp, qp, sc, op;
   };
   static thread_local Panels panels;
-  auto& [kp, vp, qp, sc, op] = panels;
+  // Plain references, not a structured binding: lambdas below capture them (clang before 16
+  // cannot capture a binding).
+  std::vector<float>& kp = panels.kp;
+  std::vector<float>& vp = panels.vp;
+  std::vector<float>& qp = panels.qp;
+  std::vector<float>& sc = panels.sc;
+  std::vector<float>& op = panels.op;
   for (int32_t s = 0; s < a.num_seqs; ++s) {
     const int32_t t0 = a.q_indptr[s], t1 = a.q_indptr[s + 1];
     if (t0 == t1) continue;

@@ -145,9 +145,16 @@ std::optional<FactKv> read_kv_file(const std::filesystem::path& path, const KvFi
   kv.dtype = static_cast<DType>(h.dtype);
   kv.pool = static_cast<DType>(h.pool);
   const size_t n = static_cast<size_t>(h.num_layers) * h.num_tokens * h.kv_size;
-  std::vector<char> payload(2 * n * dtype_size(kv.dtype));
+  const size_t payload_bytes = 2 * n * dtype_size(kv.dtype);
+  // The file must hold exactly the payload the header announces before anything is allocated for
+  // it: a header's num_tokens alone (up to 2^20) would otherwise size a buffer of up to
+  // 2 * layers * 2^20 * kv_size values, whatever the file holds.
+  std::error_code ec;
+  const auto file_bytes = std::filesystem::file_size(path, ec);
+  if (ec || file_bytes != sizeof h + payload_bytes) return std::nullopt;
+  std::vector<char> payload(payload_bytes);
   if (!f.read(payload.data(), static_cast<std::streamsize>(payload.size()))) return std::nullopt;
-  if (f.peek() != std::char_traits<char>::eof()) return std::nullopt;  // trailing bytes: not our file
+  if (f.peek() != std::char_traits<char>::eof()) return std::nullopt;  // grew since: not our file
   if (XXH3_64bits(payload.data(), payload.size()) != h.checksum) return std::nullopt;
   const std::vector<int64_t> shape{h.num_layers, h.num_tokens, h.kv_size};
   kv.k = HostTensor::uninitialized(kv.pool, shape);
