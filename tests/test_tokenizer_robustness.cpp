@@ -2,9 +2,13 @@
 // whitespace runs, and concurrent encoding through the shared word cache.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <thread>
 
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/load_tokenizer.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 #include "util/check.h"
@@ -66,4 +70,32 @@ TEST(TokenizerRobustness, ByteLevelBpeLongInputsAndThreads) {
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(mismatches, std::vector<int>(4, 0));
+}
+
+// Model files the fuzzers broke (fuzz/regressions/), each now a named kInvalidInput: a
+// tokenizer.json whose vocabulary gives an id as 2.5e96 (converted to an integer: undefined
+// behaviour), and a SentencePiece model with an empty piece (the library's trie builder threw an
+// exception of its own, which ended the process).
+TEST(TokenizerRobustness, FuzzerFoundModelFilesAreNamedErrors) {
+  const std::string dir = std::string(INFERSCALE_SOURCE_DIR) + "/fuzz/regressions/";
+  for (const auto& [file, says] :
+       {std::pair{"fuzz_tokenizer_json/vocab_id_float_past_int64", "is not an integer in [0, 16777216)"},
+        std::pair{"fuzz_spm/empty_piece", "not a SentencePiece model"}}) {
+    const std::string path = dir + file;
+    // load_tokenizer knows a file by its name (and reads a tokenizer_config.json beside it): each
+    // goes into a folder of its own under the name a model folder gives it.
+    const std::filesystem::path d = std::filesystem::temp_directory_path() / ("inferscale-regression-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    const std::string named = (d / (std::string(file).find("spm") != std::string::npos ? "tokenizer.model" : "tokenizer.json")).string();
+    std::filesystem::copy_file(path, named);
+    try {
+      load_tokenizer(named);
+      ADD_FAILURE() << file << " loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << file;
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    std::filesystem::remove_all(d);
+  }
 }

@@ -6,6 +6,13 @@ namespace inferscale {
 
 using nlohmann::json;
 
+int32_t hf_token_id(const json& v, const std::string& source, const std::string& what) {
+  const bool integer = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(kMaxTokenId)
+                                                                          : v.get<int64_t>() >= 0 && v.get<int64_t>() < kMaxTokenId);
+  IS_REQUIRE(integer, kInvalidInput, "{}: {}: token id {} is not an integer in [0, {})", source, what, v.dump(), kMaxTokenId);
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
 std::string hf_type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
 }
@@ -35,7 +42,7 @@ void hf_template_single(const json& p, const std::string& source, std::vector<in
       const auto name = item.at("SpecialToken").at("id").get<std::string>();
       const json& ids = p.at("special_tokens").at(name).at("ids");
       auto& dst = seen_a ? suffix : prefix;
-      for (const json& id : ids) dst.push_back(id.get<int32_t>());
+      for (const json& id : ids) dst.push_back(hf_token_id(id, source, "special_tokens." + name + ".ids"));
     }
   }
 }

@@ -10,6 +10,12 @@
 
 namespace inferscale {
 
+// Token ids a tokenizer file may name: [0, kMaxTokenId).
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+// A token id of the file `source`: an integer in [0, kMaxTokenId), else kInvalidInput naming
+// `what` (a float is refused: converting one past int's range is undefined behaviour).
+int32_t hf_token_id(const nlohmann::json& v, const std::string& source, const std::string& what);
+
 // The "type" of a component object; "" when absent (or not an object).
 std::string hf_type_of(const nlohmann::json& j);
 // j[key] when it is a boolean, else false.

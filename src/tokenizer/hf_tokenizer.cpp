@@ -32,8 +32,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
 
     const json& vocab = m.at("vocab");
     for (const auto& [token, id_json] : vocab.items()) {
-      const auto id = id_json.get<int64_t>();
-      IS_REQUIRE(id >= 0 && id < (1 << 24), kInvalidInput, "{}: vocab id {} of '{}' is out of range", source, id, token);
+      const int32_t id = hf_token_id(id_json, source, "vocab '" + token + "'");
       if (static_cast<size_t>(id) >= spec.tokens.size()) spec.tokens.resize(static_cast<size_t>(id) + 1);
       spec.tokens[static_cast<size_t>(id)] = token;
     }
@@ -55,7 +54,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_json(const json& j, const std::st
 
     // --- added tokens
     if (j.contains("added_tokens"))
-      for (const json& t : j["added_tokens"]) spec.added.push_back(hf_added_token(t, t.at("id").get<int32_t>()));
+      for (const json& t : j["added_tokens"]) spec.added.push_back(hf_added_token(t, hf_token_id(t.at("id"), source, "added_tokens")));
 
     // --- normalizer: none or NFC (possibly inside a Sequence)
     std::function<void(const json&)> normalizer = [&](const json& n) {
@@ -137,9 +136,7 @@ std::shared_ptr<HfTokenizer> HfTokenizer::from_qwen2_files(const std::string& vo
   const json vocab = read_tokenizer_json(vocab_json);
   try {
     for (const auto& [token, id_json] : vocab.items()) {
-      const auto id = id_json.get<int64_t>();
-      IS_REQUIRE(id >= 0 && id < (1 << 24), kInvalidInput, "{}: vocab id {} of '{}' is out of range", vocab_json, id,
-                 token);
+      const int32_t id = hf_token_id(id_json, vocab_json, "vocab '" + token + "'");
       if (static_cast<size_t>(id) >= spec.tokens.size()) spec.tokens.resize(static_cast<size_t>(id) + 1);
       spec.tokens[static_cast<size_t>(id)] = token;
     }

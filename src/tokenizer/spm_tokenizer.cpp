@@ -21,7 +21,14 @@ std::shared_ptr<SpmTokenizer> SpmTokenizer::from_file(const std::string& path) {
   ss << in.rdbuf();
   std::shared_ptr<SpmTokenizer> tok(new SpmTokenizer());
   const std::string proto = spm_set_add_dummy_prefix(ss.str(), false, tok->dummy_prefix_, path);
-  const auto status = tok->sp_->LoadFromSerializedProto(proto);
+  // The library answers most bad models with a status, but throws for some (its trie builder
+  // throws Darts' exception for an empty piece): both are a model file we cannot use.
+  sentencepiece::util::Status status;
+  try {
+    status = tok->sp_->LoadFromSerializedProto(proto);
+  } catch (const std::exception& e) {
+    IS_THROW(kInvalidInput, "{}: not a SentencePiece model: {}", path, e.what());
+  }
   IS_REQUIRE(status.ok(), kInvalidInput, "{}: not a SentencePiece model: {}", path, status.ToString());
 
   const int n = tok->sp_->GetPieceSize();

@@ -38,8 +38,7 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_json(const json& j,
     IS_REQUIRE(hf_type_of(m) == "WordPiece", kInvalidInput, "{}: model type is '{}', not WordPiece", source,
                hf_type_of(m));
     for (const auto& [token, id_json] : m.at("vocab").items()) {
-      const auto id = id_json.get<int64_t>();
-      IS_REQUIRE(id >= 0 && id < (1 << 24), kInvalidInput, "{}: vocab id {} of '{}' is out of range", source, id, token);
+      const int32_t id = hf_token_id(id_json, source, "vocab '" + token + "'");
       if (static_cast<size_t>(id) >= t->tokens_.size()) t->tokens_.resize(static_cast<size_t>(id) + 1);
       t->tokens_[static_cast<size_t>(id)] = token;
       t->vocab_[token] = static_cast<int32_t>(id);
@@ -56,7 +55,7 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_json(const json& j,
 
     // --- added tokens
     if (j.contains("added_tokens"))
-      for (const json& a : j["added_tokens"]) t->added_.add(hf_added_token(a, a.at("id").get<int32_t>()));
+      for (const json& a : j["added_tokens"]) t->added_.add(hf_added_token(a, hf_token_id(a.at("id"), source, "added_tokens")));
 
     // --- normalizer: BertNormalizer or none
     const json n = j.value("normalizer", json());
@@ -80,8 +79,8 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_json(const json& j,
     if (hf_type_of(post) == "TemplateProcessing") {
       hf_template_single(post, source, t->head_, t->tail_);
     } else if (hf_type_of(post) == "BertProcessing") {  // {"cls": ["[CLS]", 101], "sep": ["[SEP]", 102]}
-      t->head_.push_back(post.at("cls").at(1).get<int32_t>());
-      t->tail_.push_back(post.at("sep").at(1).get<int32_t>());
+      t->head_.push_back(hf_token_id(post.at("cls").at(1), source, "post_processor.cls"));
+      t->tail_.push_back(hf_token_id(post.at("sep").at(1), source, "post_processor.sep"));
     } else if (!post.is_null()) {
       unsupported("post_processor type '" + hf_type_of(post) + "' for WordPiece");
     }
