@@ -109,6 +109,10 @@ TEST(GenerationConfig, BadFilesNameTheFileAndField) {
             std::string::npos);
   EXPECT_NE(error_of([&] { read_generation_config(write(dir.path() / "k.json", R"({"top_k": 2.5})"), base); }).find("top_k"),
             std::string::npos);
+  // Past float's range: refused before the conversion (which would be undefined behaviour).
+  EXPECT_NE(error_of([&] { read_generation_config(write(dir.path() / "b.json", R"({"temperature": 1e300})"), base); })
+                .find("'temperature' must be a number in float's range"),
+            std::string::npos);
 }
 
 TEST(GenerationConfig, OverridesNameSingleFields) {

@@ -73,13 +73,14 @@ TEST(TokenizerRobustness, ByteLevelBpeLongInputsAndThreads) {
 }
 
 // Model files the fuzzers broke (fuzz/regressions/), each now a named kInvalidInput: a
-// tokenizer.json whose vocabulary gives an id as 2.5e96 (converted to an integer: undefined
-// behaviour), and a SentencePiece model with an empty piece (the library's trie builder threw an
+// tokenizer.json whose vocabulary gives an id as 2.5e96, or its WordPiece model a
+// max_input_chars_per_word of 1e24 (converted to an integer: undefined behaviour), and a SentencePiece model with an empty piece (the library's trie builder threw an
 // exception of its own, which ended the process).
 TEST(TokenizerRobustness, FuzzerFoundModelFilesAreNamedErrors) {
   const std::string dir = std::string(INFERSCALE_SOURCE_DIR) + "/fuzz/regressions/";
   for (const auto& [file, says] :
        {std::pair{"fuzz_tokenizer_json/vocab_id_float_past_int64", "is not an integer in [0, 16777216)"},
+        std::pair{"fuzz_tokenizer_json/max_chars_float_past_size_t", "model.max_input_chars_per_word is"},
         std::pair{"fuzz_spm/empty_piece", "not a SentencePiece model"}}) {
     const std::string path = dir + file;
     // load_tokenizer knows a file by its name (and reads a tokenizer_config.json beside it): each

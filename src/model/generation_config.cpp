@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model/json_file.h"
@@ -17,7 +18,9 @@ using nlohmann::json;
 
 // One field's value from a JSON number (or, for top_k, an integer).
 float json_float(const json& v, const std::string& where, const char* field) {
-  IS_REQUIRE(v.is_number(), kInvalidInput, "{}: '{}' must be a number", where, field);
+  // A double past float's range would convert with undefined behaviour.
+  IS_REQUIRE(v.is_number() && std::fabs(v.get<double>()) <= std::numeric_limits<float>::max(), kInvalidInput,
+             "{}: '{}' must be a number in float's range, got {}", where, field, v.dump());
   return v.get<float>();
 }
 

@@ -13,6 +13,13 @@ int32_t hf_token_id(const json& v, const std::string& source, const std::string&
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
+size_t hf_size(const json& v, const std::string& source, const std::string& what, size_t max) {
+  const bool ok = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= max : v.get<int64_t>() >= 0 &&
+                                                                                                  static_cast<uint64_t>(v.get<int64_t>()) <= max);
+  IS_REQUIRE(ok, kInvalidInput, "{}: {} is {}, not an integer in [0, {}]", source, what, v.dump(), max);
+  return static_cast<size_t>(v.get<uint64_t>());
+}
+
 std::string hf_type_of(const json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
 }

@@ -16,6 +16,10 @@ inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 // `what` (a float is refused: converting one past int's range is undefined behaviour).
 int32_t hf_token_id(const nlohmann::json& v, const std::string& source, const std::string& what);
 
+// A count or length setting of the file `source` (max_length, max_input_chars_per_word): an
+// integer in [0, max], else kInvalidInput naming `what`.
+size_t hf_size(const nlohmann::json& v, const std::string& source, const std::string& what, size_t max);
+
 // The "type" of a component object; "" when absent (or not an object).
 std::string hf_type_of(const nlohmann::json& j);
 // j[key] when it is a boolean, else false.

@@ -47,7 +47,7 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_json(const json& j,
     if (m.contains("continuing_subword_prefix") && m["continuing_subword_prefix"].is_string())
       t->prefix_ = m["continuing_subword_prefix"].get<std::string>();
     if (m.contains("max_input_chars_per_word") && !m["max_input_chars_per_word"].is_null())
-      t->max_chars_ = m["max_input_chars_per_word"].get<size_t>();
+      t->max_chars_ = hf_size(m["max_input_chars_per_word"], source, "model.max_input_chars_per_word", size_t{1} << 30);
     const std::string unk = m.value("unk_token", "[UNK]");
     const auto unk_it = t->vocab_.find(unk);
     IS_REQUIRE(unk_it != t->vocab_.end(), kInvalidInput, "{}: unk_token '{}' is not in the vocabulary", source, unk);
@@ -99,7 +99,7 @@ std::shared_ptr<WordPieceTokenizer> WordPieceTokenizer::from_json(const json& j,
     const json tr = j.value("truncation", json());
     if (!tr.is_null()) {
       WordPieceTruncation w;
-      w.max_length = tr.at("max_length").get<size_t>();
+      w.max_length = hf_size(tr.at("max_length"), source, "truncation.max_length", size_t{1} << 30);
       w.left = tr.value("direction", "Right") == "Left";
       t->truncation_ = w;
     }
