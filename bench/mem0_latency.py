@@ -15,7 +15,7 @@ thread, loopback) and stops it at the end. Through `mem0ai`'s MemoryClient(api_k
 Each call is timed by the client's wall clock (perf_counter around the call: HTTP over loopback,
 JSON, the server's work). Prints count, p50, p90, p99 and mean in ms for both, and, given
 --mem0-record (a LoCoMo run of Mem0 OSS with its recorded search times), the p50 of those for
-comparison. Quoted in docs/BENCHMARKS.md.
+comparison. Quoted in docs/benchmarks-log.md.
 """
 import argparse
 import json
