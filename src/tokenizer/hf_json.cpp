@@ -6,17 +6,26 @@ namespace inferscale {
 
 using nlohmann::json;
 
+namespace {
+
+// Whether v is a JSON integer in [0, max]; nothing converted before the range is known (a float,
+// or an integer past the target type, would convert with undefined or wrong results).
+bool integer_at_most(const json& v, uint64_t max) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= max;
+  return v.get<int64_t>() >= 0 && static_cast<uint64_t>(v.get<int64_t>()) <= max;
+}
+
+}  // namespace
+
 int32_t hf_token_id(const json& v, const std::string& source, const std::string& what) {
-  const bool integer = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() < static_cast<uint64_t>(kMaxTokenId)
-                                                                          : v.get<int64_t>() >= 0 && v.get<int64_t>() < kMaxTokenId);
-  IS_REQUIRE(integer, kInvalidInput, "{}: {}: token id {} is not an integer in [0, {})", source, what, v.dump(), kMaxTokenId);
+  IS_REQUIRE(integer_at_most(v, kMaxTokenId - 1), kInvalidInput, "{}: {}: token id {} is not an integer in [0, {})", source,
+             what, v.dump(), kMaxTokenId);
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
 size_t hf_size(const json& v, const std::string& source, const std::string& what, size_t max) {
-  const bool ok = v.is_number_integer() && (v.is_number_unsigned() ? v.get<uint64_t>() <= max : v.get<int64_t>() >= 0 &&
-                                                                                                  static_cast<uint64_t>(v.get<int64_t>()) <= max);
-  IS_REQUIRE(ok, kInvalidInput, "{}: {} is {}, not an integer in [0, {}]", source, what, v.dump(), max);
+  IS_REQUIRE(integer_at_most(v, max), kInvalidInput, "{}: {} is {}, not an integer in [0, {}]", source, what, v.dump(), max);
   return static_cast<size_t>(v.get<uint64_t>());
 }
 
