@@ -5,7 +5,7 @@
 // slots of the group. A decode step's attention reads every request's injected tokens from its
 // own copy in the paged cache; an attention that read each distinct fact once for every query
 // that retrieved it would read the distinct share. Counts only, no timing: the retrieval is the
-// engine's (BM25, the memory service's ticket), the model random weights of --config's shape.
+// engine's (BM25, the memory service as the engine's connector), the model random weights of --config's shape.
 //
 //   bench_fact_sharing --config C --tokenizer T --locomo locomo10.json [--k 5,50] [--groups 10,100]
 //                      [--convs 10] [--answer-tokens 32]

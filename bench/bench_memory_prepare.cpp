@@ -1,4 +1,4 @@
-// Where a request's memory preparation goes on the host: one ticket resolved to a ready prompt
+// Where a request's memory preparation goes on the host: one request's memory planned to a ready prompt
 // (every fact resident), back to back as the engine thread resolves a burst of admissions, and
 // the parts it is made of timed alone. The preparation is host code, the same whichever backend
 // runs the forward; here the CPU backend holds the pool (bench::RandomMemoryStack).
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   bench::StackArgs args;
   int conv = 0, rounds = 20, questions = 100;
   std::vector<int> ks{5, 50};
-  CLI::App app{"host time of a request's memory preparation (ticket resolve), and its parts"};
+  CLI::App app{"host time of a request's memory preparation (the connector's plan), and its parts"};
   args.add_to(app);
   app.add_option("--conv", conv, "conversation index");
   app.add_option("--k", ks, "facts per request")->delimiter(',');
@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
   std::printf("\n## memory preparation on the host: LoCoMo %s, %zu facts, window %d, %zu questions a pass, median of "
               "%d passes (us a request)\n\n",
               c.sample_id.c_str(), ids.size(), args.window, qs.size(), rounds);
-  std::printf("| k | ticket resolve | retriever search | store fetch | frame (encode) | encode after facts |\n");
+  std::printf("| k | memory plan | retriever search | store fetch | frame (encode) | encode after facts |\n");
   std::printf("|---|---|---|---|---|---|\n");
   const FactsBlock block = FactsBlock::for_user(mo.header, mo.footer, c.sample_id);
   for (int k : ks) {
     std::vector<double> resolve, search, fetch, frame, after;
     for (int r = 0; r < rounds; ++r) {
-      // The whole preparation, as the engine runs it at admission: resolve until ready, then
+      // The whole preparation, as the engine runs it at admission: plan until ready, then
       // release (the request's end).
       auto t0 = Clock::now();
       for (const auto& q : qs)

@@ -38,24 +38,24 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// A memory ticket timed: *ms gets the time from t0 to its prompt's being ready (the request's
-// preparation: retrieval, residency, composition).
-class TimedTicket final : public MemoryTicket {
+// The engine's connector, timing requests' memory: a request's *ms gets the time from its t0 to
+// its prompt's being ready (its preparation: retrieval, residency, composition).
+class TimedConnector final : public ForwardingConnector {
  public:
-  TimedTicket(std::shared_ptr<MemoryTicket> inner, std::chrono::steady_clock::time_point t0, double* ms)
-      : inner_(std::move(inner)), t0_(t0), ms_(ms) {}
-  MemoryPlan resolve(Engine& engine) override {
-    MemoryPlan p = inner_->resolve(engine);
-    if (p.state == MemoryPlan::State::kReady && ms_)
-      *ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  using ForwardingConnector::ForwardingConnector;
+  void time(const RequestMemory& m, Clock::time_point t0, double* ms) { timed_[&m] = {t0, ms}; }
+  MemoryPlan plan(RequestMemory& m) override {
+    MemoryPlan p = inner_.plan(m);
+    auto it = timed_.find(&m);
+    if (p.state == MemoryPlan::State::kReady && it != timed_.end()) {
+      *it->second.second = std::chrono::duration<double, std::milli>(Clock::now() - it->second.first).count();
+      timed_.erase(it);
+    }
     return p;
   }
-  void release() override { inner_->release(); }
 
  private:
-  std::shared_ptr<MemoryTicket> inner_;
-  std::chrono::steady_clock::time_point t0_;
-  double* ms_;
+  std::unordered_map<const RequestMemory*, std::pair<Clock::time_point, double*>> timed_;
 };
 
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
@@ -173,6 +173,8 @@ int main(int argc, char** argv) {
   MemoryOptions mo;
   mo.default_window = a.window;
   MemoryService service(*store, retriever, model, engine.backend(), engine.blocks(), mo);
+  TimedConnector timed(service);
+  engine.set_memory(&timed);
   int64_t fact_tokens = 0;
   for (int64_t id : ids) fact_tokens += static_cast<int64_t>(service.fact_tokens(store->get(kDefaultTenant, c.sample_id, id)).size());
   const auto e0 = Clock::now();
@@ -187,13 +189,13 @@ int main(int argc, char** argv) {
               service.tokens_encoded() / (encode_ms / 1e3),
               static_cast<long long>(service.pool().num_blocks() - service.pool().num_free_blocks()));
 
-  // One request with memory through the engine's connector, as the server sends it: its ticket
-  // is resolved (retrieval, composition, KV made resident) inside the next step. `prepare_ms`
+  // One request with memory through the engine's connector, as the server sends it: its memory
+  // is planned (retrieval, composition, KV made resident) inside the next step. `prepare_ms`
   // gets the time from the add to the prompt being ready. Every request has a cache salt of its
   // own: no request is served from another's prefix-cache blocks (the runs below repeat prompts).
   uint64_t salt = 0;
   auto one = [&](const std::string& question, int k, MemoryMode mode, int max_tokens, double* prepare_ms,
-                 std::shared_ptr<MemoryService::Ticket>* keep) {
+                 std::shared_ptr<RequestMemory>* keep) {
     MemoryRequest r;
     r.user = c.sample_id;
     r.k = k;
@@ -202,10 +204,11 @@ int main(int argc, char** argv) {
     sp.temperature = 0;
     sp.max_tokens = max_tokens;
     sp.ignore_eos = true;
-    auto ticket = service.ticket(r, PromptSource::of_chat({{"user", question}}));
+    auto m = std::make_shared<RequestMemory>(r, PromptSource::of_chat({{"user", question}}));
     const auto t0 = Clock::now();
-    engine.add_memory_request(std::make_shared<TimedTicket>(ticket, t0, prepare_ms), sp, ++salt);
-    if (keep) *keep = std::move(ticket);
+    if (prepare_ms) timed.time(*m, t0, prepare_ms);
+    engine.add_memory_request(m, sp, ++salt);
+    if (keep) *keep = std::move(m);
     return t0;
   };
 
@@ -243,7 +246,7 @@ int main(int argc, char** argv) {
     one(qs[static_cast<size_t>(w) % qs.size()], a.ks.back(), MemoryMode::kInject, 1, nullptr, nullptr);
     step_all();
   }
-  // prepare = the ticket's resolve: retrieval (the index search), residency (pins, pool lookups,
+  // prepare = the connector's plans: retrieval (the index search), residency (pins, pool lookups,
   // any encoding) and the rest (store refresh, fact fetch, tokens, composition). GPU = the
   // forward's and the injection's time between events (CUDA); the rest of TTFT is the host's.
   std::printf("| k | prompt tokens | injected | TTFT inject (ms) | TTFT text (ms) | text / inject | prepare (ms) | "
@@ -255,10 +258,10 @@ int main(int argc, char** argv) {
     for (const auto& q : qs) {
       for (MemoryMode mode : {MemoryMode::kInject, MemoryMode::kText}) {
         double pm = 0;
-        std::shared_ptr<MemoryService::Ticket> t;
+        std::shared_ptr<RequestMemory> t;
         const auto t0 = one(q, k, mode, 1, &pm, &t);
         const double g = step_all();
-        const MemoryPrompt& p = t->prompt();
+        const MemoryPrompt& p = t->served;
         const double ttft = ms(t0, Clock::now());
         (mode == MemoryMode::kInject ? ti : tt).push_back(ttft);
         if (mode == MemoryMode::kInject) {
@@ -314,8 +317,8 @@ int main(int argc, char** argv) {
     }
     const double wall = ms(t0, Clock::now()) / 1e3;
     // Where a step's wall time goes: the GPU's forward (+ injection) between events, the rest is
-    // the host's (scheduling, memory tickets, batch building, planning, uploads, outputs) while
-    // the GPU waits (tickets resolved beside a running forward are hidden in its GPU time).
+    // the host's (scheduling, memory plans, batch building, planning, uploads, outputs) while
+    // the GPU waits (memory planned beside a running forward is hidden in its GPU time).
     if (gpu_ms > 0) {
       const EngineStats& e = engine.stats();
       const double per = 1e3 / static_cast<double>(steps);
@@ -323,12 +326,12 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line,
                     "%s: %lld forwards, %.2f ms a step wall, %.2f ms GPU (forward + injection), host %.1f%% "
                     "(engine thread, ms a step: %.3f before the launch, %.3f in it, %.3f after the forward); "
-                    "%lld ticket asks beside a running forward (%d requests), %lld prefix-cache hit tokens\n",
+                    "%lld memory plans beside a running forward (%d requests), %lld prefix-cache hit tokens\n",
                     label, static_cast<long long>(steps), wall * 1e3 / steps, gpu_ms / steps,
                     100.0 * (1.0 - gpu_ms / (wall * 1e3)), (e.host_before_seconds - start.host_before_seconds) * per,
                     (e.host_launch_seconds - start.host_launch_seconds) * per,
                     (e.host_after_seconds - start.host_after_seconds) * per,
-                    static_cast<long long>(e.tickets_overlapped - start.tickets_overlapped), a.users,
+                    static_cast<long long>(e.memory_plans_overlapped - start.memory_plans_overlapped), a.users,
                     static_cast<long long>(e.prefix_hit_tokens - start.prefix_hit_tokens));
       step_lines += line;
     }

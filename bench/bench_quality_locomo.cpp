@@ -1,6 +1,6 @@
 // How close `inject` comes to `text` on a real model and LoCoMo, exactly, in process: for every
 // non-adversarial question of the chosen conversations, the gold answer is teacher-forced after the
-// prompt the server builds (the engine's memory connector: MemoryService tickets, BM25 retrieval,
+// prompt the server builds (the engine's memory connector: MemoryService, BM25 retrieval,
 // LoCoMo's short-answer prompt; the engine scores the answer as prompt logprobs with whole
 // distributions), and over the answer tokens it compares the full next-token distributions of
 //   text k          the k retrieved facts prefilled with the question (the reference p)
@@ -64,47 +64,49 @@ const std::map<std::string, std::string> kPrompts{
 
 using Rows = std::vector<std::vector<double>>;  // [answer tokens][vocab] log-probabilities
 
-// A memory ticket whose ready prompt is followed by the gold answer's tokens, scored only
-// (max_tokens 0): the request computes the answer's likelihood after the composed prompt.
-class GoldScoring final : public MemoryTicket {
+// The engine's connector for one scoring request: its ready prompt is followed by the gold
+// answer's tokens, scored only (max_tokens 0): the request computes the answer's likelihood after
+// the composed prompt.
+class GoldScoring final : public ForwardingConnector {
  public:
-  GoldScoring(std::shared_ptr<MemoryTicket> inner, const std::vector<int32_t>& gold) : inner_(std::move(inner)), gold_(gold) {}
-  MemoryPlan resolve(Engine& engine) override {
-    MemoryPlan p = inner_->resolve(engine);
+  GoldScoring(MemoryConnector& inner, const std::vector<int32_t>& gold) : ForwardingConnector(inner), gold_(gold) {}
+  MemoryPlan plan(RequestMemory& m) override {
+    MemoryPlan p = inner_.plan(m);
     if (p.state != MemoryPlan::State::kReady) return p;
     p.prompt.insert(p.prompt.end(), gold_.begin(), gold_.end());
     p.max_tokens = 0;
     return p;
   }
-  void release() override { inner_->release(); }
 
  private:
-  std::shared_ptr<MemoryTicket> inner_;
   const std::vector<int32_t>& gold_;
 };
 
 // One configuration through the engine's memory connector, as the server sends a request: the
-// ticket retrieves and composes the prompt (injected facts' KV copied from the pool, as for any
+// service retrieves and composes the prompt (injected facts' KV copied from the pool, as for any
 // request), GoldScoring appends the gold answer, and the engine scores the answer's tokens
 // (prompt_logprobs over the tail, with whole distributions) without generating. `served` gets
-// the prompt as the ticket composed it.
+// the prompt as the service composed it.
 Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const std::vector<ChatMessage>& msgs,
            const std::vector<int32_t>& gold, MemoryPrompt& served) {
-  auto ticket = svc.ticket(mr, PromptSource::of_chat(msgs));
+  auto m = std::make_shared<RequestMemory>(mr, PromptSource::of_chat(msgs));
+  GoldScoring connector(svc, gold);
+  engine.set_memory(&connector);
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 0;
   sp.prompt_logprobs = 0;
   sp.prompt_logprobs_tail = static_cast<int32_t>(gold.size());
   sp.prompt_distributions = true;
-  engine.add_memory_request(std::make_shared<GoldScoring>(ticket, gold), sp);
+  engine.add_memory_request(m, sp);
   std::vector<std::optional<LogprobEntry>> entries;
   while (engine.has_unfinished())
     for (RequestOutput& o : engine.step()) {
       if (o.error) std::rethrow_exception(o.error);
       if (!o.prompt_logprobs.empty()) entries = std::move(o.prompt_logprobs);
     }
-  served = ticket->prompt();
+  engine.set_memory(nullptr);  // the connector goes with this call; the request has ended
+  served = m->served;
   if (entries.size() < gold.size()) throw std::runtime_error("the engine returned no prompt logprobs");
   Rows rows;
   for (size_t i = entries.size() - gold.size(); i < entries.size(); ++i) {

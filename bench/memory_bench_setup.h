@@ -66,20 +66,21 @@ struct RandomMemoryStack {
     retriever = std::make_unique<Bm25Retriever>(*store);
     options.default_window = args.window;
     service = std::make_unique<MemoryService>(*store, *retriever, model, engine->backend(), engine->blocks(), options);
+    engine->set_memory(service.get());
   }
-  // One inject request's preparation as the engine runs it at admission: the ticket resolved to a
-  // ready plan, then released (the request's end; every fact stays resident, so the plan's pool
-  // slots stay valid). Empty, with a message, when it was not ready with its facts injected.
+  // One inject request's preparation as the engine runs it at admission: the connector's plan,
+  // ready, then the request's end (every fact stays resident, so the plan's pool slots stay
+  // valid). Empty, with a message, when it was not ready with its facts injected.
   std::optional<MemoryPlan> prepare_injected(const std::string& user, int k, const std::string& question) {
     MemoryRequest req;
     req.user = user;
     req.k = k;
     req.mode = MemoryMode::kInject;
-    auto t = service->ticket(req, PromptSource::of_chat({{"user", question}}));
-    MemoryPlan p = t->resolve(*engine);
-    t->release();
+    RequestMemory m(req, PromptSource::of_chat({{"user", question}}));
+    MemoryPlan p = service->plan(m);
+    service->request_finished(m);
     if (p.state != MemoryPlan::State::kReady || !p.injected) {
-      std::fprintf(stderr, "a ticket was not ready with its facts injected (state %d)\n", static_cast<int>(p.state));
+      std::fprintf(stderr, "a request's memory was not ready with its facts injected (state %d)\n", static_cast<int>(p.state));
       return std::nullopt;
     }
     return p;

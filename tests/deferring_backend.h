@@ -2,7 +2,7 @@
 // over a real one that computes on the host: launch_forward() only takes the batch; the forward is
 // computed at wait_forward() (or by any other call, which completes it first, as the CUDA backend
 // does); forward_running() answers true for the first `busy_polls` questions after each launch, as
-// a device still computing would. The engine's overlap (tickets resolved beside a forward) runs on
+// a device still computing would. The engine's overlap (memory planned beside a forward) runs on
 // the CPU with it, the outputs computed by the inner backend exactly.
 #pragma once
 #include <memory>

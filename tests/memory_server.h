@@ -38,7 +38,7 @@ class MemoryServer {
     mo.kv_dir = dir.path() / "kv";
     bridge = std::make_unique<server::MemoryBridge>(*store, *retriever, TestModel::demo(), mo);
     server::AsyncEngineOptions ao;
-    if (background) bridge->enable_background(ao);
+    bridge->attach(ao, background);
     if (background && first_idle.valid())
       ao.idle_work = [inner = ao.idle_work, first_idle](Engine& e) {
         first_idle.wait();

@@ -371,7 +371,6 @@ TEST(Engine, BackgroundStepsAreSizedByTheirTime) {
       CaptureSeq cap;
       cap.tokens = prompt(150, 90 + static_cast<uint32_t>(c));  // a window of 50 tokens, then a fact of 100 kept
       for (int i = 0; i < 150; ++i) cap.capture_slots.push_back(i < 50 ? -1 : c * 100 + i - 50);
-      cap.done = [](bool ok) { EXPECT_TRUE(ok); };
       e.add_background_capture(std::move(cap));
     }
     auto steps = steps_until_idle(e);

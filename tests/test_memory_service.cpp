@@ -57,6 +57,7 @@ struct Stack {
     engine = std::make_unique<Engine>(make_cpu_backend(model.config, model.weights, bo), model.tokenizer, EngineOptions{});
     if (opts.kv_dir.empty()) opts.kv_dir = dir / "kv";
     service = std::make_unique<MemoryService>(*store, *retriever, model, engine->backend(), engine->blocks(), opts);
+    engine->set_memory(service.get());
   }
   std::vector<int32_t> run(const MemoryPrompt& p, int n = 8) {
     engine->add_request(p.tokens, greedy(n), p.injected);
@@ -79,6 +80,7 @@ void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}, SchedulerOptio
   bo.num_pool_blocks = 256;
   s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
   s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
+  s.engine->set_memory(s.service.get());
 }
 
 std::vector<int64_t> add_alice(FactStore& s) {
@@ -193,28 +195,28 @@ TEST(MemoryService, FactsAddedWhileRunningAreEncodedInTheBackground) {
   EXPECT_EQ(again.service->num_queued(), 0u);
 }
 
-// Issue 9 part 1, the memory connector (MemoryService::Ticket): a request with memory resolved by
-// the engine at admission, its cold facts encoded as capture work inside the engine's steps.
+// The memory connector (MemoryService as the engine's): a request with memory planned by the
+// engine at admission, its cold facts encoded as capture work inside the engine's steps.
 namespace {
 
-struct TicketRun {
+struct MemoryRun {
   std::vector<int32_t> tokens;
   MemoryPrompt prompt;
-  std::shared_ptr<MemoryService::Ticket> ticket;
+  std::shared_ptr<RequestMemory> memory;
 };
 
-// Adds a request with memory (ticket) to the stack's engine and runs the engine to completion.
-TicketRun run_ticket(Stack& s, const MemoryRequest& r, int n = 8, const std::vector<ChatMessage>& msgs = kAsk) {
-  TicketRun out;
-  out.ticket = s.service->ticket(r, PromptSource::of_chat(msgs));
-  s.engine->add_memory_request(out.ticket, greedy(n));
+// Adds a request with memory to the stack's engine and runs the engine to completion.
+MemoryRun run_with_memory(Stack& s, const MemoryRequest& r, int n = 8, const std::vector<ChatMessage>& msgs = kAsk) {
+  MemoryRun out;
+  out.memory = std::make_shared<RequestMemory>(r, PromptSource::of_chat(msgs));
+  s.engine->add_memory_request(out.memory, greedy(n));
   const auto done = s.engine->run_to_completion();
   EXPECT_EQ(done.size(), 1u);
   if (!done.empty()) {
     EXPECT_FALSE(done[0].error);
     out.tokens = done[0].new_tokens;
   }
-  out.prompt = out.ticket->prompt();
+  out.prompt = out.memory->served;
   return out;
 }
 
@@ -234,15 +236,15 @@ std::vector<int32_t> alone_tokens(const MemoryRequest& r, int n) {
   TempDir other;
   Stack s(other.path());
   add_alice(*s.store);
-  return run_ticket(s, r, n).tokens;
+  return run_with_memory(s, r, n).tokens;
 }
 
 }  // namespace
 
-// A ticket serves exactly what prepare() serves: the same prompt and span, the same tokens, KV
+// The connector serves exactly what prepare() serves: the same prompt and span, the same tokens, KV
 // equal to the FactEncoder's (captures batched in the engine's steps vs packed prefills), KV files
 // a restart reloads; the pins go when the request ends.
-TEST(MemoryService, ATicketServesWhatPrepareServes) {
+TEST(MemoryService, TheConnectorServesWhatPrepareServes) {
   TempDir a_dir, b_dir;
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
   std::vector<int32_t> sync_tokens;
@@ -260,7 +262,7 @@ TEST(MemoryService, ATicketServesWhatPrepareServes) {
   {
     Stack b(b_dir.path());
     add_alice(*b.store);
-    const TicketRun t = run_ticket(b, r, 12);
+    const MemoryRun t = run_with_memory(b, r, 12);
     EXPECT_EQ(t.prompt.encoded, 4);
     EXPECT_EQ(b.engine->stats().captures, 4) << "the facts were encoded as the engine's capture work";
     EXPECT_EQ(t.prompt.tokens, sync.tokens);
@@ -279,7 +281,7 @@ TEST(MemoryService, ATicketServesWhatPrepareServes) {
     EXPECT_EQ(b.engine->blocks().num_free(), b.engine->blocks().num_blocks());
   }
   Stack again(b_dir.path());  // a restart: the captures' KV files are read back
-  const TicketRun t = run_ticket(again, r, 12);
+  const MemoryRun t = run_with_memory(again, r, 12);
   EXPECT_EQ(t.prompt.encoded, 0);
   EXPECT_EQ(t.prompt.loaded, 4);
   EXPECT_EQ(again.engine->stats().captures, 0);
@@ -311,7 +313,7 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
     if (all_decoding) break;
     s.engine->step();
   }
-  auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   const int64_t cold = s.engine->add_memory_request(t, greedy(6));
   int steps = 0, steps_encoding = 0;
   std::vector<int32_t> cold_tokens;
@@ -341,11 +343,11 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
   EXPECT_GT(steps_encoding, 3) << "a budget of 20 tokens beside 3 decodes spreads the encoding over steps";
   EXPECT_GT(s.engine->stats().tokens_captured, 4 * (kBudget - 3) / 2);
   EXPECT_EQ(cold_tokens, alone) << "batched with decodes and captures == alone";
-  EXPECT_EQ(t->prompt().encoded, 4);
+  EXPECT_EQ(t->served.encoded, 4);
 }
 
 // The stack's engine and service again over a backend that overlaps its forwards with the host
-// (tickets are then resolved beside them); returns it.
+// (memory is then planned beside them); returns it.
 test_support::DeferringBackend* with_overlap(Stack& s, int busy_polls, MemoryOptions mo = {}) {
   s.service.reset();
   BackendOptions bo;
@@ -355,34 +357,33 @@ test_support::DeferringBackend* with_overlap(Stack& s, int busy_polls, MemoryOpt
   test_support::DeferringBackend* out = be.get();
   s.engine = std::make_unique<Engine>(std::move(be), demo().tokenizer, EngineOptions{});
   s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
+  s.engine->set_memory(s.service.get());
   return out;
 }
 
-// A ticket that counts, in `count`, the inner ticket's becoming ready while `backend` had a
+// The engine's connector, counting in `count` the plans that became ready while `backend` had a
 // forward pending.
-class ReadyBesideForward final : public MemoryTicket {
+class ReadyBesideForward final : public ForwardingConnector {
  public:
-  ReadyBesideForward(std::shared_ptr<MemoryTicket> inner, const test_support::DeferringBackend& backend, int& count)
-      : inner_(std::move(inner)), backend_(backend), count_(count) {}
-  MemoryPlan resolve(Engine& engine) override {
-    MemoryPlan p = inner_->resolve(engine);
+  ReadyBesideForward(MemoryConnector& inner, const test_support::DeferringBackend& backend, int& count)
+      : ForwardingConnector(inner), backend_(backend), count_(count) {}
+  MemoryPlan plan(RequestMemory& m) override {
+    MemoryPlan p = inner_.plan(m);
     if (p.state == MemoryPlan::State::kReady && backend_.pending()) ++count_;
     return p;
   }
-  void release() override { inner_->release(); }
 
  private:
-  std::shared_ptr<MemoryTicket> inner_;
   const test_support::DeferringBackend& backend_;
   int& count_;
 };
 
-// With a backend that overlaps its forward (the GPU's), tickets arriving at a busy engine are
-// resolved while its forward runs, as many as the device's time covers (here: one more per poll
+// With a backend that overlaps its forward (the GPU's), requests with memory arriving at a busy
+// engine are planned while its forward runs, as many as the device's time covers (here: one more per poll
 // that finds it busy), the rest in the next steps, first in line. Each request is still served
-// exactly as alone: cold ones (their facts encoded as captures), warm ones, text ones, a ticket
+// exactly as alone: cold ones (their facts encoded as captures), warm ones, text ones, a request
 // that is refused.
-TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
+TEST(MemoryService, MemoryPlannedBesideTheForwardServesAsAlone) {
   const std::vector<std::vector<ChatMessage>> asks{
       kAsk, {{"user", "Where does Alice work?"}}, {{"user", "What instrument is Alice learning?"}}, kAsk};
   const std::vector<MemoryRequest> reqs{req(MemoryMode::kInject, 4, 2), req(MemoryMode::kInject, 2, 2),
@@ -392,7 +393,7 @@ TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
     TempDir other;
     Stack a(other.path());
     add_alice(*a.store);
-    alone.push_back(run_ticket(a, reqs[i], 6, asks[i]).tokens);
+    alone.push_back(run_with_memory(a, reqs[i], 6, asks[i]).tokens);
   }
   TempDir dir;
   Stack s(dir.path());
@@ -403,33 +404,32 @@ TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
   for (int i = 0; i < 2; ++i) running.push_back(s.engine->add_request(plain_tokens({{"user", "Hi " + std::to_string(i)}}), greedy(60)));
   s.engine->step();
   s.engine->step();
-  // Every ticket at once, and one refused at its resolve (k past the limit).
+  // Every request at once, and one refused at its plan (k past the limit).
   std::vector<int64_t> ids;
   int ready_beside_a_forward = 0;
-  for (size_t i = 0; i < asks.size(); ++i) {
-    auto t = s.service->ticket(reqs[i], PromptSource::of_chat(asks[i]));
-    ids.push_back(s.engine->add_memory_request(
-        std::make_shared<ReadyBesideForward>(t, *be, ready_beside_a_forward), greedy(6)));
-  }
+  ReadyBesideForward counting(*s.service, *be, ready_beside_a_forward);
+  s.engine->set_memory(&counting);
+  for (size_t i = 0; i < asks.size(); ++i)
+    ids.push_back(s.engine->add_memory_request(std::make_shared<RequestMemory>(reqs[i], PromptSource::of_chat(asks[i])), greedy(6)));
   MemoryRequest bad = req(MemoryMode::kInject);
   bad.k = MemoryRequest::kMaxK + 1;
-  const int64_t refused = s.engine->add_memory_request(s.service->ticket(bad, PromptSource::of_chat(kAsk)), greedy(6));
+  const int64_t refused = s.engine->add_memory_request(std::make_shared<RequestMemory>(bad, PromptSource::of_chat(kAsk)), greedy(6));
   std::map<int64_t, std::vector<int32_t>> got;
   std::set<int64_t> done;
   bool refused_seen = false;
   for (int guard = 0; guard < 300 && s.engine->has_unfinished(); ++guard) {
-    const int64_t asked = s.engine->stats().tickets_overlapped;
+    const int64_t asked = s.engine->stats().memory_plans_overlapped;
     for (const RequestOutput& o : s.engine->step()) {
       if (o.id == refused) {
         refused_seen = true;
-        EXPECT_TRUE(o.error) << "the refused ticket ends with its error";
+        EXPECT_TRUE(o.error) << "the refused request ends with its error";
         continue;
       }
       EXPECT_FALSE(o.error);
       got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
       if (o.finished) done.insert(o.id);
     }
-    EXPECT_LE(s.engine->stats().tickets_overlapped - asked, kBusyPolls + 1) << "asked only while the forward ran";
+    EXPECT_LE(s.engine->stats().memory_plans_overlapped - asked, kBusyPolls + 1) << "asked only while the forward ran";
   }
   EXPECT_TRUE(refused_seen);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -437,16 +437,16 @@ TEST(MemoryService, TicketsResolvedBesideTheForwardServeAsAlone) {
     EXPECT_EQ(got[ids[i]], alone[i]) << "request " << i << " served beside others and a forward == alone";
   }
   for (int64_t id : running) EXPECT_EQ(got[id].size(), 58u) << "running requests decoded throughout";
-  EXPECT_GE(s.engine->stats().tickets_overlapped, 5);
-  EXPECT_EQ(ready_beside_a_forward, 4) << "every ticket became ready while a forward was pending";
+  EXPECT_GE(s.engine->stats().memory_plans_overlapped, 5);
+  EXPECT_EQ(ready_beside_a_forward, 4) << "every request's memory became ready while a forward was pending";
   for (const MemoryRequest& r : reqs) EXPECT_EQ(pins_of(s, r), 0);
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
 // A server's intake (Engine::set_intake) adds the requests that arrive while a forward runs: their
-// tickets resolve beside that forward, each asked once a step however often the intake is polled,
-// and they run from the next step, served exactly as alone (a warm ticket, a cold one whose facts
-// encode as captures, a plain request).
+// memory is planned beside that forward, each asked once a step however often the intake is
+// polled, and they run from the next step, served exactly as alone (a warm request, a cold one
+// whose facts encode as captures, a plain request).
 TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   const MemoryRequest warm = req(MemoryMode::kInject, 4, 2), cold = req(MemoryMode::kInject, 3, 0);
   const std::vector<ChatMessage> cold_ask{{"user", "Where does Alice work?"}};
@@ -455,8 +455,8 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
     TempDir other;
     Stack a(other.path());
     add_alice(*a.store);
-    alone_warm = run_ticket(a, warm, 6).tokens;
-    alone_cold = run_ticket(a, cold, 6, cold_ask).tokens;
+    alone_warm = run_with_memory(a, warm, 6).tokens;
+    alone_cold = run_with_memory(a, cold, 6, cold_ask).tokens;
     a.engine->add_request(plain_tokens({{"user", "Hello"}}), greedy(6));
     alone_plain = a.engine->run_to_completion().at(0).new_tokens;
   }
@@ -465,7 +465,7 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   add_alice(*s.store);
   constexpr int kBusyPolls = 6;
   with_overlap(s, kBusyPolls);
-  run_ticket(s, warm, 1);  // warm's facts resident
+  run_with_memory(s, warm, 1);  // warm's facts resident
   const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(40));
   size_t running_tokens = s.engine->step().at(0).new_tokens.size();
   std::vector<int64_t> ids;  // warm, cold, plain, added by the intake of step 2
@@ -473,29 +473,29 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   s.engine->set_intake([&] {
     ++polls;
     if (!ids.empty()) return false;
-    ids.push_back(s.engine->add_memory_request(s.service->ticket(warm, PromptSource::of_chat(kAsk)), greedy(6)));
-    ids.push_back(s.engine->add_memory_request(s.service->ticket(cold, PromptSource::of_chat(cold_ask)), greedy(6)));
+    ids.push_back(s.engine->add_memory_request(std::make_shared<RequestMemory>(warm, PromptSource::of_chat(kAsk)), greedy(6)));
+    ids.push_back(s.engine->add_memory_request(std::make_shared<RequestMemory>(cold, PromptSource::of_chat(cold_ask)), greedy(6)));
     ids.push_back(s.engine->add_request(plain_tokens({{"user", "Hello"}}), greedy(6)));
     return true;
   });
-  const int64_t asked0 = s.engine->stats().tickets_overlapped;
+  const int64_t asked0 = s.engine->stats().memory_plans_overlapped;
   for (const RequestOutput& o : s.engine->step()) running_tokens += o.id == running ? o.new_tokens.size() : 0;
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_GT(polls, 1) << "polled for the length of the forward";
   EXPECT_EQ(s.engine->stats().requests_taken_beside, 3);
-  EXPECT_EQ(s.engine->stats().tickets_overlapped - asked0, 2) << "each ticket asked once beside the forward";
+  EXPECT_EQ(s.engine->stats().memory_plans_overlapped - asked0, 2) << "each request planned once beside the forward";
   std::map<int64_t, std::vector<int32_t>> got;
   std::map<int64_t, int> first_step;
   for (int step = 3; step < 200 && s.engine->has_unfinished(); ++step) {
-    const int64_t asked = s.engine->stats().tickets_overlapped;
+    const int64_t asked = s.engine->stats().memory_plans_overlapped;
     for (const RequestOutput& o : s.engine->step()) {
       EXPECT_FALSE(o.error);
       if (!o.new_tokens.empty() && !first_step.count(o.id)) first_step[o.id] = step;
       got[o.id].insert(got[o.id].end(), o.new_tokens.begin(), o.new_tokens.end());
     }
-    EXPECT_LE(s.engine->stats().tickets_overlapped - asked, 1) << "the cold ticket asked at most once a step";
+    EXPECT_LE(s.engine->stats().memory_plans_overlapped - asked, 1) << "the cold request planned at most once a step";
   }
-  EXPECT_EQ(first_step[ids[0]], 3) << "a warm ticket resolved beside step 2 runs in step 3";
+  EXPECT_EQ(first_step[ids[0]], 3) << "a warm request planned beside step 2 runs in step 3";
   EXPECT_EQ(first_step[ids[2]], 3) << "a plain request added beside step 2 runs in step 3";
   EXPECT_EQ(got[ids[0]], alone_warm);
   EXPECT_EQ(got[ids[1]], alone_cold);
@@ -506,8 +506,8 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
-// An idle engine does not wait a step for a ticket: it resolves it before its first forward, so
-// a lone request's first token comes in the first step, as with a backend that does not overlap;
+// An idle engine does not wait a step for a request's memory: it plans it before its first
+// forward, so a lone request's first token comes in the first step, as with a backend that does not overlap;
 // facts loaded from KV files there (a pool write) are written before the forward reads them.
 TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   TempDir dir;
@@ -516,23 +516,23 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   {
     Stack s(dir.path());
     add_alice(*s.store);
-    alone = run_ticket(s, r, 6).tokens;  // leaves the facts' KV files
+    alone = run_with_memory(s, r, 6).tokens;  // leaves the facts' KV files
   }
   Stack s(dir.path());
   test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
-  auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   const int64_t id = s.engine->add_memory_request(t, greedy(6));
   const auto first = s.engine->step();
   ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(first[0].id, id);
   EXPECT_TRUE(first[0].admitted) << "the step says the request was admitted, before its first token";
   EXPECT_TRUE(first[0].new_tokens.empty());
-  EXPECT_EQ(first[0].num_prompt_tokens, static_cast<int32_t>(t->prompt().tokens.size()));
+  EXPECT_EQ(first[0].num_prompt_tokens, static_cast<int32_t>(t->served.tokens.size()));
   EXPECT_EQ(first[1].id, id);
   EXPECT_FALSE(first[1].admitted);
   EXPECT_EQ(first[1].new_tokens.size(), 1u) << "the first step computed the prompt";
-  EXPECT_EQ(s.engine->stats().tickets_overlapped, 0);
-  EXPECT_EQ(t->prompt().loaded, 4);
+  EXPECT_EQ(s.engine->stats().memory_plans_overlapped, 0);
+  EXPECT_EQ(t->served.loaded, 4);
   std::vector<int32_t> tokens = first[1].new_tokens;
   for (const RequestOutput& o : s.engine->run_to_completion()) tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
   EXPECT_EQ(tokens, alone);
@@ -541,22 +541,22 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 
 // Two requests that need the same cold facts share one encoding: the second waits for the
 // first's captures (pending entries are never injected) and both are served injected.
-TEST(MemoryService, TwoTicketsShareOneEncoding) {
+TEST(MemoryService, TwoRequestsShareOneEncoding) {
   TempDir dir;
   Stack s(dir.path());
   add_alice(*s.store);
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  auto a = s.service->ticket(r, PromptSource::of_chat(kAsk));
-  auto b = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  auto a = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
+  auto b = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   const int64_t ia = s.engine->add_memory_request(a, greedy(5));
   const int64_t ib = s.engine->add_memory_request(b, greedy(5));
   const auto out = s.engine->run_to_completion();
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(s.engine->stats().captures, 4) << "one encoding per fact";
-  EXPECT_EQ(a->prompt().encoded + b->prompt().encoded, 4);
-  EXPECT_TRUE(a->prompt().fallback.empty() && b->prompt().fallback.empty());
-  ASSERT_TRUE(a->prompt().injected && b->prompt().injected);
-  EXPECT_EQ(a->prompt().injected->pool_slots, b->prompt().injected->pool_slots);
+  EXPECT_EQ(a->served.encoded + b->served.encoded, 4);
+  EXPECT_TRUE(a->served.fallback.empty() && b->served.fallback.empty());
+  ASSERT_TRUE(a->served.injected && b->served.injected);
+  EXPECT_EQ(a->served.injected->pool_slots, b->served.injected->pool_slots);
   EXPECT_EQ(out[0].id, ia);
   EXPECT_EQ(out[1].id, ib);
   EXPECT_EQ(out[0].new_tokens, out[1].new_tokens);
@@ -572,7 +572,7 @@ TEST(MemoryService, AbortedAndDroppedEncodings) {
   add_alice(*s.store);
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
   const std::vector<int32_t> expected = alone_tokens(r, 6);
-  auto t = s.service->ticket(r, PromptSource::of_chat(kAsk));
+  auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   const int64_t id = s.engine->add_memory_request(t, greedy(6));
   s.engine->step();  // resolves: captures queued (and run)
   s.engine->abort(id);
@@ -588,7 +588,7 @@ TEST(MemoryService, AbortedAndDroppedEncodings) {
   Stack d(dir2.path());
   add_alice(*d.store);
   with_budget(d, 16);  // a capture spans several steps
-  auto u = d.service->ticket(r, PromptSource::of_chat(kAsk));
+  auto u = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   d.engine->add_memory_request(u, greedy(6));
   d.engine->step();
   EXPECT_LT(d.engine->stats().captures, 4);
@@ -597,20 +597,20 @@ TEST(MemoryService, AbortedAndDroppedEncodings) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_FALSE(out[0].error);
   EXPECT_EQ(d.engine->stats().captures, 4) << "encoded again after the drop";
-  EXPECT_EQ(u->prompt().encoded, 8) << "4 dropped + 4 again";
+  EXPECT_EQ(u->served.encoded, 8) << "4 dropped + 4 again";
   EXPECT_EQ(out[0].new_tokens, expected);
   EXPECT_EQ(pins_of(d, r), 0);
   EXPECT_EQ(d.engine->blocks().num_free(), d.engine->blocks().num_blocks());
 }
 
-// A pool too small for the facts: the ticket serves the request as text (the same tokens), says
+// A pool too small for the facts: the connector serves the request as text (the same tokens), says
 // why, and holds nothing.
-TEST(MemoryService, ATicketWithoutRoomServesText) {
+TEST(MemoryService, MemoryWithoutRoomServesText) {
   TempDir dir;
   Stack s(dir.path(), {}, 512, /*pool_blocks=*/2);
   add_alice(*s.store);
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  const TicketRun t = run_ticket(s, r, 6);
+  const MemoryRun t = run_with_memory(s, r, 6);
   EXPECT_FALSE(t.prompt.fallback.empty());
   EXPECT_FALSE(t.prompt.injected.has_value());
   MemoryRequest text = r;
@@ -636,7 +636,7 @@ TEST(MemoryService, BackgroundEncodingNeverEvicts) {
 
 // Background captures are low priority: beside a request's work a step gives them at most
 // background_tokens_busy tokens, a request is admitted in the first step after it arrives, and a
-// request whose ticket waits for a fact the background is encoding promotes that work (served
+// request whose memory waits for a fact the background is encoding promotes that work (served
 // injected, encoding nothing itself).
 TEST(MemoryService, BackgroundCapturesYieldToRequests) {
   TempDir dir;
@@ -664,13 +664,13 @@ TEST(MemoryService, BackgroundCapturesYieldToRequests) {
             static_cast<int64_t>(plain.size()) + so.background_tokens_busy);
   // A request needing the facts the background is still encoding: promoted, served injected.
   EXPECT_GT(s.engine->num_background(), 0u);
-  auto t = s.service->ticket(req(MemoryMode::kInject, 4, s.service->options().default_window), PromptSource::of_chat(kAsk));
+  auto t = std::make_shared<RequestMemory>(req(MemoryMode::kInject, 4, s.service->options().default_window), PromptSource::of_chat(kAsk));
   s.engine->add_memory_request(t, greedy(4));
   s.engine->run_to_completion();
   EXPECT_EQ(s.engine->num_background(), 0u);
-  EXPECT_TRUE(t->prompt().fallback.empty()) << t->prompt().fallback;
-  EXPECT_TRUE(t->prompt().injected.has_value());
-  EXPECT_EQ(t->prompt().encoded, 0) << "the background's encodings served it";
+  EXPECT_TRUE(t->served.fallback.empty()) << t->served.fallback;
+  EXPECT_TRUE(t->served.injected.has_value());
+  EXPECT_EQ(t->served.encoded, 0) << "the background's encodings served it";
   EXPECT_EQ(s.service->background_encoded(), 4);
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
@@ -1372,10 +1372,10 @@ TEST(MemoryService, PreemptedInjectedRequestsEqualUninterrupted) {
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
-// The same through tickets, cold: four requests whose facts (w = 2) are encoded as captures inside
+// The same through the connector, cold: four requests whose facts (w = 2) are encoded as captures inside
 // the steps of a cache too small for all of them at once, so requests and captures are preempted
 // and recomputed; every answer equals the one served alone on a fresh stack.
-TEST(MemoryService, PreemptedTicketsAndCapturesEqualUninterrupted) {
+TEST(MemoryService, PreemptedMemoryRequestsAndCapturesEqualUninterrupted) {
   const std::vector<std::string> questions{"Where does Alice work?", "What does the cat hate?", "What instrument?",
                                            "When was the cat adopted?"};
   const MemoryRequest r = req(MemoryMode::kInject, 3, 2);
@@ -1384,16 +1384,16 @@ TEST(MemoryService, PreemptedTicketsAndCapturesEqualUninterrupted) {
     TempDir other;
     Stack a(other.path());
     add_alice(*a.store);
-    alone.push_back(run_ticket(a, r, 60, {{"user", q}}).tokens);
+    alone.push_back(run_with_memory(a, r, 60, {{"user", q}}).tokens);
   }
   TempDir dir;
   Stack s(dir.path(), {}, 40);
   add_alice(*s.store);
-  std::vector<std::shared_ptr<MemoryService::Ticket>> tickets;
+  std::vector<std::shared_ptr<RequestMemory>> memories;
   std::vector<int64_t> ids;
   for (const auto& q : questions) {
-    tickets.push_back(s.service->ticket(r, PromptSource::of_chat({{"user", q}})));
-    ids.push_back(s.engine->add_memory_request(tickets.back(), greedy(60)));
+    memories.push_back(std::make_shared<RequestMemory>(r, PromptSource::of_chat({{"user", q}})));
+    ids.push_back(s.engine->add_memory_request(memories.back(), greedy(60)));
   }
   const auto out = s.engine->run_to_completion();  // in the order of their first tokens
   EXPECT_GT(s.engine->stats().preemptions, 0);
@@ -1403,7 +1403,7 @@ TEST(MemoryService, PreemptedTicketsAndCapturesEqualUninterrupted) {
     const auto o = std::find_if(out.begin(), out.end(), [&](const RequestOutput& x) { return x.id == ids[i]; });
     ASSERT_NE(o, out.end());
     EXPECT_FALSE(o->error);
-    EXPECT_TRUE(tickets[i]->prompt().fallback.empty()) << tickets[i]->prompt().fallback;
+    EXPECT_TRUE(memories[i]->served.fallback.empty()) << memories[i]->served.fallback;
     EXPECT_EQ(o->new_tokens, alone[i]) << i;
   }
   EXPECT_EQ(pins_of(s, r), 0);
@@ -1692,6 +1692,7 @@ struct TemplateStack {
     bo.num_pool_blocks = 64;
     engine = std::make_unique<Engine>(make_cpu_backend(m.config, m.weights, bo), m.tokenizer, EngineOptions{});
     svc = std::make_unique<MemoryService>(*store, retriever, m, engine->backend(), engine->blocks(), MemoryOptions{});
+    engine->set_memory(svc.get());
   }
   TempDir dir;
   std::unique_ptr<FactStore> store;

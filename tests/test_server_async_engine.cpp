@@ -5,10 +5,13 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "server/api_error.h"
+#include "memory/request_memory.h"
 #include "server/async_engine.h"
 #include "deferring_backend.h"
 #include "server_test_model.h"
@@ -308,93 +311,128 @@ TEST(ServerAsyncEngine, IdleWorkRunsOnlyWhenNoRequestIsLive) {
   EXPECT_EQ(busy_calls.load(), 0) << "idle work ran beside a live request";
 }
 
-// A memory ticket driven by the test: `resolve` answers (kWait while it returns nullopt).
-class ScriptedTicket final : public MemoryTicket {
+// The engine's memory connector, driven by the test: each request's memory (made by add) has a
+// script that answers its plans (kWait while it returns nullopt); request_finished is counted.
+class ScriptedConnector final : public MemoryConnector {
  public:
-  explicit ScriptedTicket(std::function<std::optional<std::vector<int32_t>>(Engine&)> f) : f_(std::move(f)) {}
-  MemoryPlan resolve(Engine& e) override {
-    auto p = f_(e);
+  using Script = std::function<std::optional<std::vector<int32_t>>(Engine&)>;
+  struct Scripted {
+    Script script;
+    std::atomic<int> released{0};
+  };
+  // The AsyncEngine's options that make this the engine's connector.
+  AsyncEngineOptions options() {
+    AsyncEngineOptions o;
+    o.on_start = [this](Engine& e) {
+      engine_ = &e;
+      e.set_memory(this);
+    };
+    return o;
+  }
+  std::shared_ptr<RequestMemory> add(Script f, std::shared_ptr<Scripted>* handle = nullptr) {
+    auto m = std::make_shared<RequestMemory>(MemoryRequest{}, PromptSource{});
+    auto s = std::make_shared<Scripted>();
+    s->script = std::move(f);
+    if (handle) *handle = s;
+    std::lock_guard<std::mutex> lock(mu_);
+    scripts_[m.get()] = std::move(s);
+    return m;
+  }
+  MemoryPlan plan(RequestMemory& m) override {
+    auto p = of(m).script(*engine_);
     if (!p) return MemoryPlan::wait();
     MemoryPlan plan;
     plan.prompt = std::move(*p);
     return plan;
   }
-  void release() override { ++released; }
-  std::atomic<int> released{0};
+  void request_finished(RequestMemory& m) override { ++of(m).released; }
+  void captures_finished(std::span<const int64_t>, std::span<const int64_t>) override {}
 
  private:
-  std::function<std::optional<std::vector<int32_t>>(Engine&)> f_;
+  Scripted& of(const RequestMemory& m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return *scripts_.at(&m);
+  }
+  Engine* engine_ = nullptr;
+  std::mutex mu_;
+  std::map<const RequestMemory*, std::shared_ptr<Scripted>> scripts_;
 };
 
-Submission with_ticket(std::shared_ptr<MemoryTicket> t, int32_t max_tokens) {
+Submission with_memory(std::shared_ptr<RequestMemory> m, int32_t max_tokens) {
   Submission s{{}, greedy(max_tokens), {}, {}};
-  s.memory = std::move(t);
+  s.memory = std::move(m);
   return s;
 }
 
-// Issue 9, part 1: a request with memory is resolved by the engine at admission, inside its
-// steps: while its ticket is not ready the running requests go on stepping, its stream is not
-// accepted, and once ready it is served as any other; its ticket is released when it ends.
-TEST(ServerAsyncEngine, MemoryTicketsResolveInsideTheEnginesSteps) {
-  AsyncEngine ae(slow_engine_factory(2));
+// A request with memory is planned by the engine's connector at admission, inside its steps:
+// while its memory is not ready the running requests go on stepping, its stream is not accepted,
+// and once ready it is served as any other; the connector hears of its end once.
+TEST(ServerAsyncEngine, MemoryIsPlannedInsideTheEnginesSteps) {
+  ScriptedConnector connector;
+  AsyncEngine ae(slow_engine_factory(2), connector.options());
   auto running = ae.submit(Submission{prompt(20, 5), greedy(60), {}, {}});
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (!running->poll(1ms).accepted && std::chrono::steady_clock::now() < deadline) {
   }
   std::vector<int64_t> steps_at_call;
-  auto ticket = std::make_shared<ScriptedTicket>([&](Engine& e) -> std::optional<std::vector<int32_t>> {
+  std::shared_ptr<ScriptedConnector::Scripted> scripted;
+  auto memory = connector.add([&](Engine& e) -> std::optional<std::vector<int32_t>> {
     steps_at_call.push_back(e.stats().steps);
     if (steps_at_call.size() < 6) return std::nullopt;
     return prompt(21, 5);
-  });
-  const Result c = collect(*ae.submit(with_ticket(ticket, 4)));
+  }, &scripted);
+  const Result c = collect(*ae.submit(with_memory(memory, 4)));
   ASSERT_FALSE(c.error);
   EXPECT_TRUE(c.accepted);
   EXPECT_EQ(c.tokens.size(), 4u);
   ASSERT_EQ(steps_at_call.size(), 6u);
   for (size_t i = 1; i < steps_at_call.size(); ++i)
     EXPECT_GT(steps_at_call[i], steps_at_call[i - 1]) << "no step of the running request between calls " << i - 1 << " and " << i;
-  EXPECT_EQ(ticket->released.load(), 1);
+  EXPECT_EQ(scripted->released.load(), 1);
   EXPECT_FALSE(collect(*running).error);
 }
 
-// A request whose ticket is ready at once is not queued behind one whose ticket waits.
-TEST(ServerAsyncEngine, AReadyTicketIsNotQueuedBehindAWaitingOne) {
-  AsyncEngine ae(engine_factory());
+// A request whose memory is ready at once is not queued behind one whose memory waits.
+TEST(ServerAsyncEngine, ReadyMemoryIsNotQueuedBehindWaitingMemory) {
+  ScriptedConnector connector;
+  AsyncEngine ae(engine_factory(), connector.options());
   std::atomic<int> calls{0};
-  auto cold = std::make_shared<ScriptedTicket>([&](Engine&) -> std::optional<std::vector<int32_t>> {
+  std::shared_ptr<ScriptedConnector::Scripted> cold;
+  auto cold_memory = connector.add([&](Engine&) -> std::optional<std::vector<int32_t>> {
     ++calls;
     std::this_thread::sleep_for(1ms);
     return std::nullopt;  // a very cold user: only the cancel below ends it
-  });
-  auto cold_stream = ae.submit(with_ticket(cold, 2));
+  }, &cold);
+  auto cold_stream = ae.submit(with_memory(cold_memory, 2));
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (calls < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  auto hot = std::make_shared<ScriptedTicket>([](Engine&) -> std::optional<std::vector<int32_t>> { return prompt(26, 5); });
-  const Result h = collect(*ae.submit(with_ticket(hot, 3)));
+  auto hot = connector.add([](Engine&) -> std::optional<std::vector<int32_t>> { return prompt(26, 5); });
+  const Result h = collect(*ae.submit(with_memory(hot, 3)));
   EXPECT_FALSE(h.error);
   EXPECT_EQ(h.tokens.size(), 3u);
-  EXPECT_FALSE(cold_stream->poll(0ms).accepted) << "the cold one is still resolving";
+  EXPECT_FALSE(cold_stream->poll(0ms).accepted) << "the cold one is still being planned";
   cold_stream->cancel();
   EXPECT_FALSE(collect(*cold_stream).accepted);
   ASSERT_TRUE(wait_stats(ae, [](const AsyncEngineStats& st) { return st.num_pending == 0; }));
-  EXPECT_EQ(cold->released.load(), 1) << "a cancelled request's ticket is released";
+  EXPECT_EQ(cold->released.load(), 1) << "the connector hears of a cancelled request's end";
 }
 
-// What a ticket throws, and a ready prompt the engine refuses, reject that request alone, before
+// What a plan throws, and a ready prompt the engine refuses, reject that request alone, before
 // acceptance; the engine serves on.
-TEST(ServerAsyncEngine, TicketErrorsRejectOnlyTheirRequest) {
-  AsyncEngine ae(engine_factory());
-  auto bad = std::make_shared<ScriptedTicket>(
-      [](Engine&) -> std::optional<std::vector<int32_t>> { IS_THROW(kNotFound, "no such user"); });
-  const Result r = collect(*ae.submit(with_ticket(bad, 3)));
+TEST(ServerAsyncEngine, MemoryErrorsRejectOnlyTheirRequest) {
+  ScriptedConnector connector;
+  AsyncEngine ae(engine_factory(), connector.options());
+  std::shared_ptr<ScriptedConnector::Scripted> bad;
+  auto bad_memory = connector.add(
+      [](Engine&) -> std::optional<std::vector<int32_t>> { IS_THROW(kNotFound, "no such user"); }, &bad);
+  const Result r = collect(*ae.submit(with_memory(bad_memory, 3)));
   ASSERT_TRUE(r.error);
   EXPECT_FALSE(r.accepted);
   EXPECT_THROW(std::rethrow_exception(r.error), Error);
   EXPECT_EQ(bad->released.load(), 1);
-  auto outside = std::make_shared<ScriptedTicket>(
+  auto outside = connector.add(
       [](Engine&) -> std::optional<std::vector<int32_t>> { return std::vector<int32_t>{40, 999999}; });
-  const Result o = collect(*ae.submit(with_ticket(outside, 3)));
+  const Result o = collect(*ae.submit(with_memory(outside, 3)));
   ASSERT_TRUE(o.error);
   EXPECT_FALSE(o.accepted);
   try {

@@ -43,6 +43,7 @@ void run_chat(const ChatArgs& a) {
   Engine engine(make_backend(a.model, model), model.tokenizer, engine_options(a.model));
   MemoryService service(*mem.store, *mem.retriever, model, engine.backend(), engine.blocks(),
                         memory_options(a.memory, *mem.store));
+  engine.set_memory(&service);
   std::fprintf(stderr, "chat with %s as user '%s' (%zu facts, mode %s, k %d, window %d); Ctrl-D to quit\n",
                model.name.c_str(), a.user.c_str(), mem.store->count(a.tenant, a.user), memory_mode_name(mode),
                service.options().default_k, service.options().default_window);
@@ -62,12 +63,12 @@ void run_chat(const ChatArgs& a) {
     req.order = order;
     SamplingParams sp = sampling_params(a.sampling, model.sampling);
     sp.max_tokens = a.max_tokens;
-    // The request's memory is resolved by the engine, as the server's is (engine/memory_connector.h):
-    // the facts are shown once its prompt is ready (the step's output `admitted`), before the
-    // answer streams.
-    auto ticket = service.ticket(req, PromptSource::of_chat(history));
+    // The request's memory is planned by the engine's connector, as the server's is
+    // (engine/memory_connector.h): the facts are shown once its prompt is ready (the step's output
+    // `admitted`), before the answer streams.
+    auto memory = std::make_shared<RequestMemory>(req, PromptSource::of_chat(history));
     auto show = [&] {
-      const MemoryPrompt& p = ticket->prompt();
+      const MemoryPrompt& p = memory->served;
       if (!p.fallback.empty()) std::fprintf(stderr, "  (facts served as text, not injected: %s)\n", p.fallback.c_str());
       if (a.quiet) return;
       for (size_t i = 0; i < p.facts.size(); ++i)
@@ -79,7 +80,7 @@ void run_chat(const ChatArgs& a) {
     bool failed = false;
     int64_t id = -1;
     try {
-      id = engine.add_memory_request(ticket, sp);
+      id = engine.add_memory_request(memory, sp);
       while (engine.has_unfinished()) {
         for (const RequestOutput& o : engine.step()) {
           if (o.error) std::rethrow_exception(o.error);
@@ -100,7 +101,7 @@ void run_chat(const ChatArgs& a) {
       continue;
     }
     std::fputc('\n', stdout);
-    const MemoryPrompt& p = ticket->prompt();
+    const MemoryPrompt& p = memory->served;
     if (!a.quiet)
       std::fprintf(stderr, "  (%zu prompt tokens, %d injected, %d facts encoded; retrieval %.1f ms, KV %.1f ms, TTFT %.1f ms)\n",
                    p.tokens.size(), p.injected ? p.injected->num_injected() : 0, p.encoded, p.retrieve_ms, p.kv_ms,

@@ -112,8 +112,9 @@ void run_serve(const ServeArgs& a) {
 
   server::AsyncEngineOptions ao;
   ao.max_pending = a.max_pending;
-  // Facts written through the API get their KV encoded between requests (memory_bridge.h).
-  if (bridge && !a.no_background_encoding) bridge->enable_background(ao);
+  // The memory service is the engine's connector; facts written through the API get their KV
+  // encoded between requests (memory_bridge.h).
+  if (bridge) bridge->attach(ao, !a.no_background_encoding);
   // The backend is built on the engine thread, which runs it.
   EngineOptions eo = engine_options(a.model);
   eo.background_step_seconds = a.background_step_ms / 1000.0;

@@ -113,8 +113,9 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
   return add_live(std::move(req)).req->id;
 }
 
-int64_t Engine::add_memory_request(std::shared_ptr<MemoryTicket> memory, const SamplingParams& sp, uint64_t cache_salt) {
-  IS_CHECK(memory != nullptr, "add_memory_request with a null memory ticket");
+int64_t Engine::add_memory_request(std::shared_ptr<RequestMemory> memory, const SamplingParams& sp, uint64_t cache_salt) {
+  IS_CHECK(memory != nullptr, "add_memory_request without its memory");
+  IS_CHECK(memory_ != nullptr, "add_memory_request on an engine without a memory connector");
   check_sampling(sp);
   auto req = new_request(next_id_++, sp, cache_salt);
   req->memory = std::move(memory);
@@ -139,7 +140,7 @@ void Engine::add_capture(CaptureSeq c, const Request* before, bool background) {
   auto req = new_request(next_id_++, sp, 0);
   set_prompt(*req, std::move(c.tokens), std::nullopt);
   req->capture_slots = std::move(c.capture_slots);
-  req->capture_done = std::move(c.done);
+  req->capture_job = c.job;
   req->background = background;
   Request* r = req.get();
   captures_.emplace(r->id, std::move(req));
@@ -152,12 +153,12 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
   size_t i = from;
   for (; i < resolving_.size(); ++i) {
     if (i > from && how == Resolve::kWhileBusy && !backend_->forward_running()) break;
-    if (how == Resolve::kWhileBusy) ++stats_.tickets_overlapped;
+    if (how == Resolve::kWhileBusy) ++stats_.memory_plans_overlapped;
     auto it = live_.find(resolving_[i]);
     if (it == live_.end()) continue;  // aborted meanwhile
     Request* r = it->second.req.get();
     try {
-      MemoryPlan plan = r->memory->resolve(*this);
+      MemoryPlan plan = memory_->plan(*r->memory);
       if (plan.state == MemoryPlan::State::kReady) {
         if (plan.max_tokens) r->sampling.max_tokens = *plan.max_tokens;
         check_prompt(plan.prompt, r->sampling, plan.injected);
@@ -180,7 +181,7 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
       o.finish = FinishReason::kAbort;
       o.error = std::current_exception();
       r->finish = FinishReason::kAbort;
-      scheduler_.remove(r);  // releases the ticket
+      remove(r);
       live_.erase(it);
       outs.push_back(std::move(o));
     }
@@ -196,17 +197,26 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
 void Engine::drop_captures() {
   auto captures = std::move(captures_);
   captures_.clear();
+  std::vector<int64_t> dropped;
   for (auto& [id, req] : captures) {
     scheduler_.remove(req.get());
-    if (req->capture_done) req->capture_done(false);
+    dropped.push_back(req->capture_job);
   }
+  if (memory_ && !dropped.empty()) memory_->captures_finished({}, dropped);
 }
 
 void Engine::abort(int64_t id) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
-  scheduler_.remove(it->second.req.get());
+  remove(it->second.req.get());
   live_.erase(it);
+}
+
+void Engine::remove(Request* r) {
+  scheduler_.remove(r);
+  if (!r->memory) return;
+  std::shared_ptr<RequestMemory> m = std::move(r->memory);
+  memory_->request_finished(*m);
 }
 
 const Request* Engine::find(int64_t id) const {
@@ -225,7 +235,7 @@ void Engine::finish(Live& live, FinishReason reason, RequestOutput& out) {
   out.finished = true;
   out.finish = reason;
   live.req->finish = reason;
-  scheduler_.remove(live.req.get());
+  remove(live.req.get());
 }
 
 RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp) {
@@ -267,7 +277,7 @@ RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::option
   return o;
 }
 
-// A step in four phases (engine.h); each forward's host time is split around its launch.
+// A step in five phases (engine.h); each forward's host time is split around its launch.
 std::vector<RequestOutput> Engine::step() {
   StepClock clock;
   clock.started = StepClock::Clock::now();
@@ -277,13 +287,14 @@ std::vector<RequestOutput> Engine::step() {
   StepBatch batch = prepare_step(*plan, blocks_.block_size(), sample_vocab_);
   ForwardOutput fo = execute(*plan, batch, outs, clock);
   update(*plan, batch, fo, outs);
+  save_captures();
   stats_.host_after_seconds += std::chrono::duration<double>(StepClock::Clock::now() - clock.ended).count();
   return outs;
 }
 
-// Memory tickets: a backend that overlaps its forward with the host gets them resolved while the
+// Memory plans: a backend that overlaps its forward with the host gets them asked for while the
 // device computes (execute), except when nothing else is ready to run: an idle engine resolves
-// every waiting ticket first, so that a burst starts as one batch (on the H200, staggering a
+// every waiting request first, so that a burst starts as one batch (on the H200, staggering a
 // 100-request burst behind single-request forwards cost 3 steps more than the serial resolution
 // it hid; bench_memory_serving's throughput run shows it).
 std::optional<SchedulerOutput> Engine::schedule(std::vector<RequestOutput>& outs) {
@@ -319,10 +330,10 @@ ForwardOutput Engine::execute(const SchedulerOutput& plan, const StepBatch& batc
   return fo;
 }
 
-// While the device computes: the tickets waiting, and the requests the intake adds meanwhile
-// with theirs; all are scheduled from the next step on. Between schedule() and finish_step()
-// this only adds waiting work (requests, captures) or removes unscheduled requests (rejected
-// tickets).
+// While the device computes: the plans of requests whose memory is unresolved, and the requests
+// the intake adds meanwhile with theirs; all are scheduled from the next step on. Between
+// schedule() and finish_step() this only adds waiting work (requests, captures) or removes
+// unscheduled requests (rejected by their plan).
 void Engine::work_beside_forward(std::vector<RequestOutput>& outs) {
   size_t asked = 0;  // resolving_[0, asked) were asked beside this forward (each once a step)
   for (;;) {
@@ -368,9 +379,16 @@ void Engine::update(const SchedulerOutput& plan, const StepBatch& batch, Forward
 void Engine::finish_capture(Request* r) {
   ++stats_.captures;
   stats_.tokens_captured += r->num_tokens();
+  captures_done_.push_back(r->capture_job);
   auto owned = captures_.extract(r->id);  // keeps *r alive to the end of this function
   scheduler_.remove(r);
-  if (r->capture_done) r->capture_done(true);
+}
+
+void Engine::save_captures() {
+  if (captures_done_.empty()) return;
+  const std::vector<int64_t> done = std::move(captures_done_);
+  captures_done_.clear();
+  if (memory_) memory_->captures_finished(done, {});
 }
 
 void Engine::count_step(const SchedulerOutput& plan, const ForwardBatch& fb, const StepClock& clock) {

@@ -1,15 +1,18 @@
 // The engine: owns the backend, the block manager, the scheduler and the requests. Single-threaded
 // by design (the server runs it on one engine thread); callers add requests and call step().
 //
-// step(), in four phases:
-//   schedule   resolve memory tickets (all of them first where nothing else is ready, or where the
-//              backend computes on the host), then the scheduler picks the step's tokens
+// step(), in five phases:
+//   schedule   ask the memory connector about unresolved requests (all of them first where
+//              nothing else is ready, or where the backend computes on the host), then the
+//              scheduler picks the step's tokens
 //   prepare    prepare_step (step_batch.h): the memory injection and one ForwardBatch over every
 //              scheduled token, captures included
-//   execute    inject, launch the forward, resolve tickets and take arrivals while the device
-//              computes (work_beside_forward), wait
+//   execute    inject, launch the forward, plan unresolved requests' memory and take arrivals
+//              while the device computes (work_beside_forward), wait
 //   update     read_rows (sample, score), then per request: append, stream text (stop strings,
-//              EOS, max tokens), finish and free; finished captures call their done
+//              EOS, max tokens), finish and free
+//   save       the memory connector's captures_finished: the captures this forward completed
+//              (their pool entries become servable; KV files are written)
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -79,7 +82,7 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
   int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
-  int64_t tickets_overlapped = 0;  // memory tickets asked while a forward ran on the device
+  int64_t memory_plans_overlapped = 0;  // memory tickets asked while a forward ran on the device
   int64_t requests_taken_beside = 0;  // requests the intake added while a forward ran (set_intake)
   // Forwards by what they computed: every sequence one token (decode), one-token sequences beside
   // longer ones (mixed: arrivals' prefills beside running decodes), or none of one token
@@ -108,17 +111,24 @@ class Engine {
   // keeps the request's prefix-cache blocks apart from those of requests with another salt.
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& sampling,
                       std::optional<InjectedSpan> injected = std::nullopt, uint64_t cache_salt = 0);
-  // A request with memory: its prompt comes from `memory` at admission (memory_connector.h); the
-  // sampling checks run now, the prompt's when it resolves (a failure then is an output's error).
-  int64_t add_memory_request(std::shared_ptr<MemoryTicket> memory, const SamplingParams& sampling, uint64_t cache_salt = 0);
+  // The memory connector requests with memory go through (memory_connector.h); it must outlive
+  // the engine's calls. Set it before the first add_memory_request.
+  void set_memory(MemoryConnector* connector) { memory_ = connector; }
+  MemoryConnector* memory() const { return memory_; }
+  // A request with memory: its prompt comes from the connector's plan at admission
+  // (memory_connector.h); the sampling checks run now, the prompt's when it resolves (a failure
+  // then is an output's error).
+  int64_t add_memory_request(std::shared_ptr<RequestMemory> memory, const SamplingParams& sampling,
+                             uint64_t cache_salt = 0);
   void abort(int64_t id);
   // Low-priority capture work (background encoding of written facts): scheduled after every
   // request, in a capped share of the budget (SchedulerOptions::background_tokens_*); promoted to
-  // ordinary work as soon as a request's ticket waits for a fact being encoded.
+  // ordinary work as soon as a request's memory waits for a fact being encoded.
   void add_background_capture(CaptureSeq c);
   size_t num_background() const { return scheduler_.num_background(); }
-  // Drops every capture not yet computed (their done(false)): after a failed step, so work that
-  // may have caused it is not retried. Requests waiting for them resolve again.
+  // Drops every capture not yet computed (the connector hears of them: captures_finished): after
+  // a failed step, so work that may have caused it is not retried. Requests waiting for them
+  // resolve again.
   void drop_captures();
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return !scheduler_.empty(); }
@@ -135,8 +145,8 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
   EngineStats stats() const;
   // A server's intake of requests that arrive while a forward runs (overlapping backends): step() calls it on the engine thread again and again until the device is done,
-  // between the tickets it resolves there. It may only add requests (add_request,
-  // add_memory_request): their tickets then resolve beside this forward and they run from the
+  // between the memory plans it asks for there. It may only add requests (add_request,
+  // add_memory_request): their memory then resolves beside this forward and they run from the
   // next step, not one step later. Returns whether it added any (when not, the thread yields
   // before asking again: it polls the device and the intake for the length of the forward).
   using Intake = std::function<bool()>;
@@ -156,12 +166,12 @@ class Engine {
   void check_prompt(const std::vector<int32_t>& prompt, const SamplingParams& sp,
                     std::optional<InjectedSpan>& injected) const;
   Live& add_live(std::unique_ptr<Request> req);
-  // Asks unresolved requests' tickets, in arrival order from the first not asked since; those
+  // Asks the connector to plan unresolved requests, in arrival order from the first not asked since; those
   // still unresolved go to the back. Rejected ones yield an error output. How many are asked:
   //   kAll        every one
   //   kWhileBusy  while the backend's forward runs (at least one): host work beside the device's
   enum class Resolve { kAll, kWhileBusy };
-  // Asks the tickets of resolving_[from ..) (those before were asked in this step already).
+  // Plans resolving_[from ..) (those before were asked in this step already).
   void resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_t from = 0);
   // The phases of step().
   struct StepClock {
@@ -173,8 +183,13 @@ class Engine {
                         StepClock& clock);
   void work_beside_forward(std::vector<RequestOutput>& outs);
   void update(const SchedulerOutput& plan, const StepBatch& batch, ForwardOutput& fo, std::vector<RequestOutput>& outs);
-  // A capture whose last token went through: its done(true), and it leaves the engine.
+  // A capture whose last token went through: it leaves the engine, its job to be saved.
   void finish_capture(Request* r);
+  // The save phase: the connector hears of the captures this step finished.
+  void save_captures();
+  // Removes a live request or a capture from the scheduler; the connector hears of a request with
+  // memory leaving.
+  void remove(Request* r);
   // EngineStats after a forward: counts, host times, step kind, the background cap.
   void count_step(const SchedulerOutput& plan, const ForwardBatch& fb, const StepClock& clock);
   // EngineStats' step kinds: a finished forward over `fb` that took `seconds`.
@@ -193,7 +208,9 @@ class Engine {
   BlockManager blocks_;
   Scheduler scheduler_;
   std::unordered_map<int64_t, Live> live_;
-  std::vector<int64_t> resolving_;  // requests whose ticket has not resolved, in arrival order
+  MemoryConnector* memory_ = nullptr;
+  std::vector<int64_t> resolving_;  // requests whose memory has not resolved, in arrival order
+  std::vector<int64_t> captures_done_;  // jobs of the captures this step finished (save phase)
   Intake intake_;
   std::unordered_map<int64_t, std::unique_ptr<Request>> captures_;  // internal: not in live_
   std::vector<int32_t> eos_;

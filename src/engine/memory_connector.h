@@ -1,49 +1,55 @@
-// The scheduler-side memory connector (vLLM v1's KV-connector split): a request with memory
-// enters the engine with a MemoryTicket instead of a prompt, and at admission the engine asks the
-// ticket what the request is:
+// The memory connector (vLLM v1's KV-connector split): one object per engine, through which a
+// request with memory gets its prompt and its facts' KV. A request with memory enters the engine
+// with its RequestMemory (its state, held once, defined by the connector's implementation:
+// memory/request_memory.h) instead of a prompt; the engine never looks inside it.
 //
-//   add_request(ticket)  ->  waiting, unresolved
-//   each step, each unresolved request's ticket->resolve(engine), in arrival order:
+// Scheduler side, for each request with memory, on the engine thread:
+//   add_memory_request(m)  ->  waiting, unresolved
+//   each step, plan(m) for every unresolved request, in arrival order:
 //     a backend that computes on the host: all of them, before scheduling;
 //     one that overlaps its forward with the host (the GPU, Backend::launch_forward): while the
 //     step's forward runs, at least one and then as many as the device's time covers (the rest
 //     next step, first in line); an engine with nothing else ready asks them all before
-//     scheduling. A ticket resolved during a forward is scheduled from the next step on.
+//     scheduling. A request resolved during a forward is scheduled from the next step on.
 //     kReady   the prompt (tokens, injected span): validated, the request becomes an ordinary
 //              waiting request, and the step's outputs say so (RequestOutput::admitted): a
 //              server accepts its stream then, a CLI shows the facts
 //     kEncode  capture sequences to run first ([window][fact], K/V of some tokens kept in pool
 //              slots): the engine queues them as internal requests just before this one, so they
 //              are prefill work inside the step's token budget, batched with every other
-//              request's tokens; their `done` runs when computed; the ticket is asked again later
-//     kWait    not yet (facts another request is encoding): asked again next step
-//   resolve() throws: the request ends with RequestOutput::error, nothing computed
-//   the request leaves the engine (finished, aborted, rejected): ticket->release() (its pins)
+//              request's tokens; plan() is asked again later
+//     kWait    not yet (facts being encoded, its own or another request's): asked again next step
+//   plan() throws: the request ends with RequestOutput::error, nothing computed
+//   request_finished(m): once, when the request leaves the engine (finished, aborted, rejected):
+//              what the connector holds for it (memory-pool pins) goes
+//
+// Worker side, as a named phase of the step (Engine::step, "save"):
+//   captures_finished(done, dropped): after the forward that computed the last tokens of the
+//              captures `done` (their KV is in the pool slots: the entries become servable, and
+//              KV files are written from them), or after the engine dropped captures (`dropped`:
+//              Engine::drop_captures, after a failed step; their entries go). Never throws.
 //
 // Running requests are scheduled before any waiting work, so a cold user's encoding never takes
 // a decode's place in a step: it only fills the budget the running requests leave. A request
-// whose ticket waits never holds back the ready requests behind it.
+// whose memory waits never holds back the ready requests behind it.
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "engine/request.h"
 
 namespace inferscale {
 
-class Engine;
+struct RequestMemory;  // memory/request_memory.h
 
 // Prefill-only work: the sequence runs from position 0 in temporary cache blocks (released when
 // done, never offered to the prefix cache) and the pre-RoPE K and V of some tokens are kept.
 struct CaptureSeq {
   std::vector<int32_t> tokens;         // [n]
   std::vector<int64_t> capture_slots;  // [n] memory-pool slot keeping token i's K/V, or -1
-  // Engine thread, exactly once: true when every token went through a forward (the slots hold
-  // their KV), false when the engine dropped the work (Engine::drop_captures, after a failed step).
-  std::function<void(bool ok)> done;
+  int64_t job = 0;                     // the connector's name for it (captures_finished)
 };
 
 struct MemoryPlan {
@@ -58,14 +64,29 @@ struct MemoryPlan {
   static MemoryPlan wait() { return MemoryPlan{State::kWait, {}, {}, {}, {}}; }
 };
 
-class MemoryTicket {
+class MemoryConnector {
  public:
-  virtual ~MemoryTicket() = default;
-  // Engine thread, until it returns kReady. What it throws rejects the request.
-  virtual MemoryPlan resolve(Engine& engine) = 0;
-  // Engine thread, once, when the request leaves the engine for any reason (admitted or not):
-  // what the ticket holds for the request (memory-pool pins) goes.
-  virtual void release() {}
+  virtual ~MemoryConnector() = default;
+  // Scheduler side (engine thread).
+  virtual MemoryPlan plan(RequestMemory& m) = 0;
+  virtual void request_finished(RequestMemory& m) = 0;
+  // Worker side (engine thread).
+  virtual void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) = 0;
+};
+
+// A connector that passes every call to another: the base of decorators that watch or amend
+// plans (a benchmark's timing, a test's checks). `inner` must outlive it.
+class ForwardingConnector : public MemoryConnector {
+ public:
+  explicit ForwardingConnector(MemoryConnector& inner) : inner_(inner) {}
+  MemoryPlan plan(RequestMemory& m) override { return inner_.plan(m); }
+  void request_finished(RequestMemory& m) override { inner_.request_finished(m); }
+  void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) override {
+    inner_.captures_finished(done, dropped);
+  }
+
+ protected:
+  MemoryConnector& inner_;
 };
 
 }  // namespace inferscale

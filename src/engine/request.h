@@ -9,7 +9,6 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -20,7 +19,7 @@
 
 namespace inferscale {
 
-class MemoryTicket;  // engine/memory_connector.h
+struct RequestMemory;  // engine/memory_connector.h
 
 struct SamplingParams {
   float temperature = 1.0f;   // 0 = greedy
@@ -101,15 +100,15 @@ struct Request {
   bool prompt_logprobs_sent = false;
   std::mt19937_64 rng;
 
-  // A request with memory (engine/memory_connector.h): until its ticket resolves, `tokens` is
-  // empty and the scheduler does not admit it. The ticket is released when the scheduler removes
-  // the request: its pins belong to the request.
-  std::shared_ptr<MemoryTicket> memory;
+  // A request with memory (engine/memory_connector.h): until the connector's plan is ready,
+  // `tokens` is empty and the scheduler does not admit it. The connector hears when the engine
+  // removes the request (request_finished): its pins belong to the request.
+  std::shared_ptr<RequestMemory> memory;
   bool memory_ready = true;
   // A capture (internal prefill work: CaptureSeq): [num_tokens] pool slot keeping each token's
   // pre-RoPE K/V, or -1. Never sampled, never offered to or served from the prefix cache.
   std::vector<int64_t> capture_slots;
-  std::function<void(bool ok)> capture_done;
+  int64_t capture_job = 0;  // CaptureSeq::job
   // Low-priority capture work (background encoding): scheduled only in the budget the step's
   // other work leaves, capped (SchedulerOptions::background_tokens_*), and preempted first.
   bool background = false;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <span>
 
-#include "engine/memory_connector.h"
 #include "engine/prefix_hash.h"
 #include "util/check.h"
 
@@ -225,10 +224,6 @@ void Scheduler::remove(Request* r) {
   std::erase(background_running_, r);
   std::erase(background_waiting_, r);
   r->status = RequestStatus::kFinished;
-  if (r->memory) {
-    std::shared_ptr<MemoryTicket> t = std::move(r->memory);
-    t->release();
-  }
 }
 
 }  // namespace inferscale

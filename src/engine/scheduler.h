@@ -50,7 +50,7 @@ class Scheduler {
   SchedulerOutput schedule();
   // After the forward: advance num_computed_tokens, publish newly full blocks to the prefix cache.
   void finish_step(const SchedulerOutput& out);
-  // Removes a request (finished or aborted) and releases its blocks and its memory ticket.
+  // Removes a request (finished or aborted) and releases its blocks.
   void remove(Request* r);
 
   bool empty() const {

@@ -102,27 +102,42 @@ std::vector<CaptureSeq> MemoryService::captures_of(Reservation& r, std::shared_p
     CaptureSeq c;
     c.tokens = r.jobs[i].sequence();
     c.capture_slots = r.jobs[i].capture_slots();
-    // Runs on the engine thread inside its step: never throws into it.
-    c.done = [this, key = r.fresh[i], job = std::move(r.jobs[i]), in_flight, background](bool ok) {
-      if (in_flight) --*in_flight;
-      bool kept = false;
-      try {
-        finish_encoding(key, job, ok);
-        kept = ok;
-      } catch (const std::exception& e) {
-        spdlog::warn("memory: fact {} encoded but its KV file failed: {}; not kept", key.fact_id, e.what());
-        finish_encoding(key, job, false);
-      }
-      if (background) added_.ended(kept);
-      if (!background || !kept) return;
-      // With files, keep the pool's room for requests once it runs short: the file holds the KV.
-      if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4) pool_.erase(key);
-    };
+    c.job = next_job_++;
+    encodings_.emplace(c.job, Encoding{r.fresh[i], std::move(r.jobs[i]), in_flight, background});
     if (in_flight) ++*in_flight;
     if (background) added_.started();
     out.push_back(std::move(c));
   }
   return out;
+}
+
+void MemoryService::captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) {
+  for (const auto& [jobs, ok] : {std::pair{done, true}, std::pair{dropped, false}}) {
+    for (int64_t job : jobs) {
+      auto it = encodings_.find(job);
+      if (it == encodings_.end()) continue;  // not this service's (an engine shared with tests' captures)
+      Encoding e = std::move(it->second);
+      encodings_.erase(it);
+      finish_capture(e, ok);
+    }
+  }
+}
+
+// Engine thread, in the step's save phase: never throws into it.
+void MemoryService::finish_capture(Encoding& e, bool ok) {
+  if (e.in_flight) --*e.in_flight;
+  bool kept = false;
+  try {
+    finish_encoding(e.key, e.job, ok);
+    kept = ok;
+  } catch (const std::exception& ex) {
+    spdlog::warn("memory: fact {} encoded but its KV file failed: {}; not kept", e.key.fact_id, ex.what());
+    finish_encoding(e.key, e.job, false);
+  }
+  if (e.background) added_.ended(kept);
+  if (!e.background || !kept) return;
+  // With files, keep the pool's room for requests once it runs short: the file holds the KV.
+  if (!opts_.kv_dir.empty() && pool_.num_free_blocks() < pool_.num_blocks() / 4) pool_.erase(e.key);
 }
 
 void MemoryService::on_facts_deleted(std::string_view, std::string_view, std::span<const int64_t>,
@@ -274,14 +289,14 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   }
 }
 
-MemoryService::Retrieval MemoryService::retrieve(const MemoryRequest& req, const PromptSource& prompt) {
+FactRetrieval MemoryService::retrieve(const MemoryRequest& req, const PromptSource& prompt) {
   const int32_t k = req.k < 0 ? opts_.default_k : req.k;
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
   check_memory_limits(k, window_of(req), recompute, recompute_last);
   IS_REQUIRE(!prompt.chat || !prompt.messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   std::vector<ScoredFact> hits;
-  Retrieval r;
+  FactRetrieval r;
   if (req.mode != MemoryMode::kOff && k > 0) {
     IS_REQUIRE(!req.user.empty(), kInvalidInput, "memory.user is required");
     const auto t0 = std::chrono::steady_clock::now();
@@ -309,7 +324,7 @@ int32_t MemoryService::encode_unpinned(const std::vector<Fact>& facts, int32_t w
   return stats.encoded;
 }
 
-MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved,
+MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource& prompt, FactRetrieval* retrieved,
                                     std::vector<FactKvKey>* held) {
   if (!retrieved) {
     store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
@@ -325,9 +340,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
     out.pins = std::move(*held);
     held->clear();
   }
-  Retrieval fresh;
+  FactRetrieval fresh;
   if (!retrieved) fresh = retrieve(req, prompt);
-  Retrieval& r = retrieved ? *retrieved : fresh;
+  FactRetrieval& r = retrieved ? *retrieved : fresh;
   out.retrieve_ms = r.ms;
   for (FactHit& h : r.hits) {
     out.facts.push_back(std::move(h.fact));

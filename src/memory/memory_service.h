@@ -30,6 +30,7 @@
 #include "engine/block_manager.h"
 #include "engine/memory_connector.h"
 #include "engine/request.h"
+#include "memory/request_memory.h"
 #include "tokenizer/chat_render.h"
 #include "memory/compose/compose.h"
 #include "memory/compose/fact_texts.h"
@@ -67,24 +68,7 @@ struct MemoryOptions {
   size_t max_cached_facts = size_t{1} << 18;
 };
 
-struct MemoryPrompt {
-  std::vector<int32_t> tokens;
-  std::optional<InjectedSpan> injected;  // inject mode with at least one fact
-  std::vector<Fact> facts;               // in placement order
-  std::vector<double> scores;            // retrieval score of each placed fact
-  std::vector<FactKvKey> pins;           // pool entries pinned until release()
-  int32_t recomputed = 0;                // span tokens recomputed at serving time (memory.recompute)
-  int32_t encoded = 0;                   // facts encoded for this request
-  int32_t loaded = 0;                    // facts read from KV files
-  double retrieve_ms = 0;
-  double kv_ms = 0;                      // encoding + loading
-  // Mode inject served as text: why the facts' KV could not be made resident (the memory pool is
-  // too small for them or pinned by running requests, the KV cache has no room to encode them,
-  // the disk is full). Empty when nothing fell back. The tokens are the same either way.
-  std::string fallback;
-};
-
-class MemoryService : private FactStoreListener {
+class MemoryService final : public MemoryConnector, private FactStoreListener {
  public:
   MemoryService(FactStore& store, const Retriever& retriever, const Model& model, Backend& backend,
                 BlockManager& cache_blocks, MemoryOptions opts = {});
@@ -96,16 +80,11 @@ class MemoryService : private FactStoreListener {
   // falls back to text (MemoryPrompt::fallback) when the facts' KV cannot be made resident for
   // lack of room: the request is served, only slower. Throws kInvalidInput for values past the
   // MemoryRequest limits (memory/compose/compose.h).
-  // A request's retrieval: the facts prepare() places, best-ranked first, and its time.
-  struct Retrieval {
-    std::vector<FactHit> hits;
-    double ms = 0;
-  };
-  // `retrieved`, when given, is this request's retrieval (a Ticket's): used instead of
+  // `retrieved`, when given, is this request's retrieval (the connector's plan): used instead of
   // retrieving again, and moved from. `held`, when given, are pool entries the caller already
-  // pinned for these facts (a Ticket's): they become the prompt's pins (moved from), found and
+  // pinned for these facts (the plan's): they become the prompt's pins (moved from), found and
   // not pinned again.
-  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, Retrieval* retrieved = nullptr,
+  MemoryPrompt prepare(const MemoryRequest& req, const PromptSource& prompt, FactRetrieval* retrieved = nullptr,
                        std::vector<FactKvKey>* held = nullptr);
   // A chat: `chat` renders the conversation as a plain request with the same options would.
   MemoryPrompt prepare(const MemoryRequest& req, const std::vector<ChatMessage>& messages,
@@ -115,43 +94,20 @@ class MemoryService : private FactStoreListener {
   // Unpins the facts of a finished request.
   void release(const MemoryPrompt& p);
 
-  // A request's memory for the engine (engine/memory_connector.h): what prepare() builds, with
-  // the facts whose KV is nowhere encoded as capture work inside the engine's steps rather than
-  // here. The first resolve() retrieves (and, with nothing to encode, is ready at once); the facts
-  // without KV get pool entries, pending and pinned, returned as capture sequences (kEncode); the
-  // ticket waits (kWait) until they, and facts another ticket is encoding, are written; then the
-  // prompt is composed as prepare() composes it (kReady). A fact that cannot be made resident
-  // for lack of room serves the request as text (MemoryPrompt::fallback), as prepare() does.
-  // Every pin is the request's until release(). The service must outlive its tickets' calls.
-  class Ticket final : public MemoryTicket {
-   public:
-    Ticket(MemoryService& svc, MemoryRequest req, PromptSource prompt)
-        : svc_(svc), req_(std::move(req)), source_(std::move(prompt)) {}
-    MemoryPlan resolve(Engine& engine) override;
-    void release() override;
-    // After a kReady resolve: the prompt as served, its facts and what it took (encoded counts
-    // the facts this ticket encoded; kv_ms runs from the retrieval to the last fact resident).
-    const MemoryPrompt& prompt() const { return prompt_; }
-
-   private:
-    MemoryPlan ready();
-
-    MemoryService& svc_;
-    const MemoryRequest req_;
-    const PromptSource source_;
-    bool planned_ = false;
-    Retrieval retrieval_;
-    std::chrono::steady_clock::time_point planned_at_;
-    std::vector<FactKvKey> pins_;  // entries held while its facts are made resident; the prompt's pins once ready
-    std::shared_ptr<int32_t> in_flight_ = std::make_shared<int32_t>(0);  // its captures not yet done
-    int32_t encoded_ = 0;
-    int32_t loaded_ = 0;
-    std::string fallback_;
-    MemoryPrompt prompt_;
-  };
-  std::shared_ptr<Ticket> ticket(MemoryRequest req, PromptSource prompt) {
-    return std::make_shared<Ticket>(*this, std::move(req), std::move(prompt));
-  }
+  // The engine's memory connector (engine/memory_connector.h): a request's memory as prepare()
+  // builds it, with the facts whose KV is nowhere encoded as capture work inside the engine's
+  // steps rather than here. The first plan() retrieves (and, with nothing to encode, is ready at
+  // once); the facts without KV get pool entries, pending and pinned, returned as capture
+  // sequences (kEncode); it waits (kWait) until they, and facts another request is encoding, are
+  // written; then the prompt is composed as prepare() composes it (kReady, RequestMemory::served;
+  // its kv_ms runs from the retrieval to the last fact resident). A fact that cannot be made
+  // resident for lack of room serves the request as text (MemoryPrompt::fallback), as prepare()
+  // does. Every pin is the request's until request_finished().
+  MemoryPlan plan(RequestMemory& m) override;
+  void request_finished(RequestMemory& m) override;
+  // Finished captures: their entries become servable (and their KV files are written, when kept);
+  // dropped ones' entries go.
+  void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) override;
 
   int32_t window_of(const MemoryRequest& req) const { return req.window < 0 ? opts_.default_window : req.window; }
 
@@ -208,7 +164,7 @@ class MemoryService : private FactStoreListener {
   void on_reset() override;
 
   // The facts prepare() places for `req` (k and the limits checked; none for mode off and k = 0).
-  Retrieval retrieve(const MemoryRequest& req, const PromptSource& prompt);
+  FactRetrieval retrieve(const MemoryRequest& req, const PromptSource& prompt);
   // Whether a fact's KV at window w is resident or in a KV file.
   bool has_kv(const Fact& f, int32_t w);
   // The first half of making facts resident: each fact's key, found entries pinned (into
@@ -226,9 +182,19 @@ class MemoryService : private FactStoreListener {
   // fails, the encoding's pin then kept for the caller's cleanup); not ok, the entry goes. Drops
   // the encoding's pin.
   void finish_encoding(const FactKvKey& key, const EncodeJob& job, bool ok);
-  // The captures filling a reservation's jobs, each done() making its entry ready (or dropping
-  // it); `in_flight` (may be null) counts those not done; background ones count as queued until done.
+  // The captures filling a reservation's jobs, each an Encoding until captures_finished() makes
+  // its entry ready (or drops it); `in_flight` (may be null) counts those not finished;
+  // background ones count as queued until finished.
   std::vector<CaptureSeq> captures_of(Reservation& r, std::shared_ptr<int32_t> in_flight, bool background);
+  struct Encoding {
+    FactKvKey key;
+    EncodeJob job;
+    std::shared_ptr<int32_t> in_flight;  // the requesting RequestMemory's count, or null
+    bool background = false;
+  };
+  void finish_capture(Encoding& e, bool ok);
+  // kReady: the prompt composed over the request's retrieval (prepare()), into m.served.
+  MemoryPlan ready(RequestMemory& m);
   // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
   // Returns how many were encoded.
   int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w);
@@ -255,6 +221,9 @@ class MemoryService : private FactStoreListener {
   bool reset_ = false;          // every fact's KV must go (the store lost track of changes)
   // Facts added since background encoding started (listener thread -> engine thread).
   AddedFacts added_;
+  // Captures handed to the engine and not yet finished, by CaptureSeq::job (engine thread).
+  std::unordered_map<int64_t, Encoding> encodings_;
+  int64_t next_job_ = 1;
 };
 
 }  // namespace inferscale

@@ -46,13 +46,14 @@ struct AsyncEngineOptions {
   std::function<void(Engine&)> on_start;
 };
 
-// What one submit asks for: token ids and sampling; or, instead of ids, a memory ticket that the engine resolves at admission (memory_connector.h):
-// retrieval, composition and the encoding of a cold user's facts then happen inside the engine's
-// steps, and the stream is accepted once the prompt is ready (what the ticket throws rejects it).
+// What one submit asks for: token ids and sampling; or, instead of ids, a request's memory that
+// the engine's connector plans at admission (memory_connector.h): retrieval, composition and the
+// encoding of a cold user's facts then happen inside the engine's steps, and the stream is
+// accepted once the prompt is ready (what the plan throws rejects it).
 struct Submission {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
-  std::shared_ptr<MemoryTicket> memory;
+  std::shared_ptr<RequestMemory> memory;
   // The prefix-cache salt (Engine::add_request): the server's is the request's tenant.
   uint64_t cache_salt = 0;
 };
@@ -119,7 +120,7 @@ class AsyncEngine {
   void run(const EngineFactory& make_engine, std::promise<void>& ready);  // the engine thread
   void serve();
   // Ends cancelled submissions (all when aborting) and adds the rest to the engine: accepted at
-  // once, or, with a memory ticket, when the engine has resolved it.
+  // once, or, with memory, when the engine has planned its prompt.
   void admit(std::vector<Pending>& incoming, bool aborting);
   // Engine::set_intake's: the submissions that arrived while a forward runs, admitted beside it.
   bool take_incoming_beside_forward();

@@ -200,17 +200,17 @@ void GenerateHandler::handle(const httplib::Request& req, httplib::Response& res
     res.status = 499;  // nginx's "client closed request": nobody reads it
     return;
   }
-  // Only now may this thread read the report and the served prompt: the engine thread wrote them
-  // before accepting.
-  if (!admitted->accepted) sub.report.reset();
-  if (sub.report) metrics_.record_memory(*sub.report);
-  if (admitted->accepted && outputs.needs_prompt()) outputs.set_prompt(std::move(*sub.served));
+  // Only now may this thread read what the engine thread served: it wrote it before accepting.
+  std::shared_ptr<MemoryReport> report = admitted->accepted ? this->report(g, sub) : nullptr;
+  if (report) metrics_.record_memory(*report);
+  if (admitted->accepted && outputs.needs_prompt())
+    outputs.set_prompt(sub.memory ? sub.memory->served.tokens : std::move(sub.prompt));
   if (!g.stream) {
-    answer_whole(res, meta, admitted->outputs, progress, sub.report.get(), outputs, writeback);
+    answer_whole(res, meta, admitted->outputs, progress, report.get(), outputs, writeback);
     return;
   }
   auto st = std::make_shared<StreamingState>(StreamingState{sub.stream, meta, g.include_usage, watch, std::move(progress),
-                                                            std::move(admitted->outputs), std::move(sub.report),
+                                                            std::move(admitted->outputs), std::move(report),
                                                             std::move(outputs), std::move(writeback)});
   answer_stream(res, std::move(st));
 }
@@ -229,35 +229,32 @@ GenerateRequest GenerateHandler::parse(const httplib::Request& req, ApiKind kind
 GenerateHandler::Submitted GenerateHandler::submit(const httplib::Request& req, GenerateRequest& g,
                                                    const ChoiceOutputs& outputs) {
   const PromptLimits limits{engine_.max_model_len(), engine_.num_blocks() * engine_.block_size()};
-  const PromptFit fit{limits, g.max_tokens_given ? std::optional<int32_t>(g.sampling.max_tokens) : std::nullopt,
-                      outputs.needs_prompt()};
+  const PromptFit fit{limits, g.max_tokens_given ? std::optional<int32_t>(g.sampling.max_tokens) : std::nullopt};
   PreparedPrompt prompt = build_prompt(g, *model_.tokenizer, model_.chat_template, memory_, fit);
   Submitted out;
-  // The memory report: the provider's preparation fills it on the engine thread; mode "off" asks
-  // no provider and reports no facts.
-  out.report = std::move(prompt.report);
-  if (g.memory && !out.report) {
-    out.report = std::make_shared<MemoryReport>();
-    out.report->mode = g.memory->mode;
-  }
-  // The prompt as served, for echo and return_token_ids: with memory it is composed on the engine
-  // thread, which writes it before accepting the request (the MemoryReport's sync, memory_provider.h).
-  out.served = prompt.served ? std::move(prompt.served) : std::make_shared<std::vector<int32_t>>();
   Submission sub{std::move(prompt.ids), g.sampling, {}, 0};
   // Tenants never share prefix-cache blocks (vLLM's cache_salt): a hit would tell one tenant
   // what another sent, through its latency.
   sub.cache_salt = tenant_cache_salt(generation_tenant(req, g.memory ? &*g.memory : nullptr));
   if (prompt.memory) {
-    // Memory: the prompt exists only once the engine has resolved the ticket, which checks `fit`.
+    // Memory: the prompt exists only once the engine has planned it, which checks `fit`.
+    out.memory = prompt.memory;
     sub.memory = std::move(prompt.memory);
   } else {
     fit_to_context(g, static_cast<int64_t>(sub.prompt.size()), limits);
     sub.sampling.max_tokens = g.sampling.max_tokens;
-    if (outputs.needs_prompt()) *out.served = sub.prompt;
+    if (outputs.needs_prompt()) out.prompt = sub.prompt;
   }
   out.prompt_tokens = static_cast<int64_t>(sub.prompt.size());
   out.stream = engine_.submit(std::move(sub));
   return out;
+}
+
+// Mode "off" asks no provider and reports no facts.
+std::shared_ptr<MemoryReport> GenerateHandler::report(const GenerateRequest& g, const Submitted& sub) const {
+  if (!g.memory) return nullptr;
+  if (!sub.memory) return std::make_shared<MemoryReport>(MemoryReport{.mode = g.memory->mode});
+  return std::make_shared<MemoryReport>(served_report(*sub.memory));
 }
 
 }  // namespace inferscale::server

@@ -40,12 +40,15 @@ class GenerateHandler {
   // What submit() handed to the engine.
   struct Submitted {
     std::shared_ptr<RequestStream> stream;
-    std::shared_ptr<MemoryReport> report;         // null without a memory object
-    std::shared_ptr<std::vector<int32_t>> served;  // the prompt as served (echo, token ids)
-    int64_t prompt_tokens = 0;                     // 0 until the engine composes a memory prompt
+    std::shared_ptr<const RequestMemory> memory;  // with memory (mode inject or text): its prompt is served.tokens
+    std::vector<int32_t> prompt;                  // without: the prompt as served (echo, token ids)
+    int64_t prompt_tokens = 0;                    // 0 until the engine composes a memory prompt
   };
+  // Once the engine accepted the request: the response's memory report (null without a memory
+  // object), and the prompt as served.
+  std::shared_ptr<MemoryReport> report(const GenerateRequest& g, const Submitted& sub) const;
   GenerateRequest parse(const httplib::Request& req, ApiKind kind) const;
-  // Builds the prompt (or the memory ticket that composes it) and submits it; fits g's max_tokens.
+  // Builds the prompt (or the request memory the engine composes it from) and submits it; fits g's max_tokens.
   Submitted submit(const httplib::Request& req, GenerateRequest& g, const ChoiceOutputs& outputs);
 
   const ServedModel& model_;

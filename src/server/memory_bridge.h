@@ -1,7 +1,7 @@
 // The server's MemoryProvider over the memory service: HTTP threads turn a request's memory
-// object into a MemoryRequest and a ticket; the engine resolves the ticket at admission
-// (MemoryService::Ticket: retrieval, a cold user's facts encoded inside its steps, composition),
-// and the pool pins are released on the engine thread when the request ends.
+// object into a RequestMemory; the memory service, the engine's connector, plans it at admission
+// (retrieval, a cold user's facts encoded inside its steps, composition), and the pool pins are
+// released on the engine thread when the request ends.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -25,11 +25,12 @@ class MemoryBridge final : public MemoryProvider {
   FactStore& store() override { return store_; }
   const Retriever& retriever() const override { return retriever_; }
 
-  // Background encoding for an AsyncEngine: `on_start` starts the memory service and its queueing
-  // of written facts before the server takes any write (a write before it was never queued), and
+  // Binds the memory service to an AsyncEngine's engine: `on_start` makes it, on the engine
+  // thread, as the engine's memory connector, and with `background`, starts its queueing of
+  // written facts before the server takes any write (a write before it was never queued), and
   // `idle_work` hands a few queued facts' encodings to the engine as background captures
   // (MemoryService::queued_captures), returning whether more are queued.
-  void enable_background(AsyncEngineOptions& ao);
+  void attach(AsyncEngineOptions& ao, bool background);
   // How a write wakes the engine thread for background work (AsyncEngine::request_idle_work);
   // set before the server takes requests.
   void set_wake(std::function<void()> wake) {
@@ -38,11 +39,11 @@ class MemoryBridge final : public MemoryProvider {
   }
   static constexpr int32_t kBackgroundFacts = 8;  // facts per background piece
   BackgroundEncoding background() const override;
-  // Engine thread only: the memory service, made on first use, bound to the engine's backend.
+  // Engine thread only: the memory service, made on first use, bound to the engine's backend and
+  // set as its memory connector.
   MemoryService& service(Engine& engine);
 
  private:
-
   FactStore& store_;
   const Retriever& retriever_;
   const Model& model_;

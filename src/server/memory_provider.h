@@ -1,30 +1,29 @@
 // The extension point through which per-user memory reaches a request.
 //
 // On the HTTP thread, a request whose `memory` mode is not "off" is handed to the server's
-// MemoryProvider, which returns a memory ticket (engine/memory_connector.h) that the engine
-// resolves ON THE ENGINE THREAD at admission (the memory pool, the backend and the KV blocks
-// belong to it): retrieve the user's facts, encode those without KV as capture work inside the
-// engine's steps, build the prompt ids ([prefix][header][f_k..f_1][footer][query]) and, for mode
-// inject, the span whose KV is copied from the memory pool instead of computed. Without a
-// provider such requests get 400 "memory is not enabled on this server".
-//
-// What the preparation did travels back to the HTTP thread in a MemoryReport (the response's
-// "memory" object and the memory metrics):
+// MemoryProvider, which returns the request's RequestMemory (memory/request_memory.h) for the
+// engine's memory connector (engine/memory_connector.h) to plan ON THE ENGINE THREAD at admission
+// (the memory pool, the backend and the KV blocks belong to it): retrieve the user's facts,
+// encode those without KV as capture work inside the engine's steps, build the prompt ids
+// ([prefix][header][f_k..f_1][footer][query]) and, for mode inject, the span whose KV is copied
+// from the memory pool instead of computed. Without a provider such requests get 400 "memory is
+// not enabled on this server".
 //
 //   HTTP thread                              engine thread
-//   provider.prepare(req) -> report (empty)
-//   submit --------------------------------> engine: ticket->resolve() each step until ready
+//   provider.prepare(req) -> RequestMemory
+//   submit --------------------------------> engine: connector.plan() each step until ready
 //                                            (retrieve; facts without KV encoded as captures
-//                                            batched into the steps; compose, inject);
-//                                            fill *report; check the prompt's fit; the
-//                                            step's output `admitted`: RequestStream::accept()
+//                                            batched into the steps; compose, inject); the
+//                                            prompt's fit (RequestMemory::fit) sets max_tokens;
+//                                            served written; the step's output `admitted`:
+//                                            RequestStream::accept()
 //   poll() sees accepted <------------------
-//   read *report
+//   read served -> MemoryReport (the response's "memory" object, the metrics), the prompt as served
 //
-// The report is written only on the engine thread and only before accept(); the HTTP thread reads
-// it only after a poll() reported `accepted`. accept() and poll() take the stream's mutex, so the
-// writes happen-before the reads and no other lock is needed. A request that is rejected or
-// cancelled before acceptance leaves the report unread.
+// RequestMemory::served is written only on the engine thread and only before accept(); the HTTP
+// thread reads it only after a poll() reported `accepted`. accept() and poll() take the stream's
+// mutex, so the writes happen-before the reads and no other lock is needed. A request that is
+// rejected or cancelled before acceptance leaves it unread.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -36,6 +35,7 @@
 #include "engine/engine.h"
 #include "engine/request.h"
 #include "memory/store/fact_store.h"
+#include "memory/request_memory.h"
 #include "memory/retrieval/retriever.h"
 #include "server/api_request.h"
 #include "server/memory_report.h"
@@ -48,25 +48,18 @@ struct PromptLimits {
 };
 
 // What a prompt composed on the engine thread must fit, checked there before the request is
-// admitted (prompt_builder.h's fit_to_context: a prompt too long, or an explicit max_tokens past
+// admitted (prompt_builder.h's fit_max_tokens: a prompt too long, or an explicit max_tokens past
 // the room it leaves, rejects the request with a 400).
 struct PromptFit {
   PromptLimits limits;
   std::optional<int32_t> max_tokens;  // the request's; none: the rest of the window
-  bool keep_prompt = false;           // PreparedPrompt::served receives the prompt (echo, token ids)
 };
 
 struct PreparedPrompt {
   std::vector<int32_t> ids;
   // Set instead of `ids` when the prompt can only be built on the engine thread (memory): the
-  // engine resolves it at admission (Submission::memory).
-  std::shared_ptr<MemoryTicket> memory;
-  // Set with `memory`: filled on the engine thread when the ticket is ready, read by the HTTP
-  // thread after acceptance.
-  std::shared_ptr<MemoryReport> report;
-  // Set with `memory` when PromptFit::keep_prompt: the prompt as composed, written and read as
-  // `report` is.
-  std::shared_ptr<std::vector<int32_t>> served;
+  // engine's connector plans it at admission (Submission::memory).
+  std::shared_ptr<RequestMemory> memory;
 };
 
 class MemoryProvider {
@@ -75,9 +68,9 @@ class MemoryProvider {
   // Thread-safe.
   virtual BackgroundEncoding background() const { return {}; }
   // Called concurrently from HTTP threads: must be thread-safe. `req.memory` is set and its mode
-  // is inject or text. Returns a PreparedPrompt whose `memory` ticket resolves on the engine
-  // thread, where the composed prompt must pass `fit`; both may throw inferscale::Error
-  // (kNotFound for an unknown user, ...) or ApiError.
+  // is inject or text. Returns a PreparedPrompt whose `memory` is planned on the engine thread,
+  // where the composed prompt must pass `fit`; both may throw inferscale::Error (kNotFound for an
+  // unknown user, ...) or ApiError.
   virtual PreparedPrompt prepare(const GenerateRequest& req, const PromptFit& fit) = 0;
 
   // The store and retriever behind the provider, for the memory REST API (memory_handler.h). Both

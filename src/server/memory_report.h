@@ -1,6 +1,6 @@
 // What the memory preparation of one request did: the response's "memory" object and the memory
-// metrics. Filled on the engine thread before the request is accepted, read by its HTTP thread
-// after (memory_provider.h explains why that needs no lock of its own).
+// metrics. Made on the request's HTTP thread once the engine accepted it, from what the engine
+// thread served (RequestMemory::served; memory_provider.h explains why that needs no lock).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "memory/compose/compose.h"
+#include "memory/request_memory.h"
 
 namespace inferscale::server {
 
@@ -30,6 +31,10 @@ struct MemoryReport {
   // HTTP thread after the reply, before the body is made.
   std::optional<std::vector<int64_t>> stored;
 };
+
+// The report of a request's memory once the engine served it (RequestMemory::served; the mode
+// asked for is the request's). Logs a fallback to text as a warning.
+MemoryReport served_report(const RequestMemory& m);
 
 // Background encoding of written facts (memory_bridge.h), for /metrics.
 struct BackgroundEncoding {

@@ -113,10 +113,10 @@ void render_engine(std::string& out, const AsyncEngineStats& e) {
            "phase", phases);
   metric(out, "inferscale_preemptions_total", "counter", "Requests preempted for lack of KV blocks.", e.engine.preemptions);
   metric(out, "inferscale_requests_admitted_beside_forward_total", "counter",
-         "Requests admitted while a forward ran on the device (their tickets resolved beside it).",
+         "Requests admitted while a forward ran on the device (their memory planned beside it).",
          e.engine.requests_taken_beside);
-  metric(out, "inferscale_memory_tickets_beside_forward_total", "counter", "Memory tickets asked while a forward ran.",
-         e.engine.tickets_overlapped);
+  metric(out, "inferscale_memory_plans_beside_forward_total", "counter", "Memory plans asked of the connector while a forward ran.",
+         e.engine.memory_plans_overlapped);
 }
 
 // The engine's state now: KV blocks and requests.
