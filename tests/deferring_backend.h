@@ -51,6 +51,7 @@ class DeferringBackend final : public ForwardingBackend {
     ForwardingBackend::read_pool(s, k, v);
   }
   void write_pool(const std::vector<int64_t>& s, const HostTensor& k, const HostTensor& v) override {
+    pool_writes_beside_forward += pending_.has_value();
     wait_forward();
     ForwardingBackend::write_pool(s, k, v);
   }
@@ -61,6 +62,7 @@ class DeferringBackend final : public ForwardingBackend {
 
   bool pending() const { return pending_.has_value(); }
   int64_t launches = 0;
+  int64_t pool_writes_beside_forward = 0;  // write_pool calls that had to complete a launched forward
 
  private:
   int busy_polls_;

@@ -539,6 +539,46 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   EXPECT_GT(be->launches, 0);
 }
 
+// A request whose facts are in KV files, arriving at a busy engine: the files are read while the
+// forward runs (host work) and written into the pool before the next step's scheduling, never
+// beside a forward (a pool write would have to wait for the device); the request still runs from
+// the next step, and is served exactly as alone.
+TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
+  TempDir dir;
+  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  std::vector<int32_t> alone;
+  {
+    Stack s(dir.path());
+    add_alice(*s.store);
+    alone = run_with_memory(s, r, 6).tokens;  // leaves the facts' KV files
+  }
+  Stack s(dir.path());
+  test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+  const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(30));
+  s.engine->step();
+  auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
+  const int64_t id = s.engine->add_memory_request(t, greedy(6));
+  std::vector<int32_t> tokens;
+  int step = 0, admitted_at = -1, first_token_at = -1;
+  while (s.engine->has_unfinished()) {
+    ++step;
+    for (const RequestOutput& o : s.engine->step()) {
+      EXPECT_FALSE(o.error);
+      if (o.id != id) continue;
+      if (o.admitted) admitted_at = step;
+      if (!o.new_tokens.empty() && first_token_at < 0) first_token_at = step;
+      tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+    }
+  }
+  EXPECT_EQ(t->served.loaded, 4);
+  EXPECT_EQ(be->pool_writes_beside_forward, 0);
+  EXPECT_EQ(admitted_at, 2) << "read beside step 1's forward, written and planned again before step 2's scheduling";
+  EXPECT_EQ(first_token_at, 2);
+  EXPECT_EQ(tokens, alone);
+  EXPECT_TRUE(s.engine->find(running) == nullptr);
+  EXPECT_EQ(pins_of(s, r), 0);
+}
+
 // Two requests that need the same cold facts share one encoding: the second waits for the
 // first's captures (pending entries are never injected) and both are served injected.
 TEST(MemoryService, TwoRequestsShareOneEncoding) {

@@ -301,6 +301,7 @@ std::optional<SchedulerOutput> Engine::schedule(std::vector<RequestOutput>& outs
   const bool overlap = backend_->overlaps_forward();
   const bool before = !resolving_.empty() && (!overlap || !scheduler_.has_ready_work());
   if (before) resolve_memory(outs, Resolve::kAll);
+  if (memory_ && memory_->write_loads()) resolve_memory(outs, Resolve::kAll);  // their facts are resident now
   SchedulerOutput plan = scheduler_.schedule();
   if (!plan.seqs.empty()) return plan;
   if (!before && !resolving_.empty()) resolve_memory(outs, Resolve::kAll);  // no forward to overlap

@@ -3,8 +3,9 @@
 //
 // step(), in five phases:
 //   schedule   ask the memory connector about unresolved requests (all of them first where
-//              nothing else is ready, or where the backend computes on the host), then the
-//              scheduler picks the step's tokens
+//              nothing else is ready, or where the backend computes on the host), let it write
+//              the KV its plans read from files (MemoryConnector::write_loads; when it did, plan
+//              them all again), then the scheduler picks the step's tokens
 //   prepare    prepare_step (step_batch.h): the memory injection and one ForwardBatch over every
 //              scheduled token, captures included
 //   execute    inject, launch the forward, plan unresolved requests' memory and take arrivals

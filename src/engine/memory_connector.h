@@ -23,11 +23,17 @@
 //   request_finished(m): once, when the request leaves the engine (finished, aborted, rejected):
 //              what the connector holds for it (memory-pool pins) goes
 //
-// Worker side, as a named phase of the step (Engine::step, "save"):
-//   captures_finished(done, dropped): after the forward that computed the last tokens of the
-//              captures `done` (their KV is in the pool slots: the entries become servable, and
-//              KV files are written from them), or after the engine dropped captures (`dropped`:
-//              Engine::drop_captures, after a failed step; their entries go). Never throws.
+// Worker side, as named phases of the step (Engine::step):
+//   write_loads(): in the schedule phase, after the plans asked there and before the scheduler
+//              runs (no forward of this engine is running then): the KV that plans read from KV
+//              files is written into its pool slots. When any was, the engine plans every
+//              unresolved request again at once, so a request whose facts were in files is ready
+//              in this step, and no device write ever runs beside a forward.
+//   captures_finished(done, dropped): "save", after the forward that computed the last tokens of
+//              the captures `done` (their KV is in the pool slots: the entries become servable,
+//              and KV files are written from them), or after the engine dropped captures
+//              (`dropped`: Engine::drop_captures, after a failed step; their entries go). Never
+//              throws.
 //
 // Running requests are scheduled before any waiting work, so a cold user's encoding never takes
 // a decode's place in a step: it only fills the budget the running requests leave. A request
@@ -70,7 +76,8 @@ class MemoryConnector {
   // Scheduler side (engine thread).
   virtual MemoryPlan plan(RequestMemory& m) = 0;
   virtual void request_finished(RequestMemory& m) = 0;
-  // Worker side (engine thread).
+  // Worker side (engine thread). write_loads returns whether it wrote any.
+  virtual bool write_loads() = 0;
   virtual void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) = 0;
 };
 
@@ -81,6 +88,7 @@ class ForwardingConnector : public MemoryConnector {
   explicit ForwardingConnector(MemoryConnector& inner) : inner_(inner) {}
   MemoryPlan plan(RequestMemory& m) override { return inner_.plan(m); }
   void request_finished(RequestMemory& m) override { inner_.request_finished(m); }
+  bool write_loads() override { return inner_.write_loads(); }
   void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) override {
     inner_.captures_finished(done, dropped);
   }

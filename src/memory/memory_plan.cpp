@@ -2,8 +2,9 @@
 // planned at admission, its missing facts encoded as capture work inside the engine's steps.
 //
 //   plan #1   retrieve (refresh, sync first); nothing to inject -> kReady
-//   plan #n   reserve the facts: found entries pinned, files loaded, the rest allocated pending
+//   plan #n   reserve the facts: found entries pinned, files read, the rest allocated pending
 //               jobs        -> kEncode (one capture per fact; captures_finished marks it ready, or drops it)
+//               read files  -> kWait  (write_loads, before the next scheduling, puts them in the pool)
 //               pending     -> kWait  (its own captures, or another request's, still in flight)
 //               all written -> kReady (prepare() composes over the same retrieval)
 //               no room     -> kReady as text (MemoryPrompt::fallback)
@@ -34,7 +35,7 @@ MemoryPlan MemoryService::plan(RequestMemory& m) {
     m.fallback = e.what();  // reserve unpinned everything: the request holds nothing now
     return ready(m);
   }
-  if (r.jobs.empty()) return r.pending > 0 ? MemoryPlan::wait() : ready(m);
+  if (r.jobs.empty()) return r.pending > 0 || r.staged > 0 ? MemoryPlan::wait() : ready(m);
   MemoryPlan plan;
   plan.state = MemoryPlan::State::kEncode;
   m.encoded += static_cast<int32_t>(r.jobs.size());

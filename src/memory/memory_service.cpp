@@ -226,10 +226,14 @@ MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts
         // A file from another backend (f32 vs bf16 pool) is re-encoded: the pool serves what this
         // backend computes.
         if (kv && kv->num_tokens == static_cast<int32_t>(tokens.size()) && kv->pool == backend_.pool_dtype()) {
+          // Read here (host I/O); written into the pool by write_loads(), a phase of its own.
           const auto& e = pool_.allocate(key, kv->num_tokens);
-          backend_.write_pool(pool_.slots(e), kv->k, kv->v);
-          pool_.pin(key);
+          pool_.pin(key);  // the caller's
           pinned.push_back(key);
+          pool_.pin(key);  // the load's, until written
+          pool_.set_pending(key, true);
+          loads_.push_back(StagedLoad{key, pool_.slots(e), std::move(*kv)});
+          ++r.staged;
           if (stats) ++stats->loaded;
           continue;
         }
@@ -249,6 +253,27 @@ MemoryService::Reservation MemoryService::reserve(const std::vector<Fact>& facts
     pinned.clear();
     throw;
   }
+}
+
+bool MemoryService::write_loads() {
+  if (loads_.empty()) return false;
+  std::vector<StagedLoad> loads = std::move(loads_);
+  loads_.clear();
+  size_t i = 0;
+  try {
+    for (; i < loads.size(); ++i) {
+      backend_.write_pool(loads[i].slots, loads[i].kv.k, loads[i].kv.v);
+      pool_.set_pending(loads[i].key, false);
+      pool_.unpin(loads[i].key);
+    }
+  } catch (...) {
+    for (; i < loads.size(); ++i) {  // never serve unwritten KV (freed at the last unpin)
+      pool_.erase(loads[i].key);
+      pool_.unpin(loads[i].key);
+    }
+    throw;
+  }
+  return true;
 }
 
 void MemoryService::finish_encoding(const FactKvKey& key, const EncodeJob& job, bool ok) {
@@ -274,6 +299,7 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   Reservation r = reserve(facts, w, stats, pinned);
   size_t done = 0;  // jobs finished
   try {
+    write_loads();
     IS_REQUIRE(r.pending == 0, kResource, "{} of the facts are being encoded for a request in the engine's steps",
                r.pending);
     if (!r.jobs.empty()) encoder_.encode(r.jobs);

@@ -108,6 +108,9 @@ class MemoryService final : public MemoryConnector, private FactStoreListener {
   // Finished captures: their entries become servable (and their KV files are written, when kept);
   // dropped ones' entries go.
   void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) override;
+  // The KV that plans read from KV files, written into its pool slots (then servable). If a write
+  // throws, the entries not written go and the error propagates.
+  bool write_loads() override;
 
   int32_t window_of(const MemoryRequest& req) const { return req.window < 0 ? opts_.default_window : req.window; }
 
@@ -168,14 +171,23 @@ class MemoryService final : public MemoryConnector, private FactStoreListener {
   // Whether a fact's KV at window w is resident or in a KV file.
   bool has_kv(const Fact& f, int32_t w);
   // The first half of making facts resident: each fact's key, found entries pinned (into
-  // `pinned`, which may hold this caller's pins from an earlier call), KV files loaded, and for
-  // the facts whose KV is nowhere a fresh entry, pending, pinned for the caller and once more for
-  // the encoding, with the job that fills it. On failure everything in `pinned` is unpinned.
+  // `pinned`, which may hold this caller's pins from an earlier call), KV files read and staged
+  // for write_loads() (a fresh entry, pending, pinned for the caller and once more for the load),
+  // and for the facts whose KV is nowhere a fresh entry, pending, pinned for the caller and once
+  // more for the encoding, with the job that fills it. On failure everything in `pinned` is
+  // unpinned.
   struct Reservation {
     std::vector<FactKvKey> keys;  // per fact
     std::vector<EncodeJob> jobs;  // facts to encode
     std::vector<FactKvKey> fresh; // [jobs] their entries' keys
-    int32_t pending = 0;          // found entries still being encoded (by a capture in flight)
+    int32_t pending = 0;          // found entries still being encoded (by a capture in flight) or loaded
+    int32_t staged = 0;           // facts whose KV files this call read, to be written by write_loads()
+  };
+  // KV read from a file, waiting for write_loads() to put it into its pool slots.
+  struct StagedLoad {
+    FactKvKey key;
+    std::vector<int64_t> slots;
+    FactKv kv;
   };
   Reservation reserve(const std::vector<Fact>& facts, int32_t w, MemoryPrompt* stats, std::vector<FactKvKey>& pinned);
   // A job's end: ok, the entry is ready (and its KV file written, when kept; throws if that
@@ -224,6 +236,7 @@ class MemoryService final : public MemoryConnector, private FactStoreListener {
   // Captures handed to the engine and not yet finished, by CaptureSeq::job (engine thread).
   std::unordered_map<int64_t, Encoding> encodings_;
   int64_t next_job_ = 1;
+  std::vector<StagedLoad> loads_;  // read by plans, written by write_loads() (engine thread)
 };
 
 }  // namespace inferscale
