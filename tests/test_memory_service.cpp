@@ -506,18 +506,20 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
 }
 
+// What `r` is answered on a stack in `dir` of its own, which leaves the facts' KV files there.
+std::vector<int32_t> answered_leaving_kv_files(const std::filesystem::path& dir, const MemoryRequest& r) {
+  Stack s(dir);
+  add_alice(*s.store);
+  return run_with_memory(s, r, 6).tokens;
+}
+
 // An idle engine does not wait a step for a request's memory: it plans it before its first
 // forward, so a lone request's first token comes in the first step, as with a backend that does not overlap;
 // facts loaded from KV files there (a pool write) are written before the forward reads them.
 TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   TempDir dir;
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  std::vector<int32_t> alone;
-  {
-    Stack s(dir.path());
-    add_alice(*s.store);
-    alone = run_with_memory(s, r, 6).tokens;  // leaves the facts' KV files
-  }
+  const std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
   Stack s(dir.path());
   test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
   auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
@@ -546,12 +548,7 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
   TempDir dir;
   const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  std::vector<int32_t> alone;
-  {
-    Stack s(dir.path());
-    add_alice(*s.store);
-    alone = run_with_memory(s, r, 6).tokens;  // leaves the facts' KV files
-  }
+  const std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
   Stack s(dir.path());
   test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
   const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(30));
