@@ -258,6 +258,20 @@ TEST(ServerParse, ScoringFieldsBecomeLogprobCounts) {
             "prompt_logprobs");
 }
 
+// A chat holds at most kMaxChatMessages messages: the limit itself passes, one more is a 400 naming
+// `messages`.
+TEST(ServerParse, ChatMessagesAreBounded) {
+  const nlohmann::json one = {{"role", "user"}, {"content", "hi"}};
+  nlohmann::json body = {{"model", "m"}, {"messages", nlohmann::json::array()}};
+  for (size_t i = 0; i < kMaxChatMessages; ++i) body["messages"].push_back(one);
+  EXPECT_EQ(parse_chat_request(body).messages.size(), kMaxChatMessages);
+  body["messages"].push_back(one);
+  const ApiError e = error_of([&] { parse_chat_request(body); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(std::string(e.what()).find("at most 4096"), std::string::npos) << e.what();
+}
+
 // Nesting is counted by a scan before any parse: brackets in strings (escaped quotes included)
 // are text; text deeper than the limit is refused whatever follows; the limit itself passes.
 TEST(ServerParse, JsonNestingIsBoundedBeforeParsing) {

@@ -68,7 +68,8 @@ TEST(SmolLM2, ConfigFromGguf) {
 TEST(SmolLM2, ChatTemplateAndPromptIdsMatchTransformers) {
   REQUIRE_SMOLLM2();
   const Model& m = smollm2();
-  for (const auto& conv : goldens().at("conversations")) {
+  const nlohmann::json g = goldens();  // a range over goldens().at(...) would outlive the temporary
+  for (const auto& conv : g.at("conversations")) {
     const std::string text = m.chat_template.render(messages_of(conv), true);
     EXPECT_EQ(text, conv.at("prompt").get<std::string>());
     EXPECT_EQ(m.tokenizer->encode(text), conv.at("prompt_ids").get<std::vector<int32_t>>()) << text;

@@ -172,6 +172,8 @@ GenerateRequest parse_chat_request(const json& body, const SamplingDefaults& def
   const json* msgs = f.get("messages");
   if (!msgs) f.fail("messages", "is required (a non-empty array of messages)");
   if (!msgs->is_array() || msgs->empty()) f.fail("messages", "must be a non-empty array of messages");
+  if (msgs->size() > kMaxChatMessages)
+    f.fail("messages", fmt::format("holds {} messages; at most {} are accepted", msgs->size(), kMaxChatMessages));
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     const std::string prefix = fmt::format("messages[{}].", i);

@@ -51,6 +51,8 @@ struct GenerateRequest {
 
 // Request bodies nest arrays and objects at most this deep (OpenAI's and Mem0's bodies use ~6).
 inline constexpr size_t kMaxJsonDepth = 64;
+// A chat request's messages (each one is rendered and tokenized; the body's size bounds their text).
+inline constexpr size_t kMaxChatMessages = 4096;
 // Parses a body: 400 when it nests deeper than kMaxJsonDepth, is not valid JSON or not a JSON object.
 nlohmann::json parse_json_body(const std::string& body);
 

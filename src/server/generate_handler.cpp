@@ -253,7 +253,11 @@ GenerateHandler::Submitted GenerateHandler::submit(const httplib::Request& req, 
 // Mode "off" asks no provider and reports no facts.
 std::shared_ptr<MemoryReport> GenerateHandler::report(const GenerateRequest& g, const Submitted& sub) const {
   if (!g.memory) return nullptr;
-  if (!sub.memory) return std::make_shared<MemoryReport>(MemoryReport{.mode = g.memory->mode});
+  if (!sub.memory) {
+    auto r = std::make_shared<MemoryReport>();
+    r->mode = g.memory->mode;
+    return r;
+  }
   return std::make_shared<MemoryReport>(served_report(*sub.memory));
 }
 
