@@ -25,7 +25,8 @@ double answer_ms(const Harness& h, const char* path) {
 }  // namespace
 
 // Issue 11, defect 4: 25 idle connections made /health take 8.7 s with --max-pending 4, because
-// each one held one of the few HTTP threads. 64 idle sockets must not delay /health or /metrics.
+// each one held one of the few HTTP threads. 64 idle sockets must not delay /health or /metrics:
+// each answers within a second (starvation took seconds; a sanitizer build answers in ~0.1 s).
 TEST(ServerConnections, IdleConnectionsCannotStarveHealthOrMetrics) {
   server::AsyncEngineOptions eo;
   eo.max_pending = 4;
@@ -35,8 +36,8 @@ TEST(ServerConnections, IdleConnectionsCannotStarveHealthOrMetrics) {
   idle[0]->send_raw("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");  // one that stops mid-headers
   std::this_thread::sleep_for(std::chrono::milliseconds(200));     // let the server take them all
   for (int i = 0; i < 3; ++i) {
-    EXPECT_LT(answer_ms(h, "/health"), 100.0);
-    EXPECT_LT(answer_ms(h, "/metrics"), 100.0);
+    EXPECT_LT(answer_ms(h, "/health"), 1000.0);
+    EXPECT_LT(answer_ms(h, "/metrics"), 1000.0);
   }
 }
 

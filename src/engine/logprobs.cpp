@@ -48,8 +48,20 @@ constexpr int64_t kBlock = 1024;  // floats per block: a block stays in L1 betwe
 }  // namespace
 
 // Built for AVX-512, AVX2 and the baseline; the loader picks the best the CPU has (the exp loop is
-// compute bound: 8 doubles per instruction instead of 2).
-__attribute__((target_clones("avx512f", "avx2", "default")))
+// compute bound: 8 doubles per instruction instead of 2). The pick is an ifunc resolver that the
+// loader runs before ThreadSanitizer's runtime is up (it crashes there), so a TSan build
+// (INFERSCALE_SANITIZE=thread) takes the baseline alone.
+#if defined(__SANITIZE_THREAD__)
+#define IS_LOGPROB_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define IS_LOGPROB_CLONES
+#endif
+#endif
+#ifndef IS_LOGPROB_CLONES
+#define IS_LOGPROB_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+IS_LOGPROB_CLONES
 LogprobEntry compute_logprobs(std::span<const float> logits, int32_t token, int32_t top_n, bool distribution) {
   const int64_t V = static_cast<int64_t>(logits.size());
   IS_CHECK(V > 0 && token >= 0 && token < V, "token {} outside a row of {} logits", token, V);
