@@ -71,7 +71,7 @@ struct RequestOutput {
   // be served. The output carries no tokens; it comes before the request's first token.
   bool admitted = false;
   // Set (with finished, kAbort) when a request with memory was rejected at admission: what its
-  // ticket or the checks of its prompt threw (add_request's errors). Nothing was computed.
+  // memory plan or the checks of its prompt threw (add_request's errors). Nothing was computed.
   std::exception_ptr error;
 };
 
@@ -83,16 +83,16 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
   int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
-  int64_t memory_plans_overlapped = 0;  // memory tickets asked while a forward ran on the device
+  int64_t memory_plans_overlapped = 0;  // memory plans asked while a forward ran on the device
   int64_t requests_taken_beside = 0;  // requests the intake added while a forward ran (set_intake)
   // Forwards by what they computed: every sequence one token (decode), one-token sequences beside
   // longer ones (mixed: arrivals' prefills beside running decodes), or none of one token
-  // (prefill); with the wall time from the forward's launch to its end (tickets resolved beside it
+  // (prefill); with the wall time from the forward's launch to its end (memory planned beside it
   // included).
   int64_t decode_steps = 0, mixed_steps = 0, prefill_steps = 0;
   double decode_step_seconds = 0, mixed_step_seconds = 0, prefill_step_seconds = 0;
   // The host's share of the steps that ran a forward, in three phases on the engine thread: before
-  // the launch (tickets resolved first, scheduling, the injection's launch, the batch), inside the
+  // the launch (memory planned first, scheduling, the injection's launch, the batch), inside the
   // launch (the backend's planning, uploads and kernel or graph launches), and after the forward
   // ended (sampling on the host, outputs, stop checks). The device can only be busy with this
   // step's work during the launch phase and the forward's time above. On a backend that computes
