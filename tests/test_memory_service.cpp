@@ -543,7 +543,8 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 
 // A request whose facts are in KV files, arriving at a busy engine: the files are read while the
 // forward runs (host work) and written into the pool before the next step's scheduling, never
-// beside a forward (a pool write would have to wait for the device); the request still runs from
+// beside a forward (a pool write would have to wait for the device), also when a warm request
+// planned after it beside the same forward composes its prompt there; the request still runs from
 // the next step, and is served exactly as alone.
 TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
   TempDir dir;
@@ -551,10 +552,18 @@ TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
   const std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
   Stack s(dir.path());
   test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+  const std::vector<NewFact> bobs{{"Bob plays chess on Sundays", "2023-01-05", {"", "", "", "Bob"}, "", {}},
+                                  {"Bob has a dog named Rex", "2023-02-11", {"", "", "", "Bob"}, "", {}}};
+  s.store->add_facts(kDefaultTenant, "bob", bobs);
+  MemoryRequest warm = req(MemoryMode::kInject, 2, 2);
+  warm.user = "bob";
+  run_with_memory(s, warm, 1);  // bob's facts resident (and in files of their own)
   const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(30));
   s.engine->step();
   auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   const int64_t id = s.engine->add_memory_request(t, greedy(6));
+  auto w = std::make_shared<RequestMemory>(warm, PromptSource::of_chat(kAsk));
+  s.engine->add_memory_request(w, greedy(3));
   std::vector<int32_t> tokens;
   int step = 0, admitted_at = -1, first_token_at = -1;
   while (s.engine->has_unfinished()) {
@@ -568,12 +577,14 @@ TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
     }
   }
   EXPECT_EQ(t->served.loaded, 4);
+  EXPECT_TRUE(w->served.injected && w->served.loaded == 0 && w->served.encoded == 0) << "the warm one was resident";
   EXPECT_EQ(be->pool_writes_beside_forward, 0);
   EXPECT_EQ(admitted_at, 2) << "read beside step 1's forward, written and planned again before step 2's scheduling";
   EXPECT_EQ(first_token_at, 2);
   EXPECT_EQ(tokens, alone);
   EXPECT_TRUE(s.engine->find(running) == nullptr);
   EXPECT_EQ(pins_of(s, r), 0);
+  EXPECT_EQ(pins_of(s, warm), 0);
 }
 
 // Two requests that need the same cold facts share one encoding: the second waits for the

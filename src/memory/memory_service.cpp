@@ -299,7 +299,9 @@ std::vector<FactKvKey> MemoryService::make_resident(const std::vector<Fact>& fac
   Reservation r = reserve(facts, w, stats, pinned);
   size_t done = 0;  // jobs finished
   try {
-    write_loads();
+    // Only when this call read files: a plan's ready() composes here over resident entries, and
+    // must not write other plans' staged loads beside a running forward.
+    if (r.staged > 0) write_loads();
     IS_REQUIRE(r.pending == 0, kResource, "{} of the facts are being encoded for a request in the engine's steps",
                r.pending);
     if (!r.jobs.empty()) encoder_.encode(r.jobs);
