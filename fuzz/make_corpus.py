@@ -260,6 +260,20 @@ def http_seeds():
     return {k: json.dumps(v).encode() for k, v in bodies.items()}
 
 
+def mem0_seeds():
+    bodies = {
+        "add.json": {"messages": [{"role": "user", "content": "I moved to Lisbon", "name": "alice"},
+                                  {"role": "assistant", "content": "Nice!"}],
+                     "user_id": "alice", "agent_id": "travel", "metadata": {"topic": "home"}, "infer": False},
+        "add_string.json": {"messages": "I like tea", "run_id": "r1"},
+        "add_filters.json": {"messages": {"role": "user", "content": "x"},
+                             "filters": {"AND": [{"user_id": "bob"}, {"topic": "*"}]}},
+        "update.json": {"text": "new", "metadata": {"k": 1}, "stored": json.dumps({"agent_id": "travel", "role": "user"}),
+                        "id": "17"},
+    }
+    return {k: json.dumps(v).encode() for k, v in bodies.items()}
+
+
 def api_keys_seeds():
     return {"keys.txt": b"# keys\nsk-acme-7f3c2a10d4   acme\n"
                         b"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\tglobex  # ops\n\n"}
@@ -298,7 +312,7 @@ def imports_seeds():
 
 TARGETS = {"fuzz_gguf": gguf_seeds, "fuzz_safetensors": safetensors_seeds, "fuzz_model_config": config_seeds,
            "fuzz_tokenizer_json": tokenizer_json_seeds, "fuzz_spm": spm_seeds, "fuzz_chat_template": chat_template_seeds,
-           "fuzz_http": http_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
+           "fuzz_http": http_seeds, "fuzz_mem0": mem0_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
            "fuzz_imports": imports_seeds}
 
 
