@@ -513,15 +513,25 @@ std::vector<int32_t> answered_leaving_kv_files(const std::filesystem::path& dir,
   return run_with_memory(s, r, 6).tokens;
 }
 
+// A stack whose facts' KV is only in KV files (a stack before it encoded them), over a backend
+// that overlaps its forwards; `alone` is what `r` was answered there.
+struct FilesOnly {
+  TempDir dir;
+  MemoryRequest r = req(MemoryMode::kInject, 4, 2);
+  std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
+  Stack s{dir.path()};
+  test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+};
+
 // An idle engine does not wait a step for a request's memory: it plans it before its first
 // forward, so a lone request's first token comes in the first step, as with a backend that does not overlap;
 // facts loaded from KV files there (a pool write) are written before the forward reads them.
 TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
-  TempDir dir;
-  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  const std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
-  Stack s(dir.path());
-  test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+  FilesOnly f;
+  Stack& s = f.s;
+  const MemoryRequest& r = f.r;
+  const std::vector<int32_t>& alone = f.alone;
+  test_support::DeferringBackend* be = f.be;
   auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
   const int64_t id = s.engine->add_memory_request(t, greedy(6));
   const auto first = s.engine->step();
@@ -547,11 +557,11 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 // planned after it beside the same forward composes its prompt there; the request still runs from
 // the next step, and is served exactly as alone.
 TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
-  TempDir dir;
-  const MemoryRequest r = req(MemoryMode::kInject, 4, 2);
-  const std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
-  Stack s(dir.path());
-  test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+  FilesOnly f;
+  Stack& s = f.s;
+  const MemoryRequest& r = f.r;
+  const std::vector<int32_t>& alone = f.alone;
+  test_support::DeferringBackend* be = f.be;
   const std::vector<NewFact> bobs{{"Bob plays chess on Sundays", "2023-01-05", {"", "", "", "Bob"}, "", {}},
                                   {"Bob has a dog named Rex", "2023-02-11", {"", "", "", "Bob"}, "", {}}};
   s.store->add_facts(kDefaultTenant, "bob", bobs);
