@@ -528,13 +528,9 @@ struct FilesOnly {
 // facts loaded from KV files there (a pool write) are written before the forward reads them.
 TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   FilesOnly f;
-  Stack& s = f.s;
-  const MemoryRequest& r = f.r;
-  const std::vector<int32_t>& alone = f.alone;
-  test_support::DeferringBackend* be = f.be;
-  auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
-  const int64_t id = s.engine->add_memory_request(t, greedy(6));
-  const auto first = s.engine->step();
+  auto t = std::make_shared<RequestMemory>(f.r, PromptSource::of_chat(kAsk));
+  const int64_t id = f.s.engine->add_memory_request(t, greedy(6));
+  const auto first = f.s.engine->step();
   ASSERT_EQ(first.size(), 2u);
   EXPECT_EQ(first[0].id, id);
   EXPECT_TRUE(first[0].admitted) << "the step says the request was admitted, before its first token";
@@ -543,12 +539,12 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
   EXPECT_EQ(first[1].id, id);
   EXPECT_FALSE(first[1].admitted);
   EXPECT_EQ(first[1].new_tokens.size(), 1u) << "the first step computed the prompt";
-  EXPECT_EQ(s.engine->stats().memory_plans_overlapped, 0);
+  EXPECT_EQ(f.s.engine->stats().memory_plans_overlapped, 0);
   EXPECT_EQ(t->served.loaded, 4);
   std::vector<int32_t> tokens = first[1].new_tokens;
-  for (const RequestOutput& o : s.engine->run_to_completion()) tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
-  EXPECT_EQ(tokens, alone);
-  EXPECT_GT(be->launches, 0);
+  for (const RequestOutput& o : f.s.engine->run_to_completion()) tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+  EXPECT_EQ(tokens, f.alone);
+  EXPECT_GT(f.be->launches, 0);
 }
 
 // A request whose facts are in KV files, arriving at a busy engine: the files are read while the
@@ -558,27 +554,23 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 // the next step, and is served exactly as alone.
 TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
   FilesOnly f;
-  Stack& s = f.s;
-  const MemoryRequest& r = f.r;
-  const std::vector<int32_t>& alone = f.alone;
-  test_support::DeferringBackend* be = f.be;
   const std::vector<NewFact> bobs{{"Bob plays chess on Sundays", "2023-01-05", {"", "", "", "Bob"}, "", {}},
                                   {"Bob has a dog named Rex", "2023-02-11", {"", "", "", "Bob"}, "", {}}};
-  s.store->add_facts(kDefaultTenant, "bob", bobs);
+  f.s.store->add_facts(kDefaultTenant, "bob", bobs);
   MemoryRequest warm = req(MemoryMode::kInject, 2, 2);
   warm.user = "bob";
-  run_with_memory(s, warm, 1);  // bob's facts resident (and in files of their own)
-  const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(30));
-  s.engine->step();
-  auto t = std::make_shared<RequestMemory>(r, PromptSource::of_chat(kAsk));
-  const int64_t id = s.engine->add_memory_request(t, greedy(6));
+  run_with_memory(f.s, warm, 1);  // bob's facts resident (and in files of their own)
+  const int64_t running = f.s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(30));
+  f.s.engine->step();
+  auto t = std::make_shared<RequestMemory>(f.r, PromptSource::of_chat(kAsk));
+  const int64_t id = f.s.engine->add_memory_request(t, greedy(6));
   auto w = std::make_shared<RequestMemory>(warm, PromptSource::of_chat(kAsk));
-  s.engine->add_memory_request(w, greedy(3));
+  f.s.engine->add_memory_request(w, greedy(3));
   std::vector<int32_t> tokens;
   int step = 0, admitted_at = -1, first_token_at = -1;
-  while (s.engine->has_unfinished()) {
+  while (f.s.engine->has_unfinished()) {
     ++step;
-    for (const RequestOutput& o : s.engine->step()) {
+    for (const RequestOutput& o : f.s.engine->step()) {
       EXPECT_FALSE(o.error);
       if (o.id != id) continue;
       if (o.admitted) admitted_at = step;
@@ -588,13 +580,13 @@ TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
   }
   EXPECT_EQ(t->served.loaded, 4);
   EXPECT_TRUE(w->served.injected && w->served.loaded == 0 && w->served.encoded == 0) << "the warm one was resident";
-  EXPECT_EQ(be->pool_writes_beside_forward, 0);
+  EXPECT_EQ(f.be->pool_writes_beside_forward, 0);
   EXPECT_EQ(admitted_at, 2) << "read beside step 1's forward, written and planned again before step 2's scheduling";
   EXPECT_EQ(first_token_at, 2);
-  EXPECT_EQ(tokens, alone);
-  EXPECT_TRUE(s.engine->find(running) == nullptr);
-  EXPECT_EQ(pins_of(s, r), 0);
-  EXPECT_EQ(pins_of(s, warm), 0);
+  EXPECT_EQ(tokens, f.alone);
+  EXPECT_TRUE(f.s.engine->find(running) == nullptr);
+  EXPECT_EQ(pins_of(f.s, f.r), 0);
+  EXPECT_EQ(pins_of(f.s, warm), 0);
 }
 
 // Two requests that need the same cold facts share one encoding: the second waits for the
