@@ -9,6 +9,17 @@ std::unique_ptr<Architecture> make_architecture(const ModelConfig& cfg) {
   return make_llama_architecture(cfg);
 }
 
+void run_forward(Architecture& arch, ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) {
+  ops.begin(b, arch.mask());
+  const ForwardResult r = arch.forward(ops, b);
+  if (r.empty()) {
+    out.values.clear();
+    out.ids.clear();
+    return;
+  }
+  ops.finish(r.rows, r.ids, out);
+}
+
 const HostTensor& expect_weight(const HostTensor& t, std::initializer_list<int64_t> shape, const char* role) {
   int64_t n = 1;
   std::string want;

@@ -2,7 +2,9 @@
 //   llama.cpp   Llama, Qwen2, Qwen3, Mistral (decoders: RMSNorm, RoPE, GQA, SwiGLU)
 //   bert.cpp    BertModel encoders (all-MiniLM, bge, e5, gte: LayerNorm, absolute positions, GELU)
 // A backend makes the architecture of its config, lets it prepare its weights on the backend's
-// ops once, then runs every forward() through it.
+// ops once, then runs every forward through it: ops.begin(), the architecture's ops, ops.finish()
+// of the result (run_forward). The calls around the architecture are the backend's, so that a
+// backend can replay a recorded forward's ops instead (the CUDA backend's graphs).
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -23,11 +25,17 @@ class Architecture {
   virtual void load(ForwardOps& ops, const ModelWeights& w) = 0;
   // Benchmarks: seeded random weights made by the backend (matrices normal(0, 0.02), norms 1, biases 0).
   virtual void load_random(ForwardOps& ops, uint64_t seed) = 0;
-  // out: Backend::forward's contract (backend.h).
-  virtual void forward(ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) = 0;
+  // The layers of one forward of `b`, between ops.begin(b, mask()) and ops.finish(): checks `b`
+  // against the model (kUnsupported), then runs its ops and returns the result rows. Empty for a
+  // batch without tokens (no op runs).
+  virtual ForwardResult forward(ForwardOps& ops, const ForwardBatch& b) = 0;
   // Whether a forward attends causally (decoders) or to whole sequences (encoders).
   virtual AttnMask mask() const = 0;
 };
+
+// One eager forward (Backend::forward's contract, backend.h): begin, the architecture's ops,
+// finish; an empty result clears `out`.
+void run_forward(Architecture& arch, ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out);
 
 std::unique_ptr<Architecture> make_llama_architecture(const ModelConfig& cfg);
 std::unique_ptr<Architecture> make_bert_architecture(const ModelConfig& cfg);

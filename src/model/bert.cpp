@@ -89,20 +89,15 @@ class Bert final : public Architecture {
     }
   }
 
-  void forward(ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) override {
+  ForwardResult forward(ForwardOps& ops, const ForwardBatch& b) override {
     IS_REQUIRE(b.output == ForwardBatch::Output::kHidden, kUnsupported,
                "a BERT encoder yields hidden states, not logits (it has no LM head)");
     IS_REQUIRE(b.capture_tokens.empty(), kUnsupported, "a BERT encoder keeps no KV for memory facts");
-    ops.begin(b, mask());
     check_whole_sequences(b);
     const int64_t T = b.num_tokens(), R = static_cast<int64_t>(b.output_tokens.size());
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
     const float eps = static_cast<float>(cfg_.layer_norm_eps);
-    if (T == 0) {
-      out.values.clear();
-      out.ids.clear();
-      return;
-    }
+    if (T == 0) return {};
     Act x = ops.act(kX, T, H, ActType::kF32);                // [T, H] hidden states
     Act qkv = ops.act(kQkv, T, 3 * H, ActType::kF32);        // [T, 3, NH, D]
     Act q = ops.act(kQ, T, H, ActType::kCompute);            // [T, NH, D]
@@ -130,7 +125,7 @@ class Bert final : public Architecture {
     }
     Act rows = ops.act(kRows, R, H, ActType::kF32);  // [R, H]
     ops.gather_output_rows(x, rows);
-    ops.finish(rows, false, out);
+    return {rows, false};
   }
 
  private:

@@ -40,6 +40,14 @@ struct Act {
   ActType type = ActType::kF32;
 };
 
+// What a forward leaves for the host (ForwardOps::finish): `rows` of values, or (ids) of int32
+// ids; empty (no data) when the batch had no tokens.
+struct ForwardResult {
+  Act rows;
+  bool ids = false;
+  bool empty() const { return rows.data == nullptr; }
+};
+
 // Which keys a token attends to (ForwardBatch): kCausal: entries [kv_start, its position] of its
 // sequence (decoders); kBidirectional: entries [kv_start, the sequence's last position in this
 // batch] (encoders: every sequence is whole in one batch, so a padding mask is implicit: no

@@ -85,20 +85,15 @@ class Llama final : public Architecture {
     }
   }
 
-  void forward(ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) override {
+  ForwardResult forward(ForwardOps& ops, const ForwardBatch& b) override {
     const bool hidden_out = b.output == ForwardBatch::Output::kHidden;
     IS_REQUIRE(hidden_out || b.output_tokens.empty() || !lm_head_.empty(), kUnsupported,
                "this model has no LM head (an embedding backbone): it yields hidden states, not logits");
-    ops.begin(b, mask());
     const int64_t T = b.num_tokens(), R = static_cast<int64_t>(b.output_tokens.size());
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size;
     const int64_t QS = cfg_.q_size(), QKV = QS + 2 * cfg_.kv_size();
     const float eps = static_cast<float>(cfg_.rms_norm_eps);
-    if (T == 0) {
-      out.values.clear();
-      out.ids.clear();
-      return;
-    }
+    if (T == 0) return {};
     Act x = ops.act(kX, T, H, ActType::kF32);               // [T, H] residual stream
     Act h = ops.act(kH, T, H, ActType::kCompute);           // [T, H] normed
     Act qkv = ops.act(kQkv, T, QKV, ActType::kF32);         // [T, NH + 2 NKV, D]
@@ -124,8 +119,7 @@ class Llama final : public Architecture {
     if (hidden_out) {
       Act rows = ops.act(kRows, R, H, ActType::kF32);  // [R, H]
       ops.rms_norm(x, final_norm_, rows, eps, /*output_rows=*/true);
-      ops.finish(rows, false, out);
-      return;
+      return {rows, false};
     }
     Act rows = ops.act(kRows, R, H, ActType::kCompute);   // [R, H]
     Act logits = ops.act(kLogits, R, V, ActType::kF32);   // [R, V]
@@ -137,10 +131,9 @@ class Llama final : public Architecture {
         ops.argmax(logits, argmax_span(b, V), ids);
       else
         ops.sample(logits, argmax_span(b, V), ids);
-      ops.finish(ids, true, out);
-      return;
+      return {ids, true};
     }
-    ops.finish(logits, false, out);
+    return {logits, false};
   }
 
  private:

@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
   DType pool_dtype() const override { return DType::kF32; }
 
-  void forward(const ForwardBatch& b, ForwardOutput& out) override { arch_->forward(*ops_, b, out); }
+  void forward(const ForwardBatch& b, ForwardOutput& out) override { run_forward(*arch_, *ops_, b, out); }
 
   void inject(const InjectBatch& b) override {
     const size_t N = b.src_slots.size();

@@ -1,13 +1,12 @@
 // CudaBackend: the KV cache and memory pool on the GPU, injection and pool/cache copies; a
-// forward is the architecture's (model/architecture.h) over CudaForwardOps, on one stream.
+// forward is the architecture's (model/architecture.h) over CudaForwardOps, on one stream, run
+// eagerly or through a CUDA graph by the GraphRunner (graph_runner.h).
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -15,6 +14,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
 #include "backend/cuda/graph_batch.h"
+#include "backend/cuda/graph_runner.h"
 #include "backend/cuda/meta_upload.h"
 #include "backend/cuda/rope_table.h"
 #include "backend/kv_rows.h"
@@ -33,7 +33,7 @@ class CudaBackendImpl final : public CudaBackend {
  public:
   // Weights: `weights`, or seeded random ones made on the GPU when null (benchmarks).
   CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts)
-      : cfg_(cfg), rope_(cfg), block_size_(opts.block_size), graphs_(opts.cuda_graphs) {
+      : cfg_(cfg), rope_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
     if (!opts.programmatic_launch) cuda::set_programmatic_launch(false);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -88,6 +88,9 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       arch_->load_random(*ops_, seed);
     }
+    runner_ = std::make_unique<GraphRunner>(*arch_, *ops_, stream_, static_cast<int32_t>(num_blocks_), block_size_,
+                                            cfg_.vocab_size);
+    runner_->set_enabled(opts.cuda_graphs);
   }
 
   ~CudaBackendImpl() override {
@@ -109,9 +112,9 @@ class CudaBackendImpl final : public CudaBackend {
   DType pool_dtype() const override { return pool_fp8_ ? DType::kF32 : DType::kBF16; }
   cudaStream_t stream() const override { return stream_; }
   void set_decode_attention(DecodeAttention kind) override { ops_->set_decode_attention(kind); }
-  void set_cuda_graphs(bool on) override { graphs_ = on; }
+  void set_cuda_graphs(bool on) override { runner_->set_enabled(on); }
   void set_programmatic_launch(bool on) override { cuda::set_programmatic_launch(on); }
-  GraphStats graph_stats() const override { return ops_->graph_stats(); }
+  GraphStats graph_stats() const override { return runner_->stats(); }
   void set_op_profile(bool on) override { ops_->profiler().set_enabled(on); }
   std::vector<OpTime> op_profile() const override {
     ops_->complete();  // a pending forward's ops are collected when it completes
@@ -220,14 +223,11 @@ class CudaBackendImpl final : public CudaBackend {
   mutable float inject_ms_ = 0.0f;    // of the last injection, once read
   mutable bool inject_pending_ = false;  // its events are not read yet
   bool last_was_inject_ = false;
-  // CUDA graphs per (shape kind, bucket, output kind, argmax span, decode attention kernel).
-  bool graphs_ = true;
-  std::map<std::tuple<int, int32_t, int, int64_t, int, bool>, std::unique_ptr<ForwardGraph>> graphs_by_key_;
-  ForwardBatch padded_;  // the padded batch of a graph forward (reused)
   MetaUpload meta_;   // inject and pool copies (the forward has its own, in ops_)
   DeviceBuffer io_;   // staging of pool / cache copies
   std::unique_ptr<CudaForwardOps> ops_;  // declared after the buffers it points into
   std::unique_ptr<Architecture> arch_;
+  std::unique_ptr<GraphRunner> runner_;  // every forward: eager, or a CUDA graph's warm-up, capture or replay
 };
 
 void CudaBackendImpl::inject(const InjectBatch& b) {
@@ -271,27 +271,7 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
 void CudaBackendImpl::launch_forward(const ForwardBatch& b, ForwardOutput& out) {
   ops_->complete();
   last_was_inject_ = false;  // last_gpu_ms() becomes this forward's
-  const GraphShape shape = graphs_ ? graph_shape(b) : GraphShape{};
-  if (shape.kind == GraphShape::Kind::kNone) {
-    arch_->forward(*ops_, b, out);
-    return;
-  }
-  // The real batch against the real cache; the padded one also reaches the scratch blocks.
-  check_forward_batch(b, num_blocks_ * block_size_, block_size_, num_pool_blocks_ * block_size_, cfg_.vocab_size);
-  pad_for_graph(b, shape, static_cast<int32_t>(num_blocks_), block_size_, padded_);
-  // A graph keeps the launch mode it was captured with (PDL edges or plain ones): part of the key.
-  const auto key = std::make_tuple(static_cast<int>(shape.kind), shape.bucket, static_cast<int>(b.output),
-                                   argmax_span(b, cfg_.vocab_size), static_cast<int>(ops_->decode_attention()),
-                                   cuda::programmatic_launch());
-  std::unique_ptr<ForwardGraph>& g = graphs_by_key_[key];
-  if (g == nullptr) g = std::make_unique<ForwardGraph>();
-  ops_->use_graph(g.get(), static_cast<int64_t>(b.output_tokens.size()));
-  try {
-    arch_->forward(*ops_, padded_, out);
-  } catch (...) {
-    ops_->abort_graph();
-    throw;
-  }
+  runner_->run(b, out);
 }
 
 // Rows both ways go through the staging buffer io_: gathered / scattered on the device by

@@ -76,32 +76,16 @@ Weight CudaForwardOps::random_projection(int64_t rows, int64_t cols, uint64_t se
   return Weight{c.codes, rows, cols, c.scale};
 }
 
-void CudaForwardOps::use_graph(ForwardGraph* g, int64_t output_rows) {
-  graph_ = g;
-  graph_rows_ = output_rows;
-}
-
-void CudaForwardOps::abort_graph() noexcept {
-  if (phase_ == Phase::kCapture) {
-    cudaGraph_t g = nullptr;
-    cudaStreamEndCapture(stream_, &g);  // invalidated or not, the stream leaves capture mode
-    if (g != nullptr) cudaGraphDestroy(g);
-    cudaGetLastError();
-  }
-  if (graph_ != nullptr) {
-    graph_->reset();
-    graph_->warm = false;
-  }
-  graph_ = nullptr;
-  phase_ = Phase::kEager;
+void CudaForwardOps::abort_forward() noexcept {
   ws_ = &eager_;
+  row_amax_of_ = nullptr;
 }
 
-std::vector<const void*> CudaForwardOps::graph_pointers() const {
-  std::vector<const void*> p{graph_ws_.meta.device_data(), graph_ws_.part_o.data(), graph_ws_.part_lse.data(),
-                             rope_.cos(), rope_.sin()};
-  for (const DeviceBuffer& a : graph_ws_.acts) p.push_back(a.data());
-  return p;
+CudaForwardOps::GraphState CudaForwardOps::graph_state() const {
+  GraphState st{{graph_ws_.meta.device_data(), graph_ws_.part_o.data(), graph_ws_.part_lse.data(), rope_.cos(), rope_.sin()},
+                graph_launch_};
+  for (const DeviceBuffer& a : graph_ws_.acts) st.pointers.push_back(a.data());
+  return st;
 }
 
 CudaForwardOps::~CudaForwardOps() {
@@ -111,18 +95,28 @@ CudaForwardOps::~CudaForwardOps() {
   if (side_ != nullptr) cudaStreamDestroy(side_);
 }
 
-// A forward's start: checks, the attention plans (step_attention.h), one upload of the batch's
-// metadata, and for a graph's batch whether it warms up, captures or replays.
+void CudaForwardOps::check(const ForwardBatch& b) const {
+  check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+}
+
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
-  IS_CHECK(!pending_, "a forward began before the last one completed (CudaForwardOps::complete)");
-  // Graph batches carry dummy sequences in the scratch blocks past the cache's (graph_batch.h).
-  const int64_t cache_slots = kv_.cache_slots + (graph_ != nullptr ? kv_.scratch_slots : 0);
-  check_forward_batch(b, cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
   IS_REQUIRE(mask == AttnMask::kCausal, kUnsupported, "the CUDA backend's attention is causal only (encoders run on the CPU backend)");
+  check(b);
+  start(b, eager_);
+}
+
+void CudaForwardOps::begin_graph(const ForwardBatch& padded) {
+  // Its dummy sequences are in the scratch blocks past the cache's (graph_batch.h).
+  check_forward_batch(padded, kv_.cache_slots + kv_.scratch_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+  start(padded, graph_ws_);
+}
+
+// A forward's start: the attention plans (step_attention.h) and one upload of the batch's metadata.
+void CudaForwardOps::start(const ForwardBatch& b, Workspace& ws) {
+  IS_CHECK(!pending_, "a forward began before the last one completed (CudaForwardOps::complete)");
   batch_ = &b;
-  ws_ = graph_ != nullptr ? &graph_ws_ : &eager_;
+  ws_ = &ws;
   row_amax_of_ = nullptr;
-  phase_ = Phase::kEager;
   split_attention_ = false;
   if (b.num_tokens() == 0) return;
   int32_t max_pos = 0;
@@ -130,7 +124,6 @@ void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   rope_.ensure(max_pos);
   const cuda::StepAttention attn = plan_attention_of(b);
   upload_metadata(b, attn);
-  if (graph_ != nullptr) choose_graph_phase();
 }
 
 cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
@@ -139,11 +132,11 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
   for (int32_t s = 0; s < b.num_seqs(); ++s) one_token += b.q_indptr[s + 1] - b.q_indptr[s] == 1;
   const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup ? decode_kernel_for(one_token) : cuda::AttnKernel::kTiles;
   cuda::StepAttention attn = cuda::plan_step_attention(b, group, static_cast<int32_t>(cfg_.num_kv_heads), num_sms_,
-                                                       decode_kernel, graph_ != nullptr);
+                                                       decode_kernel, in_graph());
   split_attention_ = attn.split;
   attn_kernel_ = attn.kernel;
   if (attn.split) decode_kernel_ = attn.decode_kernel;
-  if (graph_ != nullptr)
+  if (in_graph())
     graph_launch_ = {b.num_tokens(), b.num_seqs(), static_cast<int64_t>(b.output_tokens.size()), static_cast<int64_t>(attn_kernel_),
                      attn.options.rows_per_tile, attn.options.min_split_len, attn.capacity.items, attn.capacity.partials,
                      attn.capacity.merges, attn.merge_rows};
@@ -166,7 +159,7 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   capture_ = !capture.empty();
 
   MetaUpload& meta = ws_->meta;
-  const size_t kv_room = graph_ != nullptr ? std::max<size_t>(b.kv_indices.size(), (kv_.cache_slots + kv_.scratch_slots) / block_size_ + S)
+  const size_t kv_room = in_graph() ? std::max<size_t>(b.kv_indices.size(), (kv_.cache_slots + kv_.scratch_slots) / block_size_ + S)
                                            : b.kv_indices.size();
   meta.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
              MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(kv_room) +
@@ -215,7 +208,7 @@ void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const A
   aa_.partial_lse = ws_->part_lse.as<float>();
   aa_.num_items = attn.capacity.items;
   aa_.num_merges = attn.capacity.merges;
-  aa_.counts = graph_ != nullptr ? meta.dev<int32_t>(o.counts) : nullptr;
+  aa_.counts = in_graph() ? meta.dev<int32_t>(o.counts) : nullptr;
   aa_.rows_per_tile = attn.plan.rows_per_tile;
   aa_.merge_rows = attn.merge_rows;
   aa_.num_heads = static_cast<int32_t>(cfg_.num_heads);
@@ -236,31 +229,10 @@ void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const A
   decode_aa_.merge_rows = decode_plan.max_merge_rows;
 }
 
-// The graph: replay it when nothing it points into has moved; capture it after one eager run
-// with these buffers (that run sized them all, so the capture allocates nothing); else warm up.
-void CudaForwardOps::choose_graph_phase() {
-  const bool same = graph_->pointers == graph_pointers() && graph_->launch == graph_launch_;
-  if (same && graph_->exec != nullptr) {
-    phase_ = Phase::kReplay;
-  } else if (same && graph_->warm) {
-    graph_->reset();
-    phase_ = Phase::kCapture;
-    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  } else {
-    graph_->reset();
-    graph_->warm = false;
-    phase_ = Phase::kWarm;
-  }
-}
-
 void* CudaForwardOps::buffer(int slot, size_t bytes) {
   IS_CHECK(slot >= 0 && slot < 64, "activation slot {} out of range", slot);
   std::vector<DeviceBuffer>& acts = ws_->acts;
   const size_t need = std::max<size_t>(bytes, 256);
-  // A capture allocates nothing: the warm-up run before it sized every slot.
-  IS_CHECK((phase_ != Phase::kCapture && phase_ != Phase::kReplay) ||
-               (static_cast<size_t>(slot) < acts.size() && acts[static_cast<size_t>(slot)].bytes() >= need),
-           "activation slot {} grew inside a CUDA graph", slot);
   if (static_cast<size_t>(slot) >= acts.size()) acts.resize(static_cast<size_t>(slot) + 1);
   DeviceBuffer& buf = acts[static_cast<size_t>(slot)];
   buf.reserve(need);
@@ -274,14 +246,12 @@ Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
 }
 
 void CudaForwardOps::embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) {
-  if (skip()) return;
   mark("embedding");
   if (index != EmbedIndex::kTokenIds || accumulate) no_gpu_op("position or token-type embeddings");
   cuda::embedding(w<bf16>(table), ws_->meta.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
 }
 
 void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool output_rows) {
-  if (skip()) return;
   mark("rms_norm");
   const int32_t* rows = output_rows ? ws_->meta.dev<int32_t>(o_out_) : nullptr;
   if (y.type == ActType::kCompute) {
@@ -299,7 +269,6 @@ void CudaForwardOps::gelu(Act) { no_gpu_op("GELU"); }
 void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather without a norm"); }
 
 void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
-  if (skip()) return;
   if (!bias.empty()) no_gpu_op("linear bias");
   mark_shape("linear", wt);
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
@@ -340,7 +309,6 @@ void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate
 }
 
 void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
-  if (skip()) return;
   mark("qkv_rope_append");
   if (!step.rope) no_gpu_op("attention without RoPE");
   const int64_t l = layer;
@@ -367,7 +335,6 @@ void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
 }
 
 void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
-  if (skip()) return;
   mark("attention");
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
@@ -401,7 +368,6 @@ cuda::AttnKernel CudaForwardOps::decode_kernel_for(int32_t num_seqs) const {
 }
 
 void CudaForwardOps::silu_mul(Act gu, Act out) {
-  if (skip()) return;
   mark("silu_mul");
   // With FP8 projections the output feeds the down projection: its row maxima come along, as
   // rms_norm's do, where they save a kernel: a small x is quantized by one kernel of one block
@@ -413,7 +379,6 @@ void CudaForwardOps::silu_mul(Act gu, Act out) {
 }
 
 void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
-  if (skip()) return;
   if (wt.quantized() || !gemm_.gemv_path(x.data, wt.impl, x.rows, wt.cols)) {  // cuBLASLt into gu, then the SiLU kernel
     ForwardOps::linear_silu_mul(x, wt, gu, out);
     return;
@@ -426,43 +391,18 @@ void CudaForwardOps::linear_silu_mul(Act x, const Weight& wt, Act gu, Act out) {
 }
 
 void CudaForwardOps::argmax(Act logits, int64_t n, Act ids) {
-  if (skip()) return;
   mark("argmax");
   cuda::argmax_rows(p<float>(logits), logits.rows, logits.cols, n, p<int32_t>(ids), stream_);
 }
 
 void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
-  if (skip()) return;
   mark("sample");
   cuda::sample_rows(p<float>(logits), logits.rows, logits.cols, n, ws_->meta.dev<RowSampling>(o_samp_), p<int32_t>(ids), stream_);
 }
 
 void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
-  if (phase_ == Phase::kCapture) {
-    cudaGraph_t g = nullptr;
-    CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-    phase_ = Phase::kEager;  // the stream is out of capture mode
-    const cudaError_t e = cudaGraphInstantiate(&graph_->exec, g, 0);
-    cudaGraphDestroy(g);
-    CUDA_CHECK(e);
-    graph_->pointers = graph_pointers();
-    graph_->launch = graph_launch_;
-    ++stats_.captures;
-    phase_ = Phase::kReplay;
-  }
-  if (phase_ == Phase::kReplay) {
-    CUDA_CHECK(cudaGraphLaunch(graph_->exec, stream_));
-    ++stats_.replays;
-  } else if (phase_ == Phase::kWarm) {
-    graph_->pointers = graph_pointers();
-    graph_->launch = graph_launch_;
-    graph_->warm = true;
-    ++stats_.eager_warmups;
-  }
-  const int64_t rows = graph_ != nullptr ? std::min(graph_rows_, result.rows) : result.rows;
-  graph_ = nullptr;
-  phase_ = Phase::kEager;
   ws_ = &eager_;
+  const int64_t rows = result.rows;
   CUDA_CHECK(cudaEventRecord(timing_.stop, stream_));
   const size_t n = static_cast<size_t>(rows * result.cols), out_bytes = n * 4;  // f32 values or int32 ids
   out_host_.reserve(std::max<size_t>(out_bytes, 4));

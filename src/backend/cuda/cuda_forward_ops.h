@@ -58,25 +58,6 @@ struct CudaTiming {
 };
 
 
-// One bucket's forward as a CUDA graph (graph_batch.h says which forwards have one). A graph holds
-// the addresses of the graph workspace's buffers and the RoPE table; `pointers` is what they were
-// at capture, and a forward finding others (a bigger bucket grew a buffer) runs eagerly once with
-// the new ones, then captures again.
-struct ForwardGraph {
-  ForwardGraph() = default;
-  ForwardGraph(const ForwardGraph&) = delete;
-  ForwardGraph& operator=(const ForwardGraph&) = delete;
-  ~ForwardGraph() { reset(); }
-  void reset() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    exec = nullptr;
-  }
-  cudaGraphExec_t exec = nullptr;
-  std::vector<const void*> pointers;  // at the last eager run (warm) or capture
-  std::vector<int64_t> launch;        // the launches' shape then (tokens, rows, attention plan sizes)
-  bool warm = false;                  // an eager run with `pointers` sized every buffer
-};
-
 class CudaForwardOps final : public ForwardOps {
  public:
   CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size, cudaStream_t stream,
@@ -96,14 +77,26 @@ class CudaForwardOps final : public ForwardOps {
   void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
-  // The next forward (a batch padded by pad_for_graph) runs through `g`, returning only its
-  // first `output_rows` rows; null: eager. Cleared by finish() and abort_graph().
-  void use_graph(ForwardGraph* g, int64_t output_rows);
-  // After a forward threw: ends a capture in progress (the stream leaves capture mode) and forgets
-  // the graph's warm state.
-  void abort_graph() noexcept;
-  const GraphStats& graph_stats() const { return stats_; }
-  // Per-op GPU time of eager forwards (op_profile.h); forwards through a graph are not profiled.
+  // The batch against the cache requests get (begin() of a graph's batch also admits the scratch
+  // blocks past it).
+  void check(const ForwardBatch& b) const;
+  // begin() of a batch padded for a CUDA graph (graph_batch.h), in the graph workspace: its
+  // buffers are the ones graphs point into, apart from eager forwards' (an eager prefill growing
+  // its buffers never moves them). The graph runner (graph_runner.h) then runs the architecture's
+  // ops, records them, or replays a graph of them, and calls finish().
+  void begin_graph(const ForwardBatch& padded);
+  // What a graph of the forward begun depends on: the addresses its launches read (the graph
+  // workspace's buffers, the RoPE table) and the launches' shape (tokens, rows, attention plan
+  // sizes). A graph replays only while they are the ones it was recorded with.
+  struct GraphState {
+    std::vector<const void*> pointers;
+    std::vector<int64_t> launch;
+    bool operator==(const GraphState&) const = default;
+  };
+  GraphState graph_state() const;
+  // After a forward threw between begin and finish: the next forward starts clean.
+  void abort_forward() noexcept;
+  // Per-op GPU time of eager forwards (op_profile.h); forwards in the graph workspace are not profiled.
   OpProfiler& profiler() { return profiler_; }
   size_t weight_bytes() const { return weights_.bytes(); }
 
@@ -146,7 +139,7 @@ class CudaForwardOps final : public ForwardOps {
   // (kTiles: none).
   cuda::AttnKernel decode_kernel_for(int32_t num_seqs) const;
   // begin()'s phases: the attention plans (setting the split and kernels), the metadata upload
-  // and the attention arguments into it, and a graph's warm-up, capture or replay.
+  // and the attention arguments into it.
   cuda::StepAttention plan_attention_of(const ForwardBatch& b);
   void upload_metadata(const ForwardBatch& b, const cuda::StepAttention& attn);
   // Offsets in the metadata upload of the attention's arrays; main_rows: the main plan's partial rows.
@@ -155,7 +148,6 @@ class CudaForwardOps final : public ForwardOps {
     size_t main_rows = 0;
   };
   void set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o);
-  void choose_graph_phase();
   DeviceWeightStore weights_;
   bool e4m3_projections_ = false;
   Gemm gemm_;
@@ -163,7 +155,8 @@ class CudaForwardOps final : public ForwardOps {
   void linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate);
   // Scratch slots past any architecture's (act() slots are 0..kQuantCodes - 1).
   static constexpr int kQuantCodes = 61, kQuantRowAmax = 62, kQuantScale = 63;
-  // Slot `slot`'s buffer with room for `bytes` (grown outside graphs only).
+  // Slot `slot`'s buffer with room for `bytes`, grown on demand (in the graph workspace only by a
+  // warm-up: graph_runner.h).
   void* buffer(int slot, size_t bytes);
   // The activation whose row maxima rms_norm or silu_mul left in slot kQuantRowAmax (their
   // output), until the next linear layer: an FP8 one's quantization takes them; null: none.
@@ -179,6 +172,8 @@ class CudaForwardOps final : public ForwardOps {
   };
   Workspace eager_, graph_ws_;
   Workspace* ws_ = &eager_;
+  // begin() and begin_graph(): the checks, then begin()'s phases above, in the workspace `ws`.
+  void start(const ForwardBatch& b, Workspace& ws);
   PinnedBuffer out_host_;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
   // The forward finish() queued and complete() has not yet taken: the caller's output, its size.
   struct Pending {
@@ -188,13 +183,10 @@ class CudaForwardOps final : public ForwardOps {
   };
   std::optional<Pending> pending_;
   cudaEvent_t copied_ = nullptr;  // after the output's copy to out_host_
-  // The graph path (use_graph): what this forward does with its graph.
-  enum class Phase { kEager, kWarm, kCapture, kReplay };
-  std::vector<const void*> graph_pointers() const;
-  std::vector<int64_t> graph_launch_;  // this forward's launch shape (ForwardGraph::launch)
-  bool skip() const { return phase_ == Phase::kReplay; }  // launches come from the graph
-  // This forward is profiled (op_profile.h): profiling on and no graph.
-  bool profiling() const { return profiler_.enabled() && graph_ == nullptr; }
+  bool in_graph() const { return ws_ == &graph_ws_; }
+  std::vector<int64_t> graph_launch_;  // this forward's launch shape (GraphState::launch)
+  // This forward is profiled (op_profile.h): profiling on, the eager workspace.
+  bool profiling() const { return profiler_.enabled() && !in_graph(); }
   void mark(const char* op) {
     if (profiling()) profiler_.mark(op, stream_);
   }
@@ -203,10 +195,6 @@ class CudaForwardOps final : public ForwardOps {
     if (profiling()) profiler_.mark(std::string(op) + " " + std::to_string(w.rows) + "x" + std::to_string(w.cols), stream_);
   }
   OpProfiler profiler_;
-  ForwardGraph* graph_ = nullptr;
-  int64_t graph_rows_ = 0;
-  Phase phase_ = Phase::kEager;
-  GraphStats stats_;
   // Per forward (begin()).
   const ForwardBatch* batch_ = nullptr;
   cuda::AttnKernel attn_kernel_ = cuda::AttnKernel::kTiles;
