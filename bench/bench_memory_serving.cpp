@@ -167,6 +167,15 @@ int main(int argc, char** argv) {
   const LocomoConversation& c = convs.at(static_cast<size_t>(a.conv));
   const auto dir = std::filesystem::temp_directory_path() / ("inferscale-bench-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
+  // Removed when main returns, after the service, the retriever and the store (declared after it:
+  // the service detaches from the store as it goes).
+  struct RemoveDir {
+    std::filesystem::path path;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_dir{dir};
   auto store = FactStore::open(dir);
   Bm25Retriever retriever(*store);
   const auto ids = store->add_turns(kDefaultTenant, c.sample_id, c.sample_id, locomo_turns(c));
@@ -340,7 +349,5 @@ int main(int argc, char** argv) {
                 ttft_sum / a.users * 1e3);
   }
   std::printf("\nThroughput inject / text: %.2fx\n%s", rps[0] / rps[1], step_lines.c_str());
-  store.reset();
-  std::filesystem::remove_all(dir);
   return 0;
 }

@@ -21,8 +21,8 @@ cat "$OUT/env.txt"
 # One process per test suite: a crash or sticky CUDA error in one leaves the others running.
 t0=$(date +%s)
 test_rc=0
-for suite in CudaKernels CudaAttention CudaBackend CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
-  PARITY_OUT="$OUT/parity.txt" timeout 100 "$HERE/test_cuda" --gtest_filter="$suite.*" > "$OUT/test_$suite.log" 2>&1 || test_rc=$?
+for suite in CudaKernels CudaAttention CudaBackend OpParity CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
+  PARITY_OUT="$OUT/parity.txt" timeout 100 "$HERE/test_cuda" --gtest_filter="$suite.*:*/$suite.*" > "$OUT/test_$suite.log" 2>&1 || test_rc=$?
 done
 t1=$(date +%s)
 timeout 80 "$HERE/bench_cuda_kernels" $QUICK > "$OUT/bench_kernels.log" 2>&1
@@ -52,7 +52,7 @@ fi
 t4=$(date +%s)
 
 echo "== test_cuda (last failing rc $test_rc, $((t1 - t0)) s)"
-for suite in CudaKernels CudaAttention CudaBackend CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
+for suite in CudaKernels CudaAttention CudaBackend OpParity CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
   log="$OUT/test_$suite.log"
   echo "-- $suite: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]+ test' "$log" | tr '\n' ' ')"
   grep -E "^\[  FAILED  \] [A-Z]" "$log" | head -10
