@@ -22,7 +22,7 @@ cat "$OUT/env.txt"
 t0=$(date +%s)
 test_rc=0
 for suite in CudaKernels CudaAttention CudaBackend OpParity CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
-  PARITY_OUT="$OUT/parity.txt" timeout 100 "$HERE/test_cuda" --gtest_filter="$suite.*:*/$suite.*" > "$OUT/test_$suite.log" 2>&1 || test_rc=$?
+  PARITY_OUT="$OUT/parity.txt" timeout 240 "$HERE/test_cuda" --gtest_filter="$suite.*:*/$suite.*" > "$OUT/test_$suite.log" 2>&1 || test_rc=$?
 done
 t1=$(date +%s)
 timeout 80 "$HERE/bench_cuda_kernels" $QUICK > "$OUT/bench_kernels.log" 2>&1

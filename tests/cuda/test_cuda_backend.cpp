@@ -495,7 +495,11 @@ TEST(CudaBackend, Fp8CacheMatchesCpuWithinItsRounding) {
     Builder qb(bs, &next_block);
     qb.add(req, random_tokens(7, 92, V));
     step(qb.fb, "question");
-    sbs.expect_mostly_agree(v.name);
+    // Random weights give near-flat logits, and FP8's rounding (rel_l2 ~4e-2) moves some argmaxes:
+    // llama_d64_g7 disagrees on 4 of its 11 rows (H100), the same 4 rows as before the CUDA-core
+    // decode step (3 more rows, all agreeing) left the test. The logits' bound above is the check;
+    // this one catches a wholesale failure.
+    sbs.expect_mostly_agree(v.name, 6);
   }
 }
 
