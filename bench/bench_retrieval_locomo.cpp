@@ -89,6 +89,9 @@ int main(int argc, char** argv) {
   app.add_option("--md", md_path, "write the tables as markdown");
   app.add_option("--data-dir", data_dir, "keep the fact store (and its vectors) here (default: a temp dir, removed)");
   cli::add_embedder_options(app, emb);
+  app.add_option("--neighbours", emb.neighbours,
+                 "the weight a retrieved turn lends the turns beside it, as --retrieval-neighbours; 0: off")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   try {
     const std::vector<std::string> modes = split_list(modes_arg);
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
     out["ks"] = ks;
     out["hardware_threads"] = std::thread::hardware_concurrency();
     out["embedder"] = emb.model;
+    out["neighbours"] = emb.neighbours;
     out["modes"] = ordered_json::object();
     bool embedded = false;
     for (const std::string& mode : modes) {

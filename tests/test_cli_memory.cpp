@@ -147,11 +147,18 @@ TEST_F(CliMemory, ImportLocomoWithProgressWindowAndReplace) {
   EXPECT_NE(r.err.find("7/7"), std::string::npos) << r.err;  // the final progress line (not a TTY: plain lines)
   EXPECT_EQ(r.err.find('\r'), std::string::npos);
 
+  // The turn that matches best, the turn after it in its session (neighbour expansion lends it
+  // half that turn's score, more than the other cello turn matches by itself), then the other.
   const json hits = search("mini-1", "started learning cello", 5);
-  ASSERT_EQ(hits.size(), 2u);
+  ASSERT_EQ(hits.size(), 3u);
   EXPECT_EQ(hits[0]["source"], json({{"conversation", "mini-1"}, {"session", "session_1"}, {"turn", "D1:1"}, {"speaker", "Ada"}}));
   EXPECT_EQ(hits[0]["date"], "9:15 am on 3 March, 2022");
-  EXPECT_EQ(hits[1]["source"]["turn"], "D2:1");
+  EXPECT_EQ(hits[1]["source"]["turn"], "D1:2");
+  EXPECT_EQ(hits[2]["source"]["turn"], "D2:1");
+  EXPECT_EQ(json::parse(ok({"memory", "search", "--data-dir", data, "--user", "mini-1", "--query", "started learning cello",
+                            "--retrieval-neighbours", "0", "--json"}))
+                .size(),
+            2u);
   EXPECT_EQ(search("mini-2", "cello", 5).size(), 0u);
 
   {

@@ -36,6 +36,10 @@ void add_retrieval_option(CLI::App& cmd, EmbedderArgs& a) {
                  "how text queries rank facts: bm25 | dense | hybrid (RRF of both, k_rrf 60, depth 100); auto: hybrid "
                  "with --embedder, else bm25")
       ->capture_default_str()->check(CLI::IsMember({"auto", "bm25", "dense", "hybrid"}));
+  cmd.add_option("--retrieval-neighbours", a.neighbours,
+                 "the weight a retrieved conversation turn lends the turns beside it (same session); 0: off; a "
+                 "request's memory.neighbours overrides it")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
 }
 
 RetrievalMode retrieval_mode(const EmbedderArgs& a) {
@@ -98,15 +102,19 @@ std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& stor
   const RetrievalMode mode = retrieval_mode(a);
   if (mode == RetrievalMode::kBm25 && !a.model.empty())
     spdlog::warn("--retrieval bm25: the embedder {} is not loaded and its vectors are not kept up to date", a.model);
+  // BM25 with neighbour expansion, alone or as hybrid retrieval's lexical side (neighbour_retriever.h).
+  auto lexical = [&] {
+    return std::make_unique<NeighbourRetriever>(store, std::make_unique<Bm25Retriever>(store), a.neighbours);
+  };
   std::unique_ptr<Retriever> text;
   if (mode == RetrievalMode::kBm25) {
-    text = std::make_unique<Bm25Retriever>(store);
+    text = lexical();
   } else {
     auto dense = std::make_unique<DenseRetriever>(store, load_embedder(a, gpu), 32, make_index);
     if (mode == RetrievalMode::kDense) {
       text = std::move(dense);
     } else {
-      text = std::make_unique<HybridRetriever>(std::make_unique<Bm25Retriever>(store), std::move(dense));
+      text = std::make_unique<HybridRetriever>(lexical(), std::move(dense));
     }
   }
   spdlog::info("retrieval: {}", text->name());
@@ -115,7 +123,7 @@ std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& a, FactStore& stor
 
 size_t embed_all_missing(Retriever& retriever, const FactStore& store) {
   Retriever* text = &retriever;
-  if (auto* combined = dynamic_cast<CombinedRetriever*>(&retriever)) text = &combined->text();
+  if (auto* combined = dynamic_cast<CombinedRetriever*>(text)) text = &combined->text();
   DenseRetriever* dense = dense_part(*text);
   if (!dense) return 0;
   int64_t missing = 0;

@@ -9,6 +9,7 @@
 
 #include "memory/store/fact_store.h"
 #include "memory/memory_service.h"
+#include "memory/retrieval/neighbour_retriever.h"
 #include "memory/retrieval/retriever.h"
 
 namespace inferscale::cli {
@@ -25,10 +26,11 @@ struct EmbedderArgs {
   std::string eos = "auto";        // auto | none | a token appended to every text
   std::string instruct;            // query task: queries become "Instruct: {task}\nQuery: {query}"
   int32_t max_tokens = 512;        // longer texts are truncated
+  double neighbours = kDefaultNeighbourWeight;  // NeighbourRetriever's default weight; 0: off
 };
 
 void add_embedder_options(CLI::App& cmd, EmbedderArgs& args);
-// --retrieval (serve, chat, memory search).
+// --retrieval and --retrieval-neighbours (serve, chat, memory search).
 void add_retrieval_option(CLI::App& cmd, EmbedderArgs& args);
 
 enum class RetrievalMode { kBm25, kDense, kHybrid };
@@ -40,7 +42,9 @@ RetrievalMode retrieval_mode(const EmbedderArgs& args);
 // which embeds each user's missing vectors before that user's first search; or both fused by a
 // HybridRetriever (RRF, hybrid_retriever.h). With --retrieval bm25 an --embedder is not loaded
 // (a warning says so). Query vectors: the
-// vectors the client supplied with the facts (a CombinedRetriever holds both).
+// vectors the client supplied with the facts (a CombinedRetriever holds both). BM25, alone or in
+// hybrid, is wrapped in a NeighbourRetriever (--retrieval-neighbours): a retrieved turn lends part
+// of its score to the turns beside it.
 // `gpu` (gpu_selected(--device)): the users' vector indexes live on the GPU and the embedding
 // model runs on the CUDA backend when its shape allows.
 std::unique_ptr<Retriever> make_retriever(const EmbedderArgs& args, FactStore& store, bool gpu = false);

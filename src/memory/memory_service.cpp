@@ -322,6 +322,7 @@ FactRetrieval MemoryService::retrieve(const MemoryRequest& req, const PromptSour
   const int32_t recompute = req.recompute < 0 ? opts_.default_recompute : req.recompute;
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
   check_memory_limits(k, window_of(req), recompute, recompute_last);
+  IS_REQUIRE(req.neighbours <= 1.0, kInvalidInput, "memory.neighbours must be in [0, 1], got {}", req.neighbours);
   IS_REQUIRE(!prompt.chat || !prompt.messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   std::vector<ScoredFact> hits;
   FactRetrieval r;
@@ -332,7 +333,9 @@ FactRetrieval MemoryService::retrieve(const MemoryRequest& req, const PromptSour
       hits = retriever_.search_vector(req.tenant, req.user, req.query_vector, static_cast<size_t>(k));
     } else {
       const std::string query = req.query.empty() ? prompt.default_query(*model_.tokenizer) : req.query;
-      hits = retriever_.search(req.tenant, req.user, query, static_cast<size_t>(k));
+      SearchOptions opts;
+      opts.neighbours = req.neighbours;
+      hits = retriever_.search_with(req.tenant, req.user, query, static_cast<size_t>(k), opts);
     }
     r.ms = ms_since(t0);
   }

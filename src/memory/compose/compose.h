@@ -43,6 +43,8 @@ struct MemoryRequest {
                                   // time (EPIC-style) instead of injected; -1: MemoryOptions::default_recompute
   int32_t recompute_last = -1;    // inject: the last m placed facts (nearest the question; the best-ranked
                                   // in rank order) are recomputed whole; -1: MemoryOptions::default_recompute_last
+  double neighbours = -1;         // the weight a retrieved turn lends its neighbours (retrieval/
+                                  // neighbour_retriever.h), in [0, 1]; -1: the retriever's default
   std::string query;              // retrieval query; empty: the last user message
   std::vector<float> query_vector;  // [dim] client-computed query; when set, retrieval matches it
                                     // against the facts' client vectors and `query` is unused

@@ -4,6 +4,14 @@
 
 namespace inferscale {
 
+std::string bm25_document(const Fact& fact) {
+  std::string doc = fact.source.speaker;
+  if (!doc.empty()) doc += ' ';
+  doc += fact.text;
+  if (!fact.timestamp.empty()) doc += ' ' + fact.timestamp;
+  return doc;
+}
+
 Bm25Retriever::Bm25Retriever(FactStore& store, Bm25Params params) : store_(store), params_(params) {
   store_.attach(this);
 }
@@ -34,14 +42,14 @@ void Bm25Retriever::on_facts_added(std::span<const Fact> facts) {
       index = &users_.try_emplace(key, params_).first->second;
       current = std::move(key);
     }
-    index->put(f.id, f.text);
+    index->put(f.id, bm25_document(f));
   }
 }
 
 void Bm25Retriever::on_fact_updated(const Fact& fact, bool text_changed) {
   if (!text_changed) return;
   std::unique_lock lock(mu_);
-  users_.try_emplace(user_map_key(fact.tenant, fact.user), params_).first->second.put(fact.id, fact.text);
+  users_.try_emplace(user_map_key(fact.tenant, fact.user), params_).first->second.put(fact.id, bm25_document(fact));
 }
 
 void Bm25Retriever::on_facts_deleted(std::string_view tenant, std::string_view user, std::span<const int64_t> ids,

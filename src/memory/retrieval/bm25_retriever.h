@@ -1,4 +1,4 @@
-// The default retriever: BM25 over each user's fact texts, no model needed. One Bm25Index per
+// The default retriever: BM25 over each user's facts, no model needed. One Bm25Index per
 // (tenant, user), built from the store when attached and kept in step by the store's change
 // events (add, update, delete) afterwards.
 #pragma once
@@ -12,6 +12,12 @@
 #include "memory/retrieval/retriever.h"
 
 namespace inferscale {
+
+// What BM25 indexes of a fact: its speaker, its text and its date ("Caroline I went to a support
+// group yesterday 1:56 pm on 8 May, 2023"), the fields the dense retriever's document has too:
+// questions name the speaker and the time, turns rarely do (docs/QUALITY.md: recall@10 on LoCoMo
+// 0.643 for the text alone, 0.699 with both).
+std::string bm25_document(const Fact& fact);
 
 class Bm25Retriever final : public Retriever, private FactStoreListener {
  public:

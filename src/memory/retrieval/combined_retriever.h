@@ -19,6 +19,10 @@ class CombinedRetriever final : public Retriever {
   std::string name() const override { return text_->name(); }
   std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,
                                  size_t k) const override;
+  std::vector<ScoredFact> search_with(std::string_view tenant, std::string_view user, std::string_view query,
+                                      size_t k, const SearchOptions& opts) const override {
+    return text_->search_with(tenant, user, query, k, opts);
+  }
   std::vector<ScoredFact> search_vector(std::string_view tenant, std::string_view user, std::span<const float> query,
                                         size_t k) const override;
   void refresh(std::string_view tenant, std::string_view user) const override { text_->refresh(tenant, user); }

@@ -19,10 +19,15 @@ std::string HybridRetriever::name() const { return "hybrid:" + lexical_->name() 
 
 std::vector<ScoredFact> HybridRetriever::search(std::string_view tenant, std::string_view user, std::string_view query,
                                                 size_t k) const {
+  return search_with(tenant, user, query, k, SearchOptions{});
+}
+
+std::vector<ScoredFact> HybridRetriever::search_with(std::string_view tenant, std::string_view user,
+                                                     std::string_view query, size_t k, const SearchOptions& opts) const {
   if (k == 0) return {};
   const size_t depth = std::max(k, params_.candidate_depth);
-  const std::array<std::vector<ScoredFact>, 2> rankings = {lexical_->search(tenant, user, query, depth),
-                                                           dense_->search(tenant, user, query, depth)};
+  const std::array<std::vector<ScoredFact>, 2> rankings = {lexical_->search_with(tenant, user, query, depth, opts),
+                                                           dense_->search_with(tenant, user, query, depth, opts)};
   return rrf_fuse(rankings, k, params_.k_rrf);
 }
 

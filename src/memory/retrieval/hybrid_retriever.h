@@ -32,6 +32,9 @@ class HybridRetriever final : public Retriever {
   std::string name() const override;
   std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,
                                  size_t k) const override;
+  // The options go to both sides (the lexical one takes the neighbour weight).
+  std::vector<ScoredFact> search_with(std::string_view tenant, std::string_view user, std::string_view query,
+                                      size_t k, const SearchOptions& opts) const override;
   void refresh(std::string_view tenant, std::string_view user) const override;
 
   Retriever& lexical() const { return *lexical_; }

@@ -37,6 +37,11 @@ struct FactHit {
 std::vector<FactHit> fetch_hits(const FactStore& store, std::string_view tenant, std::string_view user,
                                 std::span<const ScoredFact> hits);
 
+// Per-search choices beyond the query; a negative value takes the retriever's default.
+struct SearchOptions {
+  double neighbours = -1;  // NeighbourRetriever's weight (neighbour_retriever.h); 0: off
+};
+
 class Retriever {
  public:
   virtual ~Retriever() = default;
@@ -46,6 +51,11 @@ class Retriever {
   // another user's facts; an unknown user has none. Thread-safe with the store's writers.
   virtual std::vector<ScoredFact> search(std::string_view tenant, std::string_view user, std::string_view query,
                                          size_t k) const = 0;
+  // The same with per-search choices; retrievers that have none ignore them.
+  virtual std::vector<ScoredFact> search_with(std::string_view tenant, std::string_view user, std::string_view query,
+                                              size_t k, const SearchOptions& opts) const {
+    return search(tenant, user, query, k);
+  }
   // The same for a query vector the client computed ([dim], matched against the vectors the client
   // supplied with the facts). kUnsupported unless the retriever holds client vectors;
   // kInvalidInput when the dim differs from the user's vectors.
