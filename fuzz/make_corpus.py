@@ -274,6 +274,26 @@ def mem0_seeds():
     return {k: json.dumps(v).encode() for k, v in bodies.items()}
 
 
+def memory_rest_seeds():
+    # fuzz_memory_rest's input: a route byte (its index in kShapes), the {user} line, the {id} or
+    # query line, then the body.
+    def req(route, user, second, body):
+        return bytes([route]) + user.encode() + b"\n" + second.encode() + b"\n" + body.encode()
+    facts = {"facts": [{"text": "Ann likes tea", "timestamp": "2023-05-08", "speaker": "Ann", "metadata": {"k": 1}},
+                       {"text": "Ann has a cat", "embedding": [0.1, 0.2]}]}
+    turns = {"conversation": "c1", "turns": [{"text": "did you buy the kayak", "speaker": "Ann", "session": "s1"},
+                                            {"text": "yes, on tuesday", "speaker": "Bob", "session": "s1"}]}
+    return {"add_facts.req": req(3, "ann", "", json.dumps(facts)),
+            "add_turns.req": req(3, "ann", "", json.dumps(turns)),
+            "list.req": req(4, "ann", "after=1&limit=2", ""),
+            "get.req": req(5, "ann", "1", ""),
+            "patch.req": req(6, "ann", "1", json.dumps({"text": "Ann likes green tea", "metadata": {"k": 2}})),
+            "delete.req": req(7, "ann", "2", ""),
+            "search.req": req(8, "ann", "", json.dumps({"query": "kayak", "k": 3})),
+            "users.req": req(0, "", "", ""),
+            "user_encoded.req": req(1, "a%20n%2Fn", "", "")}
+
+
 def api_keys_seeds():
     return {"keys.txt": b"# keys\nsk-acme-7f3c2a10d4   acme\n"
                         b"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\tglobex  # ops\n\n"}
@@ -312,7 +332,7 @@ def imports_seeds():
 
 TARGETS = {"fuzz_gguf": gguf_seeds, "fuzz_safetensors": safetensors_seeds, "fuzz_model_config": config_seeds,
            "fuzz_tokenizer_json": tokenizer_json_seeds, "fuzz_spm": spm_seeds, "fuzz_chat_template": chat_template_seeds,
-           "fuzz_http": http_seeds, "fuzz_mem0": mem0_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
+           "fuzz_http": http_seeds, "fuzz_mem0": mem0_seeds, "fuzz_memory_rest": memory_rest_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
            "fuzz_imports": imports_seeds}
 
 
