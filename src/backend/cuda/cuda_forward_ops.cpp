@@ -19,10 +19,6 @@ T* p(Act a) { return static_cast<T*>(a.data); }
 template <class T>
 const T* w(const Weight& x) { return static_cast<const T*>(x.impl); }
 
-[[noreturn]] void no_gpu_op(const char* op) {
-  IS_THROW(kUnsupported, "the CUDA backend has no {} (BERT encoders run on the CPU backend)", op);
-}
-
 }  // namespace
 
 CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size,
@@ -247,8 +243,14 @@ Act CudaForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
 
 void CudaForwardOps::embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) {
   mark("embedding");
-  if (index != EmbedIndex::kTokenIds || accumulate) no_gpu_op("position or token-type embeddings");
-  cuda::embedding(w<bf16>(table), ws_->meta.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
+  if (index == EmbedIndex::kTokenIds && !accumulate) {
+    cuda::embedding(w<bf16>(table), ws_->meta.dev<int32_t>(o_ids_), p<float>(x), x.rows, x.cols, stream_);
+    return;
+  }
+  const int32_t* rows = index == EmbedIndex::kTokenIds   ? ws_->meta.dev<int32_t>(o_ids_)
+                        : index == EmbedIndex::kPositions ? ws_->meta.dev<int32_t>(o_pos_)
+                                                          : nullptr;  // kFirstRow
+  cuda::embedding_rows(w<bf16>(table), rows, accumulate, p<float>(x), x.rows, x.cols, stream_);
 }
 
 void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool output_rows) {
@@ -264,25 +266,51 @@ void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool ou
   }
 }
 
-void CudaForwardOps::layer_norm(Act, const Weight&, const Weight&, Act, float) { no_gpu_op("LayerNorm"); }
-void CudaForwardOps::gelu(Act) { no_gpu_op("GELU"); }
-void CudaForwardOps::gather_output_rows(Act, Act) { no_gpu_op("row gather without a norm"); }
+void CudaForwardOps::layer_norm(Act x, const Weight& wt, const Weight& b, Act y, float eps) {
+  mark("layer_norm");
+  IS_CHECK(x.type == ActType::kF32 && y.type == ActType::kF32 && x.rows == y.rows && x.cols == y.cols,
+           "layer_norm [{}, {}] into [{}, {}]", x.rows, x.cols, y.rows, y.cols);
+  cuda::layer_norm(p<float>(x), w<float>(wt), w<float>(b), p<float>(y), x.rows, x.cols, eps, stream_);
+}
+
+void CudaForwardOps::gelu(Act x) {
+  mark("gelu");
+  if (x.type == ActType::kF32) {
+    cuda::gelu(p<float>(x), x.rows * x.cols, stream_);
+  } else {
+    cuda::gelu(p<bf16>(x), x.rows * x.cols, stream_);
+  }
+}
+
+void CudaForwardOps::gather_output_rows(Act x, Act rows) {
+  mark("gather_output_rows");
+  IS_CHECK(x.type == ActType::kF32 && rows.type == ActType::kF32 && rows.cols == x.cols &&
+               rows.rows == static_cast<int64_t>(batch_->output_tokens.size()),
+           "output rows [{}, {}] of [{}, {}]", rows.rows, rows.cols, x.rows, x.cols);
+  cuda::gather_rows(p<float>(x), ws_->meta.dev<int32_t>(o_out_), p<float>(rows), rows.rows, rows.cols, stream_);
+}
 
 void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, bool accumulate) {
-  if (!bias.empty()) no_gpu_op("linear bias");
   mark_shape("linear", wt);
   IS_CHECK(x.type == ActType::kCompute && x.cols == wt.cols && y.cols == wt.rows && x.rows == y.rows,
            "linear [{}, {}] x [{}, {}]^T into [{}, {}]", x.rows, x.cols, wt.rows, wt.cols, y.rows, y.cols);
   IS_CHECK(y.type == ActType::kF32 || !accumulate, "a GEMM accumulates into f32 outputs only");
+  IS_CHECK(bias.empty() || bias.cols == wt.rows, "a bias of {} for {} outputs", bias.cols, wt.rows);
   if (wt.quantized()) {
     linear_e4m3(x, wt, y, accumulate);
-    return;
-  }
-  row_amax_of_ = nullptr;  // a bf16 weight (a shape FP8 does not take): the maxima go unused
-  if (y.type == ActType::kF32) {
-    gemm_.run(p<bf16>(x), w<bf16>(wt), p<float>(y), x.rows, wt.rows, wt.cols, accumulate, stream_);
   } else {
-    gemm_.run(p<bf16>(x), w<bf16>(wt), p<bf16>(y), x.rows, wt.rows, wt.cols, stream_);
+    row_amax_of_ = nullptr;  // a bf16 weight (a shape FP8 does not take): the maxima go unused
+    if (y.type == ActType::kF32) {
+      gemm_.run(p<bf16>(x), w<bf16>(wt), p<float>(y), x.rows, wt.rows, wt.cols, accumulate, stream_);
+    } else {
+      gemm_.run(p<bf16>(x), w<bf16>(wt), p<bf16>(y), x.rows, wt.rows, wt.cols, stream_);
+    }
+  }
+  if (bias.empty()) return;
+  if (y.type == ActType::kF32) {
+    cuda::add_bias(p<float>(y), w<float>(bias), y.rows, y.cols, stream_);
+  } else {
+    cuda::add_bias(p<bf16>(y), w<float>(bias), y.rows, y.cols, stream_);
   }
 }
 
@@ -310,15 +338,14 @@ void CudaForwardOps::linear_e4m3(Act x, const Weight& wt, Act y, bool accumulate
 
 void CudaForwardOps::qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) {
   mark("qkv_rope_append");
-  if (!step.rope) no_gpu_op("attention without RoPE");
   const int64_t l = layer;
   cuda::QkvRopeAppendArgs ra;
   ra.qkv = p<float>(qkv);
   ra.bias = w<float>(step.bias);
   ra.q_norm = w<float>(step.q_norm);
   ra.k_norm = w<float>(step.k_norm);
-  ra.cos_table = rope_.cos();
-  ra.sin_table = rope_.sin();
+  ra.cos_table = step.rope ? rope_.cos() : nullptr;  // none: an encoder's heads, not rotated
+  ra.sin_table = step.rope ? rope_.sin() : nullptr;
   ra.positions = ws_->meta.dev<int32_t>(o_pos_);
   ra.slot_mapping = ws_->meta.dev<int64_t>(o_slot_);
   ra.capture_slot = capture_ ? ws_->meta.dev<int64_t>(o_cap_) : nullptr;

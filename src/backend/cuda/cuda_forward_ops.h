@@ -15,8 +15,10 @@
 //                (DecodeAttention), planned in begin() (step_attention.h); a mixed batch runs
 //                its decode sequences on the decode kernel and the rest on the tiles; causal
 //                only; the cache bf16 or FP8 (CudaKv::cache)
-// Not (yet) on the GPU: LayerNorm, GELU, position embeddings, linear biases, bidirectional
-// attention (BERT encoders run on the CPU backend; cuda_unsupported_reason says so first).
+//   encoders   LayerNorm, GELU, biases, position embeddings, the output rows' gather
+//              (encoder_ops.cu); heads without RoPE
+// Not (yet) on the GPU: bidirectional attention, head_dim 32 (BERT encoders such as MiniLM run on
+// the CPU backend; cuda_unsupported_reason says so first).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

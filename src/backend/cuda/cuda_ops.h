@@ -62,6 +62,19 @@ void rmsnorm(const float* x, const int32_t* rows, const float* w, float* y, int6
              cudaStream_t stream);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i].   gate_up: [T, 2I] bf16; out: [T, I] bf16
+// Encoders' ops (encoder_ops.cu): x[t] (+)= table[index[t]] (index null: row 0), [T, H] f32;
+// LayerNorm per row (in place allowed); the exact GELU in place; y[m, n] += bias[n]; out[r] =
+// x[rows[r]] ([R, H] f32).
+void embedding_rows(const bf16* table, const int32_t* index, bool accumulate, float* x, int64_t T, int64_t H,
+                    cudaStream_t stream);
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t H, float eps,
+                cudaStream_t stream);
+void gelu(float* x, int64_t n, cudaStream_t stream);
+void gelu(bf16* x, int64_t n, cudaStream_t stream);
+void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);
+void add_bias(bf16* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);
+void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H, cudaStream_t stream);
+
 // row_amax (null: none): [T] max_i |out[t, i]| of the rounded outputs, as rmsnorm's (the down
 // projection's input under --quantization fp8); one block a row then.
 void silu_mul(const bf16* gate_up, bf16* out, int64_t T, int64_t I, cudaStream_t stream, float* row_amax = nullptr);
@@ -111,7 +124,7 @@ struct QkvRopeAppendArgs {
   const float* bias;           // [(NH + 2 * NKV) * D] or null
   const float* q_norm;         // [D] or null (both null or both set)
   const float* k_norm;         // [D] or null
-  const float* cos_table;      // [P, D / 2] f32, row p = Rope::angles(p)
+  const float* cos_table;      // [P, D / 2] f32, row p = Rope::angles(p); null: no rotation (encoders)
   const float* sin_table;      // [P, D / 2]
   const int32_t* positions;    // [T], each < P
   const int64_t* slot_mapping; // [T] cache slot

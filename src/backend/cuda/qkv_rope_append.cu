@@ -68,8 +68,9 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   // the qkv row's load is left after it.
   const int64_t slot = a.slot_mapping[t];
   const int64_t cap = (a.capture_slot != nullptr && !is_q) ? a.capture_slot[t] : -1;
+  const bool rotate = !is_v && a.cos_table != nullptr;  // no table: an encoder's heads, not rotated
   float cs[kMaxPairsPerLane], sn[kMaxPairsPerLane];
-  if (!is_v) {
+  if (rotate) {
     const int64_t pos = a.positions[t];
 #pragma unroll
     for (int k = 0; k < kMaxPairsPerLane; ++k) {
@@ -120,7 +121,7 @@ __global__ void qkv_rope_append_kernel(QkvRopeAppendArgs a) {
   // Write path: k before rotation, v as is. `cap` is per token, so a warp is all in or all out.
   if (cap >= 0) store_head(a.pool, is_k, cap * NKV + kvh, D, lane, x0, x1, i0, i1);
 
-  if (!is_v) {  // RoPE with the host-built table row of this token's position
+  if (rotate) {  // RoPE with the host-built table row of this token's position
 #pragma unroll
     for (int k = 0; k < kMaxPairsPerLane; ++k) {
       if (lane + 32 * k < half) {
