@@ -1,4 +1,5 @@
-// Small device helpers shared by the kernels: warp/block reductions and 16-byte bf16 vectors.
+// Small helpers shared by the kernels: warp/block reductions, 16-byte bf16 vectors, scalar
+// stores of either output type, and the grid size of a grid-stride loop.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,6 +36,17 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch) {
 __device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<warp_sum>(v, scratch); }
 // The maximum of non-negative values.
 __device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<warp_max>(v, scratch); }
+
+// One element of an output of either type, rounded to nearest for bf16.
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+
+// Host side: blocks of `threads` for `work` elements of a grid-stride loop (at least 1, at most
+// 65535 * 16).
+inline unsigned grid_for(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
+}
 
 // Host side, for the launchers' checks: whether p is aligned to n bytes.
 inline bool is_aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }

@@ -34,9 +34,6 @@ __global__ void embedding_kernel(const bf16* __restrict__ embed, const int32_t* 
   }
 }
 
-__device__ __forceinline__ void store(bf16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-
 __device__ __forceinline__ void store4(bf16* p, float4 v) {
   const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
   uint2 u;
@@ -240,11 +237,6 @@ __global__ void fill_kernel(T* p, int64_t n, float v) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     store(&p[i], v);
-}
-
-unsigned grid_for(int64_t work, int threads) {
-  const int64_t blocks = (work + threads - 1) / threads;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
 }
 
 // Threads for a row of `chunks` units of work, each thread taking up to `per_thread` of them: a

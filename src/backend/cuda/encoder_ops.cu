@@ -16,14 +16,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-unsigned blocks_for(int64_t work) {
-  return static_cast<unsigned>(std::clamp<int64_t>((work + kThreads - 1) / kThreads, 1, int64_t{1} << 20));
-}
-
 __device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
 __device__ __forceinline__ float load(const bf16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ __forceinline__ void put(float* p, int64_t i, float v) { p[i] = v; }
-__device__ __forceinline__ void put(bf16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 // x[t] (+)= table[index[t]] (index null: row 0). One block per token.
 __global__ void embedding_rows_kernel(const bf16* __restrict__ table, const int32_t* __restrict__ index,
@@ -59,7 +53,7 @@ __global__ void gelu_kernel(T* x, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = load(x, i);
-    put(x, i, 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
+    store(x + i, 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
   }
 }
 
@@ -68,7 +62,7 @@ __global__ void add_bias_kernel(T* y, const float* __restrict__ bias, int64_t M,
   pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < M * N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    put(y, i, load(y, i) + bias[i % N]);
+    store(y + i, load(y, i) + bias[i % N]);
 }
 
 // out[r] = x[rows[r]]. One block per output row.
@@ -96,17 +90,17 @@ void layer_norm(const float* x, const float* w, const float* b, float* y, int64_
 }
 
 void gelu(float* x, int64_t n, cudaStream_t stream) {
-  if (n > 0) launch(gelu_kernel<float>, dim3(blocks_for(n)), dim3(kThreads), 0, stream, x, n);
+  if (n > 0) launch(gelu_kernel<float>, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream, x, n);
 }
 void gelu(bf16* x, int64_t n, cudaStream_t stream) {
-  if (n > 0) launch(gelu_kernel<bf16>, dim3(blocks_for(n)), dim3(kThreads), 0, stream, x, n);
+  if (n > 0) launch(gelu_kernel<bf16>, dim3(grid_for(n, kThreads)), dim3(kThreads), 0, stream, x, n);
 }
 
 void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream) {
-  if (M * N > 0) launch(add_bias_kernel<float>, dim3(blocks_for(M * N)), dim3(kThreads), 0, stream, y, bias, M, N);
+  if (M * N > 0) launch(add_bias_kernel<float>, dim3(grid_for(M * N, kThreads)), dim3(kThreads), 0, stream, y, bias, M, N);
 }
 void add_bias(bf16* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream) {
-  if (M * N > 0) launch(add_bias_kernel<bf16>, dim3(blocks_for(M * N)), dim3(kThreads), 0, stream, y, bias, M, N);
+  if (M * N > 0) launch(add_bias_kernel<bf16>, dim3(grid_for(M * N, kThreads)), dim3(kThreads), 0, stream, y, bias, M, N);
 }
 
 void gather_rows(const float* x, const int32_t* rows, float* out, int64_t R, int64_t H, cudaStream_t stream) {

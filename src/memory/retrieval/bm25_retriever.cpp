@@ -2,14 +2,12 @@
 
 #include <mutex>
 
+#include "memory/compose/compose.h"
+
 namespace inferscale {
 
 std::string bm25_document(const Fact& fact) {
-  std::string doc = fact.source.speaker;
-  if (!doc.empty()) doc += ' ';
-  doc += fact.text;
-  if (!fact.timestamp.empty()) doc += ' ' + fact.timestamp;
-  return doc;
+  return render_fact("{speaker} {text} {date}", fact.text, fact.source.speaker, fact.timestamp);
 }
 
 Bm25Retriever::Bm25Retriever(FactStore& store, Bm25Params params) : store_(store), params_(params) {
