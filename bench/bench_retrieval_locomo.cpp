@@ -7,7 +7,9 @@
 //
 //   bench_retrieval_locomo --locomo ../shared/data/locomo/locomo10.json --retrieval bm25,dense,hybrid \
 //       [--embedder DIR|demo|.gguf [--embedder-pooling mean ...]] [--convs conv-26,conv-30] \
-//       [--json out.json] [--md out.md]
+//       [--device cpu|cuda] [--json out.json] [--md out.md]
+// --device cuda: the embedder on the CUDA backend where it runs the model, the vector index on
+// the GPU, as `serve` builds them with a GPU (a CUDA build only).
 //
 // Measured: recall@k (k in --k, default 5,10,20,50) per category and over all; query latency
 // (one search call: the query's embedding plus the index search, wall clock, p50/p95/mean); and,
@@ -79,7 +81,7 @@ struct Recall {
 int main(int argc, char** argv) {
   CLI::App app{"Evidence recall@k of bm25 / dense / hybrid retrieval on LoCoMo"};
   std::string locomo_path = "../shared/data/locomo/locomo10.json", modes_arg = "bm25", convs_arg, ks_arg = "5,10,20,50";
-  std::string json_path, md_path, data_dir;
+  std::string json_path, md_path, data_dir, device = "cpu";
   cli::EmbedderArgs emb;
   app.add_option("--locomo", locomo_path, "locomo10.json")->capture_default_str();
   app.add_option("--retrieval", modes_arg, "comma-separated: bm25, dense, hybrid")->capture_default_str();
@@ -87,6 +89,8 @@ int main(int argc, char** argv) {
   app.add_option("--k", ks_arg, "comma-separated cut-offs")->capture_default_str();
   app.add_option("--json", json_path, "write the results as JSON");
   app.add_option("--md", md_path, "write the tables as markdown");
+  app.add_option("--device", device, "cpu, or cuda: the embedder and the vector index on the GPU")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--data-dir", data_dir, "keep the fact store (and its vectors) here (default: a temp dir, removed)");
   cli::add_embedder_options(app, emb);
   app.add_option("--neighbours", emb.neighbours,
@@ -148,6 +152,7 @@ int main(int argc, char** argv) {
     out["left_out"] = {{"adversarial", adversarial}, {"no_evidence", no_evidence}};
     out["ks"] = ks;
     out["hardware_threads"] = std::thread::hardware_concurrency();
+    out["device"] = device;
     out["embedder"] = emb.model;
     out["neighbours"] = emb.neighbours;
     out["modes"] = ordered_json::object();
@@ -155,7 +160,7 @@ int main(int argc, char** argv) {
     for (const std::string& mode : modes) {
       cli::EmbedderArgs args = emb;
       args.retrieval = mode;
-      const auto retriever = cli::make_retriever(args, *store);
+      const auto retriever = cli::make_retriever(args, *store, device == "cuda");
       if (cli::retrieval_mode(args) != cli::RetrievalMode::kBm25 && !embedded) {
         const auto t0 = Clock::now();
         const size_t n = cli::embed_all_missing(*retriever, *store);

@@ -16,13 +16,13 @@ JOBS=${JOBS:-2}
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="$NVCC" \
       -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
-cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving bench_memory_serving bench_quality_locomo bench_cuda_embedder inferscale
+cmake --build "$BUILD" -j"$JOBS" --target test_cuda bench_cuda_kernels bench_cuda_serving bench_memory_serving bench_quality_locomo bench_cuda_embedder bench_retrieval_locomo inferscale
 
 DEST="$ROOT/.gpu/cuda"
 rm -rf "$DEST"
 mkdir -p "$DEST"
 BINS=("$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_cuda_kernels" "$BUILD/bench/bench_cuda_serving"
-      "$BUILD/bench/bench_memory_serving" "$BUILD/bench/bench_quality_locomo")
+      "$BUILD/bench/bench_memory_serving" "$BUILD/bench/bench_quality_locomo" "$BUILD/bench/bench_retrieval_locomo")
 cp "${BINS[@]}" "$DEST/"
 for b in "${BINS[@]}"; do strip "$DEST/$(basename "$b")"; done  # symbols stay in the build; the carry is 64 MiB
 cp scripts/gpu_env.sh scripts/gpu_run.sh scripts/gpu_serve_check.sh scripts/gpu_http_load.sh scripts/gpu_targets.sh "$DEST/"

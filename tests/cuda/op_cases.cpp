@@ -187,7 +187,8 @@ void attention_cases(Cases& c) {
   struct Heads {
     int64_t group, head_dim;
   };
-  for (const Heads h : {Heads{1, 64}, Heads{4, 128}, Heads{7, 64}, Heads{4, 64}}) {
+  // head_dim 32 (all-MiniLM-L6-v2's) runs on the tiles only, its one-token sequences too.
+  for (const Heads h : {Heads{1, 64}, Heads{4, 128}, Heads{7, 64}, Heads{4, 64}, Heads{1, 32}, Heads{4, 32}}) {
     const OpShape shape{.heads = 2 * h.group, .kv_heads = 2, .head_dim = h.head_dim};
     const std::string tag = fmt::format("group{}_D{}", h.group, h.head_dim);
     c.add("attention/prefill_" + tag, shape,
@@ -216,9 +217,17 @@ void attention_cases(Cases& c) {
   c.add("attention/fp8_cache_prefill", {.heads = 8, .kv_heads = 2, .head_dim = 64, .fp8_cache = true}, [](OpRun& r) {
     attend(r, {{0, 30}}, paged_batch({{30, 19}, {0, 7}}, 97), kFp8Attn);
   });
-  c.add("attention/bidirectional", {.heads = 4, .kv_heads = 4}, [](OpRun& r) {
-    attend(r, {}, paged_batch({{0, 7}, {0, 12}}, 97), kAttn, AttnMask::kBidirectional);
-  });
+  // Encoders: each token sees its whole sequence, one token, several kv chunks, GQA and MiniLM's
+  // 12 heads of 32.
+  struct Bidir {
+    int64_t heads, kv_heads, head_dim;
+  };
+  for (const Bidir h : {Bidir{4, 4, 64}, Bidir{12, 12, 32}, Bidir{8, 2, 32}, Bidir{8, 2, 128}}) {
+    c.add(fmt::format("attention/bidirectional_H{}_KV{}_D{}", h.heads, h.kv_heads, h.head_dim),
+          {.heads = h.heads, .kv_heads = h.kv_heads, .head_dim = h.head_dim}, [](OpRun& r) {
+            attend(r, {}, paged_batch({{0, 7}, {0, 1}, {0, 130}, {0, 12}}, 97), kAttn, AttnMask::kBidirectional);
+          });
+  }
 }
 
 void mlp_cases(Cases& c) {

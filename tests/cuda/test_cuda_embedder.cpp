@@ -2,15 +2,26 @@
 // the same model on the CPU reference: vectors of varied texts (a long one split across forwards)
 // for last-token and mean pooling, a headless backbone (no LM head) refusing logits, and the same
 // nearest neighbours. The GPU computes in bf16, so vectors agree to cosine ~0.999, not exactly.
+// BERT encoders: a random one of all-MiniLM-L6-v2's shape against the CPU encoder, with its queries
+// replayed from CUDA graphs, and all-MiniLM-L6-v2 itself (when present) against
+// sentence-transformers' vectors.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_test_util.h"
 #include "memory/retrieval/model_embedder.h"
+#include "memory/retrieval/sentence_transformers.h"
+#include "model/bert_weights.h"
 #include "model/model.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "util/check.h"
@@ -58,6 +69,82 @@ double dot(const float* a, const float* b, size_t n) {
   double s = 0;
   for (size_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
   return s;
+}
+
+// A BertModel of all-MiniLM-L6-v2's shape (hidden 384, 12 heads of 32, intermediate 1536), two
+// layers, random f32 weights (LayerNorm gains near 1), over the byte tokenizer.
+std::shared_ptr<const Model> random_bert() {
+  auto m = std::make_shared<Model>();
+  ModelConfig c;
+  c.arch = Arch::kBert;
+  c.architecture = "BertModel";
+  c.hidden_size = 384;
+  c.num_heads = 12;
+  c.num_kv_heads = 12;
+  c.head_dim = 32;
+  c.num_layers = 2;
+  c.intermediate_size = 1536;
+  c.vocab_size = ByteTokenizer::kVocabSize;
+  c.max_position_embeddings = 512;
+  c.type_vocab_size = 2;
+  c.layer_norm_eps = 1e-12;
+  c.finalize();
+  std::mt19937_64 g(5);
+  auto fill = [&](const std::vector<int64_t>& shape, float mean, float std) {
+    HostTensor t = HostTensor::zeros(DType::kF32, shape);
+    std::normal_distribution<float> d(mean, std);
+    float* x = t.as<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) x[i] = d(g);
+    return t;
+  };
+  BertWeights& w = m->weights.bert;
+  for (const BertEmbeddingRole& r : bert_embedding_roles()) {
+    const bool gain = std::string(r.role) == "emb_ln_w";
+    w.*r.field = fill(r.shape(c), gain ? 1.0f : 0.0f, gain ? 0.1f : 0.05f);
+  }
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (BertLayerWeights& l : w.layers)
+    for (const BertLayerRole& r : bert_layer_roles()) {
+      const bool gain = std::string(r.role).ends_with("ln_w");
+      l.*r.field = fill(r.shape(c), gain ? 1.0f : 0.0f, gain ? 0.1f : 0.05f);
+    }
+  m->config = c;
+  m->tokenizer = std::make_shared<ByteTokenizer>();
+  m->name = "gpu-bert-test";
+  m->fingerprint = "gpu-bert-test";
+  return m;
+}
+
+std::unique_ptr<ModelEmbedder> encoder_embedder(const std::shared_ptr<const Model>& m, bool gpu, int32_t max_tokens,
+                                                CudaBackend** cuda = nullptr, bool graphs = true) {
+  ModelEmbedderOptions o;
+  o.pooling = Pooling::kMean;
+  o.max_tokens = max_tokens;
+  BackendOptions bo;
+  bo.num_cache_blocks = embedder_cache_blocks(o, bo.block_size);
+  bo.cuda_graphs = graphs;
+  std::unique_ptr<Backend> be;
+  if (gpu) {
+    std::unique_ptr<CudaBackend> c = make_cuda_backend(m->config, m->weights, bo);
+    if (cuda) *cuda = c.get();
+    be = std::move(c);
+  } else {
+    be = make_cpu_backend(m->config, m->weights, bo);
+  }
+  return std::make_unique<ModelEmbedder>(m, std::move(be), o);
+}
+
+// The worst cosine between rows of two sets of unit vectors, [n, d] each.
+double worst_cosine(const std::vector<float>& a, const std::vector<float>& b, size_t d) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 1;
+  for (size_t i = 0; i + d <= std::min(a.size(), b.size()); i += d) worst = std::min(worst, dot(&a[i], &b[i], d));
+  return worst;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? std::string(v) : fallback;
 }
 
 }  // namespace
@@ -123,4 +210,72 @@ TEST(CudaEmbedder, HeadlessBackboneRefusesLogits) {
   b.output = ForwardBatch::Output::kHidden;
   be->forward(b, out);
   EXPECT_EQ(out.size(), static_cast<size_t>(m->config.hidden_size));
+}
+
+// A BERT encoder on the GPU: bidirectional attention over heads of 32, LayerNorm, GELU and biases
+// in bf16 give the CPU encoder's vectors to cosine >= 0.9999, for texts batched together and for
+// queries alone, and a query-sized text replays its CUDA graph with the eager forward's vector.
+TEST(CudaEmbedder, BertEncoderMatchesTheCpuEncoder) {
+  REQUIRE_GPU();
+  const auto m = random_bert();
+  const std::vector<std::string> texts = {"Alice adopted a cat named Miso", "x", "Bob works as a nurse in Oslo",
+                                          "Where did Caroline go on holiday last summer, and with whom?",
+                                          std::string(200, 'a') + " a text of more than one kv chunk"};
+  auto cpu = encoder_embedder(m, false, 256);
+  CudaBackend* be = nullptr;
+  auto gpu = encoder_embedder(m, true, 256, &be);
+  const size_t d = 384;
+  const std::vector<float> vc = cpu->embed(texts), vg = gpu->embed(texts);
+  const double batched = worst_cosine(vc, vg, d);
+  EXPECT_GE(batched, 0.9999);
+  note("embedder/bert worst cosine gpu vs cpu (batched texts)", std::to_string(batched));
+
+  const std::string query = "What did Alice name her cat?";
+  const std::vector<float> qc = cpu->embed_query(query);
+  auto eager = encoder_embedder(m, true, 256, nullptr, /*graphs=*/false);
+  const std::vector<float> qe = eager->embed_query(query);
+  std::vector<float> qg;
+  for (int i = 0; i < 3; ++i) qg = gpu->embed_query(query);  // warm-up, capture, replay
+  EXPECT_GE(be->graph_stats().replays, 2) << "a query replays its encode graph";
+  EXPECT_GE(worst_cosine(qc, qg, d), 0.9999);
+  const double graph_vs_eager = worst_cosine(qe, qg, d);
+  EXPECT_GE(graph_vs_eager, 0.99999) << "the padded graph forward against the eager one";
+  note("embedder/bert query cosine graph vs eager", std::to_string(graph_vs_eager));
+  for (size_t i = 0; i < texts.size(); ++i) {  // each text alone (graphs) against the batch's vector
+    const std::vector<float> alone = gpu->embed_query(texts[i]);
+    EXPECT_GE(dot(alone.data(), &vg[i * d], d), 0.9999) << "text " << i;
+  }
+}
+
+// all-MiniLM-L6-v2 on the GPU against sentence-transformers' float64 vectors of 70 texts (the CPU
+// encoder's fixture, tests/test_bert.cpp). INFERSCALE_MINILM: its directory (f32 or bf16
+// safetensors: the GPU rounds weights to bf16 either way); INFERSCALE_FIXTURES_DIR: tests/fixtures.
+TEST(CudaEmbedder, MiniLmMatchesSentenceTransformers) {
+  REQUIRE_GPU();
+  const std::string dir = env_or("INFERSCALE_MINILM", std::string(INFERSCALE_SOURCE_DIR) + "/models/all-MiniLM-L6-v2");
+  const std::string fixtures = env_or("INFERSCALE_FIXTURES_DIR", std::string(INFERSCALE_SOURCE_DIR) + "/tests/fixtures");
+  if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << dir << " absent (scripts/fetch_models.sh)";
+  std::ifstream tf(fixtures + "/minilm/texts.json");
+  ASSERT_TRUE(tf.good()) << fixtures;
+  const nlohmann::json f = nlohmann::json::parse(tf);
+  const auto texts = f.at("texts").get<std::vector<std::string>>();
+  std::ifstream in(fixtures + "/minilm/embeddings.f32", std::ios::binary);
+  std::vector<float> want(texts.size() * 384);
+  in.read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(want.size() * 4));
+  ASSERT_TRUE(in.good());
+  auto m = std::make_shared<const Model>(load_model(dir));
+  const auto st = read_sentence_transformers_config(dir);
+  ASSERT_TRUE(st.has_value());
+  auto gpu = encoder_embedder(m, true, st->max_seq_length);
+  const std::vector<float> got = gpu->embed(texts);
+  const double worst = worst_cosine(got, want, 384);
+  EXPECT_GE(worst, 0.9999);
+  note("embedder/all-MiniLM-L6-v2 worst cosine gpu vs sentence-transformers (70 texts)", std::to_string(worst));
+  double worst_alone = 1;
+  for (size_t i = 0; i < texts.size(); i += 7) {  // queries, one at a time through the graphs
+    const std::vector<float> q = gpu->embed_query(texts[i]);
+    worst_alone = std::min(worst_alone, dot(q.data(), &want[i * 384], 384));
+  }
+  EXPECT_GE(worst_alone, 0.9999);
+  note("embedder/all-MiniLM-L6-v2 worst cosine of queries alone", std::to_string(worst_alone));
 }

@@ -255,14 +255,14 @@ TEST(HostStepAttention, KernelsAndSplitsByBatch) {
   const ForwardBatch mixed = planned_batch({{700, 1}, {0, 40}, {2900, 1}, {100, 17}});
   const int32_t group = 4, nkv = 8, sms = 132;
 
-  const cuda::StepAttention d = cuda::plan_step_attention(decode, group, nkv, sms, AttnKernel::kDecodeMma, false);
+  const cuda::StepAttention d = cuda::plan_step_attention(decode, decode.positions.data(), group, nkv, sms, AttnKernel::kDecodeMma, false);
   EXPECT_TRUE(d.single_token);
   EXPECT_FALSE(d.split);
   EXPECT_EQ(d.kernel, AttnKernel::kDecodeMma);
   EXPECT_EQ(d.options.rows_per_tile, group);
   EXPECT_EQ(d.capacity.items, static_cast<int32_t>(d.plan.items.size()));
 
-  const cuda::StepAttention m = cuda::plan_step_attention(mixed, group, nkv, sms, AttnKernel::kDecodeMma, false);
+  const cuda::StepAttention m = cuda::plan_step_attention(mixed, mixed.positions.data(), group, nkv, sms, AttnKernel::kDecodeMma, false);
   EXPECT_FALSE(m.single_token);
   ASSERT_TRUE(m.split);
   EXPECT_EQ(m.kernel, AttnKernel::kTiles);
@@ -275,16 +275,16 @@ TEST(HostStepAttention, KernelsAndSplitsByBatch) {
   EXPECT_EQ(tiles_seqs, (std::set<int32_t>{1, 3}));
   EXPECT_EQ(decode_seqs, (std::set<int32_t>{0, 2}));
 
-  const cuda::StepAttention t = cuda::plan_step_attention(mixed, group, nkv, sms, AttnKernel::kTiles, false);
+  const cuda::StepAttention t = cuda::plan_step_attention(mixed, mixed.positions.data(), group, nkv, sms, AttnKernel::kTiles, false);
   EXPECT_FALSE(t.split);
   EXPECT_TRUE(t.decode_plan.items.empty());
-  const cuda::StepAttention g = cuda::plan_step_attention(mixed, group, nkv, sms, AttnKernel::kDecodeMma, true);
+  const cuda::StepAttention g = cuda::plan_step_attention(mixed, mixed.positions.data(), group, nkv, sms, AttnKernel::kDecodeMma, true);
   EXPECT_FALSE(g.split) << "a graph's batch is never split";
   EXPECT_LE(static_cast<int32_t>(g.plan.items.size()), g.capacity.items);
   EXPECT_LE(g.plan.num_partials, g.capacity.partials);
   EXPECT_LE(static_cast<int32_t>(g.plan.merges.size()), g.capacity.merges);
   EXPECT_EQ(g.merge_rows, cuda::kPrefillRowsPerTile);
-  const cuda::StepAttention gd = cuda::plan_step_attention(decode, group, nkv, sms, AttnKernel::kDecodeMma, true);
+  const cuda::StepAttention gd = cuda::plan_step_attention(decode, decode.positions.data(), group, nkv, sms, AttnKernel::kDecodeMma, true);
   EXPECT_EQ(gd.merge_rows, group) << "a one-token tile merges its group's rows";
 }
 
@@ -342,7 +342,7 @@ TEST(HostGraphBatch, ShapesGoToTheNextBucketUp) {
   EXPECT_EQ(graph_shape(prefill_step(0, 257)), GraphShape{}) << "a long prefill";
   ForwardBatch b = decode_step({5, 9});
   b.output = ForwardBatch::Output::kHidden;
-  EXPECT_EQ(graph_shape(b), GraphShape{}) << "hidden states";
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "hidden states of a decode step";
   b = decode_step({5, 9});
   b.output_tokens.pop_back();
   EXPECT_EQ(graph_shape(b), GraphShape{}) << "a sequence without an output row";
@@ -448,6 +448,71 @@ TEST(HostGraphBatch, PrefillPaddingIsOneDummySequenceInTheScratchBlocks) {
   EXPECT_EQ(p.kv_indptr[2], p.kv_indptr[1]);
   EXPECT_EQ(graph_scratch_blocks(4), 64);
   EXPECT_EQ(graph_scratch_blocks(7), 37);
+}
+
+// An encoder's text (one whole sequence, every token a row of hidden states) replays the encode
+// graph of its bucket; its padding is one dummy sequence whose rows come after the real ones.
+TEST(HostGraphBatch, EncodeShapesAndPadding) {
+  auto encode_step = [](int32_t n) {
+    ForwardBatch b = prefill_step(0, n);
+    b.output = ForwardBatch::Output::kHidden;
+    b.output_tokens.clear();
+    for (int32_t t = 0; t < n; ++t) b.output_tokens.push_back(t);
+    return b;
+  };
+  const GraphShape encode16{GraphShape::Kind::kEncode, 16}, encode48{GraphShape::Kind::kEncode, 48};
+  EXPECT_EQ(graph_shape(encode_step(2)), encode16);
+  EXPECT_EQ(graph_shape(encode_step(33)), encode48);
+  EXPECT_EQ(graph_shape(encode_step(1)), GraphShape{}) << "one token";
+  EXPECT_EQ(graph_shape(encode_step(257)), GraphShape{}) << "past the largest bucket";
+  EXPECT_EQ(graph_shape(encode_step(33), 13), GraphShape{}) << "the dummy's positions past the model's";
+  EXPECT_EQ(graph_shape(encode_step(33), 14), encode48) << "dummy positions 0..14";
+  ForwardBatch b = encode_step(10);
+  b.output_tokens.pop_back();
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "hidden states of some rows only";
+  b = prefill_step(3, 10);
+  b.output = ForwardBatch::Output::kHidden;
+  b.output_tokens = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "not a whole sequence";
+  b = decode_step({0, 0});
+  b.output = ForwardBatch::Output::kHidden;
+  EXPECT_EQ(graph_shape(b), GraphShape{}) << "two sequences";
+
+  for (const int32_t n : {2, 11, 16}) {
+    const ForwardBatch e = encode_step(n);
+    ForwardBatch p;
+    pad_for_graph(e, encode16, 30, 4, p);
+    EXPECT_NO_THROW(p.validate((30 + graph_scratch_blocks(4)) * 4, 4));
+    ASSERT_EQ(p.num_tokens(), 16);
+    ASSERT_EQ(p.num_seqs(), 2);
+    ASSERT_EQ(p.output_tokens.size(), 16u) << "the dummy's rows too, after the real ones";
+    for (int32_t t = 0; t < 16; ++t) EXPECT_EQ(p.output_tokens[t], t);
+    for (int32_t i = 0; i < 16 - n; ++i) EXPECT_EQ(p.positions[n + i], i);
+    EXPECT_EQ(p.output, ForwardBatch::Output::kHidden);
+  }
+}
+
+// Bidirectional attention is causal attention masked at each sequence's last position: every
+// tile of a sequence plans its whole kv range.
+TEST(HostStepAttention, BidirectionalMasksAtEachSequencesLastPosition) {
+  const ForwardBatch b = planned_batch({{0, 5}, {0, 1}, {0, 130}});
+  EXPECT_EQ(cuda::mask_positions(b, false), b.positions);
+  const std::vector<int32_t> m = cuda::mask_positions(b, true);
+  ASSERT_EQ(m.size(), b.positions.size());
+  for (int32_t t = 0; t < 5; ++t) EXPECT_EQ(m[t], 4);
+  EXPECT_EQ(m[5], 0);
+  for (int32_t t = 6; t < 136; ++t) EXPECT_EQ(m[t], 129);
+  const int32_t group = 1, nkv = 12;
+  const cuda::StepAttention a = cuda::plan_step_attention(b, m.data(), group, nkv, 132, cuda::AttnKernel::kTiles, false);
+  ASSERT_FALSE(a.plan.items.empty());
+  for (const AttnWorkItem& it : a.plan.items) {
+    const int32_t len = it.kv_seq == 0 ? 5 : it.kv_seq == 1 ? 1 : 130;
+    if (it.partial < 0) {
+      EXPECT_EQ(it.kv_begin, 0);
+      EXPECT_EQ(it.kv_end, len) << "sequence " << it.kv_seq << " rows " << it.row_begin;
+    }
+    EXPECT_LE(it.kv_end, len);
+  }
 }
 
 TEST(HostRopeTable, RowsEqualRopeAngles) {

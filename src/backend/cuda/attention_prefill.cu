@@ -91,7 +91,7 @@ __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
 
 template <int D, bool FP8>
 __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(AttentionArgs a) {
-  static_assert(D == 64 || D == 128, "head_dim");
+  static_assert(D == 64 || D == 128 || (D == 32 && !FP8), "head_dim");
   constexpr int CH = D / 8;  // 16-byte chunks per bf16 row
   using L = PrefillSmem<D, FP8>;
   constexpr int kStages = Pipe<FP8>::kStages, kLookahead = Pipe<FP8>::kLookahead, kTables = Pipe<FP8>::kTables;
@@ -485,16 +485,20 @@ void launch_prefill(const AttentionArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool attention_supports_head_dim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool attention_supports_head_dim(int32_t head_dim) { return head_dim == 32 || head_dim == 64 || head_dim == 128; }
+bool decode_kernel_supports_head_dim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool fp8_cache_supports_head_dim(int32_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 void attention_prefill(const AttentionArgs& a, cudaStream_t stream) {
   if (a.num_items == 0) return;
   KERNEL_REQUIRE(a.rows_per_tile == kBM, "attention_prefill: plan with kPrefillRowsPerTile rows per tile");
   KERNEL_REQUIRE(a.num_heads % a.num_kv_heads == 0, "attention_prefill: heads not divisible by kv heads");
+  KERNEL_REQUIRE(!a.cache.fp8 || fp8_cache_supports_head_dim(a.head_dim), "attention_prefill: an FP8 cache needs head_dim 64 or 128");
   switch (a.head_dim) {
+    case 32: launch_prefill<32, false>(a, stream); break;  // encoders (all-MiniLM-L6-v2)
     case 64: a.cache.fp8 ? launch_prefill<64, true>(a, stream) : launch_prefill<64, false>(a, stream); break;
     case 128: a.cache.fp8 ? launch_prefill<128, true>(a, stream) : launch_prefill<128, false>(a, stream); break;
-    default: KERNEL_REQUIRE(false, "attention_prefill: head_dim must be 64 or 128");
+    default: KERNEL_REQUIRE(false, "attention_prefill: head_dim must be 32, 64 or 128");
   }
 }
 

@@ -29,9 +29,13 @@ __device__ __forceinline__ int grid_kv_head() { return static_cast<int>(blockIdx
 // Scores are taken times scale * log2(e), so that exp2 gives the softmax.
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Element offset of (row, 16-byte chunk) in a swizzled [rows][D] bf16 tile (chunk' = chunk ^ (row % 8)).
+// Element offset of (row, 16-byte chunk) in a swizzled [rows][D] bf16 tile: chunk' = chunk ^ (row
+// % 8) for rows of 8 or 16 chunks (D = 64, 128). At D = 32 a row is 4 chunks, two rows share a
+// 128-byte line: chunk' = chunk ^ ((row / 2) % 4), so 8 consecutive rows' chunk c still fall in
+// 8 distinct 16-byte bank groups ((row % 2) picks the half-line, chunk' the group in it).
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
+  if constexpr (D == 32) return row * D + ((chunk ^ ((row >> 1) & 3)) << 3);
   return row * D + ((chunk ^ (row & 7)) << 3);
 }
 // Byte offset of (row, 16-byte chunk) in a swizzled [rows][D] uint8 tile (FP8 codes): 8

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -43,6 +44,8 @@ class CudaBackendImpl final : public CudaBackend {
     CUDA_CHECK(cudaEventCreate(&ev_inject_stop_));
     row_ = cfg_.kv_size();
     cache_fp8_ = opts.cache_fp8;
+    IS_REQUIRE(!cache_fp8_ || cuda::fp8_cache_supports_head_dim(static_cast<int32_t>(cfg_.head_dim)), kUnsupported,
+               "an FP8 KV cache on the GPU needs head_dim 64 or 128, not {}", cfg_.head_dim);
     pool_fp8_ = opts.pool_fp8;
     const int64_t bytes_per_block = kv_store_bytes_per_token(cfg_, true, cache_fp8_) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks
@@ -88,8 +91,11 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       arch_->load_random(*ops_, seed);
     }
+    // An encoder's learned positions end; RoPE models' do not (the table grows).
+    const int32_t max_position =
+        cfg_.is_encoder() ? static_cast<int32_t>(cfg_.max_position_embeddings) - 1 : std::numeric_limits<int32_t>::max();
     runner_ = std::make_unique<GraphRunner>(*arch_, *ops_, stream_, static_cast<int32_t>(num_blocks_), block_size_,
-                                            cfg_.vocab_size);
+                                            cfg_.vocab_size, max_position);
     runner_->set_enabled(opts.cuda_graphs);
   }
 
@@ -358,10 +364,8 @@ void CudaBackendImpl::write_pool(const std::vector<int64_t>& slots, const HostTe
 }  // namespace
 
 std::string cuda_unsupported_reason(const ModelConfig& cfg) {
-  if (cfg.arch == Arch::kBert)
-    return "the CUDA backend runs decoders (the Llama family); BERT encoders run on the CPU backend";
   if (!cuda::attention_supports_head_dim(static_cast<int32_t>(cfg.head_dim)))
-    return fmt::format("the CUDA backend supports head_dim 64 and 128, not {}", cfg.head_dim);
+    return fmt::format("the CUDA backend supports head_dim 32, 64 and 128, not {}", cfg.head_dim);
   if (cfg.num_kv_heads <= 0 || cfg.num_heads % cfg.num_kv_heads != 0)
     return fmt::format("the CUDA backend needs num_heads ({}) divisible by num_kv_heads ({})", cfg.num_heads,
                        cfg.num_kv_heads);

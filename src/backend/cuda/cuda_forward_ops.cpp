@@ -96,14 +96,15 @@ void CudaForwardOps::check(const ForwardBatch& b) const {
 }
 
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
-  IS_REQUIRE(mask == AttnMask::kCausal, kUnsupported, "the CUDA backend's attention is causal only (encoders run on the CPU backend)");
   check(b);
+  mask_ = mask;
   start(b, eager_);
 }
 
-void CudaForwardOps::begin_graph(const ForwardBatch& padded) {
+void CudaForwardOps::begin_graph(const ForwardBatch& padded, AttnMask mask) {
   // Its dummy sequences are in the scratch blocks past the cache's (graph_batch.h).
   check_forward_batch(padded, kv_.cache_slots + kv_.scratch_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+  mask_ = mask;
   start(padded, graph_ws_);
 }
 
@@ -118,6 +119,8 @@ void CudaForwardOps::start(const ForwardBatch& b, Workspace& ws) {
   int32_t max_pos = 0;
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
   rope_.ensure(max_pos);
+  const bool bidirectional = mask_ == AttnMask::kBidirectional;
+  if (bidirectional) mask_pos_ = cuda::mask_positions(b, true);
   const cuda::StepAttention attn = plan_attention_of(b);
   upload_metadata(b, attn);
 }
@@ -126,8 +129,10 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
   const int32_t group = static_cast<int32_t>(cfg_.num_heads / cfg_.num_kv_heads);
   int32_t one_token = 0;  // sequences with one new token
   for (int32_t s = 0; s < b.num_seqs(); ++s) one_token += b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  const cuda::AttnKernel decode_kernel = group <= cuda::kDecodeMaxGroup ? decode_kernel_for(one_token) : cuda::AttnKernel::kTiles;
-  cuda::StepAttention attn = cuda::plan_step_attention(b, group, static_cast<int32_t>(cfg_.num_kv_heads), num_sms_,
+  const bool decode_mma = group <= cuda::kDecodeMaxGroup && cuda::decode_kernel_supports_head_dim(static_cast<int32_t>(cfg_.head_dim));
+  const cuda::AttnKernel decode_kernel = decode_mma ? decode_kernel_for(one_token) : cuda::AttnKernel::kTiles;
+  const int32_t* mask_pos = mask_ == AttnMask::kBidirectional ? mask_pos_.data() : b.positions.data();
+  cuda::StepAttention attn = cuda::plan_step_attention(b, mask_pos, group, static_cast<int32_t>(cfg_.num_kv_heads), num_sms_,
                                                        decode_kernel, in_graph());
   split_attention_ = attn.split;
   attn_kernel_ = attn.kernel;
@@ -157,7 +162,7 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   MetaUpload& meta = ws_->meta;
   const size_t kv_room = in_graph() ? std::max<size_t>(b.kv_indices.size(), (kv_.cache_slots + kv_.scratch_slots) / block_size_ + S)
                                            : b.kv_indices.size();
-  meta.begin(MetaUpload::bytes<int32_t>(T) * 2 + MetaUpload::bytes<int64_t>(T) * 2 +
+  meta.begin(MetaUpload::bytes<int32_t>(T) * 3 + MetaUpload::bytes<int64_t>(T) * 2 +
              MetaUpload::bytes<int32_t>(b.kv_indptr.size()) + MetaUpload::bytes<int32_t>(kv_room) +
              MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(cap.items) +
              MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<AttnWorkItem>(decode_plan.items.size()) +
@@ -165,6 +170,7 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
              MetaUpload::bytes<int32_t>(2) + 4096);
   o_ids_ = meta.add(b.token_ids);
   o_pos_ = meta.add(b.positions);
+  o_mask_pos_ = mask_ == AttnMask::kBidirectional ? meta.add(mask_pos_) : o_pos_;
   o_slot_ = meta.add(b.slot_mapping);
   o_cap_ = meta.add(capture);
   AttentionOffsets o;
@@ -195,7 +201,7 @@ void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const A
   const MetaUpload& meta = ws_->meta;
   const int64_t D = cfg_.head_dim;
   aa_ = cuda::AttentionArgs{};
-  aa_.positions = meta.dev<int32_t>(o_pos_);
+  aa_.positions = meta.dev<int32_t>(o_mask_pos_);
   aa_.kv_indptr = meta.dev<int32_t>(o.kv_indptr);
   aa_.kv_indices = meta.dev<int32_t>(o.kv_indices);
   aa_.items = meta.dev<AttnWorkItem>(o.items);

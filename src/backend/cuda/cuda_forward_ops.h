@@ -86,7 +86,7 @@ class CudaForwardOps final : public ForwardOps {
   // buffers are the ones graphs point into, apart from eager forwards' (an eager prefill growing
   // its buffers never moves them). The graph runner (graph_runner.h) then runs the architecture's
   // ops, records them, or replays a graph of them, and calls finish().
-  void begin_graph(const ForwardBatch& padded);
+  void begin_graph(const ForwardBatch& padded, AttnMask mask);
   // What a graph of the forward begun depends on: the addresses its launches read (the graph
   // workspace's buffers, the RoPE table) and the launches' shape (tokens, rows, attention plan
   // sizes). A graph replays only while they are the ones it was recorded with.
@@ -204,7 +204,11 @@ class CudaForwardOps final : public ForwardOps {
   bool split_attention_ = false;
   cuda::AttnKernel decode_kernel_ = cuda::AttnKernel::kDecodeMma;
   cuda::AttentionArgs decode_aa_{};
-  size_t o_ids_ = 0, o_pos_ = 0, o_slot_ = 0, o_cap_ = 0, o_out_ = 0, o_samp_ = 0;
+  // The attention mask of the forward begun, and the positions it masks at (step_attention.h:
+  // mask_positions; uploaded at o_mask_pos_, which is o_pos_ under a causal mask).
+  AttnMask mask_ = AttnMask::kCausal;
+  std::vector<int32_t> mask_pos_;
+  size_t o_ids_ = 0, o_pos_ = 0, o_mask_pos_ = 0, o_slot_ = 0, o_cap_ = 0, o_out_ = 0, o_samp_ = 0;
   bool capture_ = false;
   cuda::AttentionArgs aa_{};
 };

@@ -166,13 +166,15 @@ void inject(const InjectArgs& a, cudaStream_t stream);
 void copy_rows(const void* src, void* dst, const int64_t* slots, int64_t n, int64_t row_bytes, int32_t num_layers,
                int64_t src_layer_stride, int64_t dst_layer_stride, bool scatter, cudaStream_t stream);
 
-// Paged attention over a plan (attention_plan.h), causal by position:
-//   out[t, h] = softmax_j(q[t, h] . K[j, h / group] * scale) V[j, h / group],  j in [0, positions[t]]
+// Paged attention over a plan (attention_plan.h), masked by position:
+//   out[t, h] = softmax_j(q[t, h] . K[j, h / group] * scale) V[j, h / group],  j in [kv_start, positions[t]]
+// `positions` are the mask's (step_attention.h mask_positions: the tokens' own for a causal mask,
+// their sequence's last for a bidirectional one).
 struct AttentionArgs {
   const bf16* q;               // [T, NH, D]
   KvCache cache;               // this layer's (FP8: the tensor-core kernel only)
   bf16* out;                   // [T, NH, D]
-  const int32_t* positions;    // [T]
+  const int32_t* positions;    // [T] mask positions
   const int32_t* kv_indptr;    // [S + 1]
   const int32_t* kv_indices;   // block ids
   const AttnWorkItem* items;   // [num_items]
@@ -189,7 +191,7 @@ struct AttentionArgs {
   float scale = 1.0f;
 };
 // Tensor-core (mma.sync bf16, f32 accumulate) tiles of 64 packed rows x 64 kv entries; plan with
-// kPrefillRowsPerTile / kPrefillKvChunk. Head dims 64 and 128.
+// kPrefillRowsPerTile / kPrefillKvChunk. Head dims 32 (bf16 caches), 64 and 128.
 void attention_prefill(const AttentionArgs& a, cudaStream_t stream);
 // The decode path, one token per tile (rows_per_tile == group <= 8), split-KV, head dims 64 and
 // 128, on tensor cores with the kv entries as the MMA's rows (bf16 or FP8 caches;
@@ -205,7 +207,11 @@ inline void attention(const AttentionArgs& a, AttnKernel kernel, cudaStream_t st
   }
   attention_merge(a, stream);
 }
+// head_dim the attention runs: the tiles take 32, 64 and 128; the decode kernel and an FP8 cache
+// only 64 and 128 (one-token sequences at 32 run on the tiles).
 bool attention_supports_head_dim(int32_t head_dim);
+bool decode_kernel_supports_head_dim(int32_t head_dim);
+bool fp8_cache_supports_head_dim(int32_t head_dim);
 // Retrieval: score[i] = matrix[i, :] . query (f32 accumulate), then the k best (score descending,
 // ties to the lower id).  matrix: [N, D] f32 or bf16; query: [D] f32; ids/scores: [k] (k <= 1024, k <= N).
 size_t similarity_topk_workspace_bytes(int64_t N, int32_t k);

@@ -14,11 +14,19 @@ int32_t bucket_for(const std::array<int32_t, N>& buckets, int32_t n) {
 
 }  // namespace
 
-GraphShape graph_shape(const ForwardBatch& b) {
+GraphShape graph_shape(const ForwardBatch& b, int32_t max_position) {
   const int32_t T = b.num_tokens(), S = b.num_seqs();
-  if (T == 0 || b.output == ForwardBatch::Output::kHidden || !b.capture_tokens.empty()) return {};
+  if (T == 0 || !b.capture_tokens.empty()) return {};
   for (int32_t s = 0; s < S; ++s)
     if (!b.kv_start.empty() && b.kv_start[s] != 0) return {};
+  if (b.output == ForwardBatch::Output::kHidden) {  // encode: one whole sequence, every row out
+    if (S != 1 || T < 2 || static_cast<int32_t>(b.output_tokens.size()) != T) return {};
+    for (int32_t t = 0; t < T; ++t)
+      if (b.output_tokens[t] != t || b.positions[t] != t) return {};
+    const int32_t bucket = bucket_for(kPrefillGraphBuckets, T);
+    if (bucket == 0 || bucket - T - 1 > max_position) return {};
+    return GraphShape{GraphShape::Kind::kEncode, bucket};
+  }
   if (S == T) {  // one token per sequence, each an output row in order
     if (static_cast<int32_t>(b.output_tokens.size()) != T) return {};
     for (int32_t t = 0; t < T; ++t)
@@ -64,8 +72,10 @@ void pad_for_graph(const ForwardBatch& b, GraphShape shape, int32_t scratch_bloc
       out.kv_indptr.push_back(out.kv_indptr.back() + 1);
       out.output_tokens.push_back(T + i);
     }
-  } else {  // one sequence of n tokens (maybe none), no output row
+  } else {  // one sequence of n tokens (maybe none); encode: each an output row
     out.q_indptr.push_back(T + n);
+    if (shape.kind == GraphShape::Kind::kEncode)
+      for (int32_t i = 0; i < n; ++i) out.output_tokens.push_back(T + i);
     const int32_t blocks = (n + block_size - 1) / block_size;
     for (int32_t i = 0; i < blocks; ++i) out.kv_indices.push_back(scratch_block + i);
     out.kv_indptr.push_back(out.kv_indptr.back() + blocks);

@@ -9,7 +9,7 @@
 namespace inferscale {
 
 void GraphRunner::run(const ForwardBatch& b, ForwardOutput& out) {
-  const GraphShape shape = enabled_ ? graph_shape(b) : GraphShape{};
+  const GraphShape shape = enabled_ ? graph_shape(b, max_position_) : GraphShape{};
   if (shape.kind == GraphShape::Kind::kNone) {
     run_forward(arch_, ops_, b, out);
     return;
@@ -19,7 +19,7 @@ void GraphRunner::run(const ForwardBatch& b, ForwardOutput& out) {
   pad_for_graph(b, shape, scratch_block_, block_size_, padded_);
   ForwardResult r;
   try {
-    ops_.begin_graph(padded_);
+    ops_.begin_graph(padded_, arch_.mask());
     switch (phase_of(g)) {
       case Phase::kWarm: r = warm(g); break;
       case Phase::kCapture: capture(g); [[fallthrough]];

@@ -47,11 +47,12 @@ struct ForwardGraph {
 
 class GraphRunner {
  public:
-  // scratch_block: the first block past the cache's, where padding goes (graph_batch.h).
+  // scratch_block: the first block past the cache's, where padding goes (graph_batch.h);
+  // max_position: the model's last position (graph_shape).
   GraphRunner(Architecture& arch, CudaForwardOps& ops, cudaStream_t stream, int32_t scratch_block,
-              int32_t block_size, int64_t vocab_size)
+              int32_t block_size, int64_t vocab_size, int32_t max_position)
       : arch_(arch), ops_(ops), stream_(stream), scratch_block_(scratch_block), block_size_(block_size),
-        vocab_size_(vocab_size) {}
+        vocab_size_(vocab_size), max_position_(max_position) {}
 
   // Graphs for decode steps and short prefills; off: every forward eager.
   void set_enabled(bool on) { enabled_ = on; }
@@ -71,6 +72,7 @@ class GraphRunner {
   cudaStream_t stream_;
   int32_t scratch_block_, block_size_;
   int64_t vocab_size_;
+  int32_t max_position_;
   bool enabled_ = true;
   // A graph keeps the launch mode it was captured with (PDL edges or plain ones) and its decode
   // attention kernel: key (shape kind, bucket, output kind, argmax span, decode attention, PDL).

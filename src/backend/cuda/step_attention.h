@@ -59,8 +59,18 @@ struct StepAttention {
 };
 
 // `decode_kernel`: what one-token sequences run (kTiles for groups past kDecodeMaxGroup, or where
-// the tiles were chosen); `graph`: the batch is a CUDA graph's.
-StepAttention plan_step_attention(const ForwardBatch& b, int32_t group, int32_t num_kv_heads, int32_t num_sms,
-                                  AttnKernel decode_kernel, bool graph);
+// the tiles were chosen); `graph`: the batch is a CUDA graph's. `mask_positions` [T]: the
+// position each token's attention is masked at (mask_positions below).
+StepAttention plan_step_attention(const ForwardBatch& b, const int32_t* mask_positions, int32_t group,
+                                  int32_t num_kv_heads, int32_t num_sms, AttnKernel decode_kernel, bool graph);
+
+// Token t attends to kv entries [kv_start, mask[t]] of its sequence. Under a causal mask mask[t]
+// is its position (b.positions, returned as is); under a bidirectional one (encoders, whose
+// sequences are whole in the batch: forward_batch.h) it is its sequence's last position in the
+// batch, so the plans and kernels of causal attention run it unchanged:
+//
+//   positions   0 1 2 3 | 0 1 2        causal mask       0 1 2 3 | 0 1 2
+//                                       bidirectional     3 3 3 3 | 2 2 2
+std::vector<int32_t> mask_positions(const ForwardBatch& b, bool bidirectional);
 
 }  // namespace inferscale::cuda
