@@ -488,7 +488,11 @@ TEST_F(ServerMemory, MetricsCountMemoryRequests) {
   EXPECT_TRUE(m1.count("inferscale_memory_kv_seconds_total"));
   EXPECT_EQ(at(m1, "inferscale_memory_retrieval_seconds_count") - at(m0, "inferscale_memory_retrieval_seconds_count"), 2);
   EXPECT_EQ(m1.at("inferscale_memory_retrieval_seconds_bucket{le=\"+Inf\"}"), m1.at("inferscale_memory_retrieval_seconds_count"));
-  EXPECT_GT(m1.at("inferscale_injected_tokens_total"), at(m0, "inferscale_injected_tokens_total"));
+  // The CPU backend reads the injected facts in place: nothing is copied.
+  EXPECT_EQ(at(m1, "inferscale_memory_fact_reads_total{path=\"in_place\"}") -
+                at(m0, "inferscale_memory_fact_reads_total{path=\"in_place\"}"), 1);
+  EXPECT_EQ(at(m1, "inferscale_memory_fact_reads_total{path=\"copy\"}"), at(m0, "inferscale_memory_fact_reads_total{path=\"copy\"}"));
+  EXPECT_EQ(m1.at("inferscale_injected_tokens_total"), at(m0, "inferscale_injected_tokens_total"));
 }
 
 TEST_F(ServerMemory, ClientVectorsRetrieveByQueryVector) {

@@ -107,6 +107,11 @@ class Backend {
   virtual bool forward_running() { return false; }
   virtual void wait_forward() {}
   virtual void inject(const InjectBatch& batch) = 0;
+  // Whether attention reads injected facts in place from the memory pool (ForwardBatch::fact_*:
+  // keys rotated as they are read) with the numbers injection gives. False: facts are copied into
+  // the cache by inject(), the only path (a backend without the kernels, or whose cache rounds
+  // what it stores, FP8, which an in-place read would skip).
+  virtual bool reads_facts_in_place() const { return false; }
 
   // Host copies of memory-pool slots (KV files, tests) in pool_dtype(), never converted:
   // k, v: [layers, N, num_kv_heads * head_dim] (backend/kv_rows.h).

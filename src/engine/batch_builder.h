@@ -2,7 +2,7 @@
 // for the engine's steps (step_batch.h) and for packed prefills (packed_prefill.h).
 //
 //   for each sequence: add_token(...) for each of its tokens this forward, in position order,
-//                      then end_sequence(its block table)
+//                      [read_facts_in_place(...)], then end_sequence(its block table)
 //
 // Token t of the batch is row t of token_ids / positions / slot_mapping; sequence s owns rows
 // [q_indptr[s], q_indptr[s+1]) and blocks kv_indices[kv_indptr[s] .. kv_indptr[s+1]).
@@ -42,17 +42,34 @@ class BatchBuilder {
   }
   // The current sequence's last token yields an output row (after its add_token).
   void output_last() { fb_.output_tokens.push_back(fb_.num_tokens() - 1); }
+  // The current sequence's entries [start, start + slots.size()) are facts read in place from
+  // these memory-pool slots (ForwardBatch::fact_*). The fact arrays exist once a sequence has
+  // some: earlier sequences get empty ranges.
+  void read_facts_in_place(int32_t start, std::span<const int64_t> slots) {
+    if (fb_.fact_indptr.empty()) {
+      fb_.fact_indptr.assign(static_cast<size_t>(fb_.num_seqs()) + 1, 0);
+      fb_.fact_start.assign(static_cast<size_t>(fb_.num_seqs()), 0);
+    }
+    fact_start_ = start;
+    fb_.fact_slots.insert(fb_.fact_slots.end(), slots.begin(), slots.end());
+  }
   // Closes the current sequence: it attends over every entry of `blocks` up to its positions.
   void end_sequence(std::span<const int32_t> blocks) {
     fb_.q_indptr.push_back(fb_.num_tokens());
     fb_.kv_indices.insert(fb_.kv_indices.end(), blocks.begin(), blocks.end());
     fb_.kv_indptr.push_back(static_cast<int32_t>(fb_.kv_indices.size()));
+    if (!fb_.fact_indptr.empty()) {
+      fb_.fact_start.push_back(fact_start_);
+      fb_.fact_indptr.push_back(static_cast<int32_t>(fb_.fact_slots.size()));
+      fact_start_ = 0;
+    }
   }
   int32_t block_size() const { return block_size_; }
   ForwardBatch& batch() { return fb_; }
 
  private:
   int32_t block_size_;
+  int32_t fact_start_ = 0;  // the current sequence's (read_facts_in_place)
   ForwardBatch fb_;
 };
 

@@ -97,6 +97,14 @@ std::unique_ptr<Request> new_request(int64_t id, const SamplingParams& sp, uint6
 
 }  // namespace
 
+void Engine::choose_fact_reads(Request& r) {
+  if (!r.injected) return;
+  const std::vector<uint8_t>& rc = r.injected->recompute;
+  const bool recomputes = std::find(rc.begin(), rc.end(), uint8_t{1}) != rc.end();
+  r.facts_in_place = opts_.facts_in_place && backend_->reads_facts_in_place() && !recomputes;
+  ++(r.facts_in_place ? stats_.requests_facts_in_place : stats_.requests_facts_copied);
+}
+
 Engine::Live& Engine::add_live(std::unique_ptr<Request> req) {
   Live live{std::move(req), nullptr};
   live.text = std::make_unique<TextStream>(*tokenizer_, live.req->sampling.stop);
@@ -110,6 +118,7 @@ int64_t Engine::add_request(std::vector<int32_t> prompt, const SamplingParams& s
   check_prompt(prompt, sp, injected);
   auto req = new_request(next_id_++, sp, cache_salt);
   set_prompt(*req, std::move(prompt), std::move(injected));
+  choose_fact_reads(*req);
   return add_live(std::move(req)).req->id;
 }
 
@@ -163,6 +172,7 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
         if (plan.max_tokens) r->sampling.max_tokens = *plan.max_tokens;
         check_prompt(plan.prompt, r->sampling, plan.injected);
         set_prompt(*r, std::move(plan.prompt), std::move(plan.injected));
+        choose_fact_reads(*r);
         r->memory_ready = true;
         RequestOutput o;
         o.id = r->id;

@@ -48,6 +48,10 @@ struct EngineOptions {
   // much drain time: its forwards of 2+ tokens cost ~54 ms + 2.2 ms a token (OpenBLAS' small-M
   // GEMM), so 50 ms shrank the steps to 8 tokens and the drain took 4x as long.
   double background_step_seconds = 0;
+  // Injected facts are read in place by attention where the backend can (Backend::
+  // reads_facts_in_place) and the request recomputes none of them; false: always copied into the
+  // request's blocks (the reference path, for comparisons).
+  bool facts_in_place = true;
 };
 
 // What one step produced for one request.
@@ -78,7 +82,10 @@ struct RequestOutput {
 struct EngineStats {
   int64_t steps = 0;
   int64_t tokens_computed = 0;
-  int64_t tokens_injected = 0;
+  int64_t tokens_injected = 0;   // copied into requests' blocks (the copy path)
+  // Requests with injected facts by how they are read: in place from the pool, or copied (the
+  // backend cannot read in place, or the request recomputes some of its facts' tokens).
+  int64_t requests_facts_in_place = 0, requests_facts_copied = 0;
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
@@ -166,6 +173,8 @@ class Engine {
   void check_sampling(const SamplingParams& sp) const;
   void check_prompt(const std::vector<int32_t>& prompt, const SamplingParams& sp,
                     std::optional<InjectedSpan>& injected) const;
+  // Whether r's injected facts are read in place or copied (Request::facts_in_place), counted.
+  void choose_fact_reads(Request& r);
   Live& add_live(std::unique_ptr<Request> req);
   // Asks the connector to plan unresolved requests, in arrival order from the first not asked since; those
   // still unresolved go to the back. Rejected ones yield an error output. How many are asked:

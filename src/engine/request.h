@@ -4,8 +4,9 @@
 //
 //   tokens:  [ prefix | header | f_k ... f_1 | footer | question | generated ... ]
 //                               ^ injected.start    ^ injected.end
-// Injected tokens have their KV copied in from the memory pool instead of being computed; the
-// scheduler skips them, and num_computed_tokens jumps from injected.start to injected.end.
+// Injected tokens have their KV from the memory pool instead of being computed: read in place by
+// attention (facts_in_place) or copied into the request's blocks; the scheduler skips them, and
+// num_computed_tokens jumps from injected.start to injected.end.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -80,13 +81,18 @@ struct Request {
   SamplingParams sampling;
   std::optional<InjectedSpan> injected;
   bool injection_done = false;       // reset on preemption: the blocks are gone
+  // The injected span is read in place from its pool slots by attention (ForwardBatch::fact_*),
+  // not copied: its blocks wholly inside [injected.start, injected.end) are ForwardBatch::kNoBlock
+  // (no cache block), the two it shares with computed tokens are the request's own. Set when the
+  // prompt is known, where the backend reads facts in place and nothing is recomputed.
+  bool facts_in_place = false;
   // Joins the prefix-cache hash of every block (prefix_hash.h): requests with other salts never
   // share cached blocks (the server salts with the tenant, as vLLM's cache_salt). 0: no salt.
   uint64_t cache_salt = 0;
 
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish = FinishReason::kNone;
-  std::vector<int32_t> block_table;  // block ids; entry i holds tokens [i * bs, (i + 1) * bs)
+  std::vector<int32_t> block_table;  // block ids; entry i holds tokens [i * bs, (i + 1) * bs) (or kNoBlock: facts_in_place)
   int32_t num_published_blocks = 0;  // full blocks already offered to the prefix cache
   uint64_t last_block_hash = 0;      // chain hash of block num_published_blocks - 1
   int32_t num_cached_tokens = 0;     // prefix-cache hit at the latest admission
@@ -131,6 +137,11 @@ struct Request {
   }
   // Tokens from num_computed_tokens on that still need a forward (injected ones do not).
   int32_t num_remaining() const;
+  // Block b of the table holds no entry of the request's own: all its positions are facts read
+  // in place.
+  bool is_fact_hole(int32_t b, int32_t block_size) const {
+    return facts_in_place && b * block_size >= injected->start && (b + 1) * block_size <= injected->end;
+  }
 };
 
 }  // namespace inferscale

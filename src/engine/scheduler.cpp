@@ -4,6 +4,7 @@
 #include <span>
 
 #include "engine/prefix_hash.h"
+#include "model/forward_batch.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -20,8 +21,11 @@ void Scheduler::add(Request* r, const Request* before) {
 
 uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
   // Blocks from the injected span on hold (or follow) injected KV; every block carries the salt.
+  // A request reading its facts in place keys them apart from one that copied them: its blocks
+  // at the span's edges hold no KV at the facts' positions, which a copying request would read.
   const bool after_span = r->injected && (block_index + 1) * blocks_.block_size() > r->injected->start;
-  return prefix_block_extra(r->cache_salt, after_span ? r->injected->cache_key : 0);
+  const uint64_t span = !after_span ? 0 : r->facts_in_place ? in_place_span_key(r->injected->cache_key) : r->injected->cache_key;
+  return prefix_block_extra(r->cache_salt, span);
 }
 
 void Scheduler::admit_prefix_hits(Request* r) {
@@ -33,17 +37,24 @@ void Scheduler::admit_prefix_hits(Request* r) {
   const int32_t bs = blocks_.block_size();
   // At least the last token is always computed, so its logits exist.
   const int32_t max_blocks = (r->num_tokens() - 1) / bs;
-  uint64_t h = 0;
+  uint64_t h = 0, h_hit = 0;
+  size_t hits = 0;  // the table up to its last real hit (holes after it are not counted as cached)
   for (int32_t b = 0; b < max_blocks; ++b) {
     std::span<const int32_t> toks(r->tokens.data() + b * bs, static_cast<size_t>(bs));
-    const uint64_t hb = prefix_block_hash(h, extra_key(r, b), toks);
-    auto hit = blocks_.lookup(hb, toks);
+    h = prefix_block_hash(h, extra_key(r, b), toks);
+    if (r->is_fact_hole(b, bs)) {  // its entries are the facts in the pool: the chain goes on through it
+      r->block_table.push_back(ForwardBatch::kNoBlock);
+      continue;
+    }
+    auto hit = blocks_.lookup(h, toks);
     if (!hit) break;
     r->block_table.push_back(*hit);
-    h = hb;
+    hits = r->block_table.size();
+    h_hit = h;
   }
-  r->num_published_blocks = static_cast<int32_t>(r->block_table.size());
-  r->last_block_hash = h;
+  r->block_table.resize(hits);
+  r->num_published_blocks = static_cast<int32_t>(hits);
+  r->last_block_hash = h_hit;
   r->num_computed_tokens = r->num_published_blocks * bs;
   r->num_cached_tokens = r->num_computed_tokens;
   if (r->injected && r->num_computed_tokens >= r->injected->end) r->injection_done = true;
@@ -66,15 +77,20 @@ bool Scheduler::plan_chunk(Request* r, int32_t budget, ScheduledSeq& seq) {
   }
   int32_t last = seq.positions.back();
   if (seq.inject) last = std::max(last, inj->end - 1);
-  const int64_t need = blocks_for(last + 1) - static_cast<int64_t>(r->block_table.size());
+  // Blocks up to `last`, but none for those wholly inside facts read in place (kNoBlock).
+  const int32_t bs = blocks_.block_size(), have = static_cast<int32_t>(r->block_table.size());
+  const auto want = static_cast<int32_t>(blocks_for(last + 1));
+  int64_t need = 0;
+  for (int32_t b = have; b < want; ++b) need += r->is_fact_hole(b, bs) ? 0 : 1;
   if (need > 0 && !blocks_.can_allocate(need)) return false;
-  for (int64_t k = 0; k < need; ++k) r->block_table.push_back(blocks_.allocate());
+  for (int32_t b = have; b < want; ++b) r->block_table.push_back(r->is_fact_hole(b, bs) ? ForwardBatch::kNoBlock : blocks_.allocate());
   seq.samples = seq.positions.back() == r->num_tokens() - 1;
   return true;
 }
 
 void Scheduler::release_blocks(Request* r) {
-  for (auto it = r->block_table.rbegin(); it != r->block_table.rend(); ++it) blocks_.release(*it);
+  for (auto it = r->block_table.rbegin(); it != r->block_table.rend(); ++it)
+    if (*it != ForwardBatch::kNoBlock) blocks_.release(*it);
   r->block_table.clear();
   r->num_published_blocks = 0;
   r->last_block_hash = 0;
@@ -205,11 +221,14 @@ void Scheduler::finish_step(const SchedulerOutput& out) {
       while (r->num_computed_tokens < r->injected->end && r->injected->injects(r->num_computed_tokens))
         ++r->num_computed_tokens;
     if (!opts_.enable_prefix_caching || r->is_capture()) continue;
+    // A hole of facts read in place (kNoBlock) is chained through, not published: a later
+    // request reading the same facts in place passes it the same way (admit_prefix_hits).
     while ((r->num_published_blocks + 1) * bs <= r->num_computed_tokens) {
       const int32_t b = r->num_published_blocks;
       std::span<const int32_t> toks(r->tokens.data() + b * bs, static_cast<size_t>(bs));
       r->last_block_hash = prefix_block_hash(r->last_block_hash, extra_key(r, b), toks);
-      blocks_.publish(r->block_table[static_cast<size_t>(b)], r->last_block_hash, toks);
+      if (const int32_t id = r->block_table[static_cast<size_t>(b)]; id != ForwardBatch::kNoBlock)
+        blocks_.publish(id, r->last_block_hash, toks);
       ++r->num_published_blocks;
     }
   }

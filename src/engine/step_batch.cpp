@@ -49,7 +49,12 @@ StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t 
   BatchBuilder bb(block_size);
   for (const ScheduledSeq& s : plan.seqs) {
     Request* r = s.req;
-    if (s.inject) add_injection(*r, block_size, b.inject);
+    if (r->facts_in_place) {
+      // Nothing is copied: every forward of the request reads its facts from their pool slots.
+      if (s.inject) r->num_injected_tokens = r->injected->num_injected();
+    } else if (s.inject) {
+      add_injection(*r, block_size, b.inject);
+    }
     for (int32_t p : s.positions) {
       const int64_t capture = r->is_capture() ? r->capture_slots[static_cast<size_t>(p)] : -1;
       const bool prompt_row = r->needs_prompt_row(p);
@@ -64,6 +69,7 @@ StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t 
       b.rows.push_back({r, s.positions.back(), true});
       if (r->sampling.logprobs >= 0) b.need_logits = true;
     }
+    if (r->facts_in_place) bb.read_facts_in_place(r->injected->start, r->injected->pool_slots);
     bb.end_sequence(r->block_table);
   }
   b.forward = std::move(bb.batch());

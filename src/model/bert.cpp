@@ -18,7 +18,7 @@
 namespace inferscale {
 namespace {
 
-enum Slot : int { kX, kQkv, kQ, kCtx, kInter, kRows };
+enum Slot : int { kX, kXc, kQkv, kQ, kCtx, kInter, kRows };
 
 struct Layer {
   Weight wqkv, bqkv;          // [3 H, H], [3 H]   rows: query, key, value
@@ -98,7 +98,8 @@ class Bert final : public Architecture {
     const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size;
     const float eps = static_cast<float>(cfg_.layer_norm_eps);
     if (T == 0) return {};
-    Act x = ops.act(kX, T, H, ActType::kF32);                // [T, H] hidden states
+    Act x = ops.act(kX, T, H, ActType::kF32);                // [T, H] hidden states (the residual)
+    Act xc = ops.act(kXc, T, H, ActType::kCompute);          // [T, H] x as the linears read it
     Act qkv = ops.act(kQkv, T, 3 * H, ActType::kF32);        // [T, 3, NH, D]
     Act q = ops.act(kQ, T, H, ActType::kCompute);            // [T, NH, D]
     Act ctx = ops.act(kCtx, T, H, ActType::kCompute);        // [T, NH, D] attention output
@@ -108,20 +109,26 @@ class Bert final : public Architecture {
     ops.embed(word_, EmbedIndex::kTokenIds, x, /*accumulate=*/false);
     ops.embed(token_type_, EmbedIndex::kFirstRow, x, /*accumulate=*/true);
     ops.embed(position_, EmbedIndex::kPositions, x, /*accumulate=*/true);
-    ops.layer_norm(x, emb_ln_w_, emb_ln_b_, x, eps);
+    // Post-LayerNorm: the normed x is both the next residual (f32) and the next linear's input
+    // (compute precision); each LayerNorm writes both, the copy first (in place last).
+    auto norm = [&](const Weight& w, const Weight& b) {
+      ops.layer_norm(x, w, b, xc, eps);
+      ops.layer_norm(x, w, b, x, eps);
+    };
+    norm(emb_ln_w_, emb_ln_b_);
     QkvStep split;  // biases are in the projection; no q/k norm
     split.rope = false;
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
-      ops.linear(x, L.wqkv, L.bqkv, qkv, false);
+      ops.linear(xc, L.wqkv, L.bqkv, qkv, false);
       ops.qkv(qkv, split, static_cast<int32_t>(l), q);
       ops.attention(q, static_cast<int32_t>(l), ctx);
       ops.linear(ctx, L.wo, L.bo, x, /*accumulate=*/true);  // x += ctx Wo^T + bo
-      ops.layer_norm(x, L.attn_ln_w, L.attn_ln_b, x, eps);
-      ops.linear(x, L.w_in, L.b_in, inter, false);
+      norm(L.attn_ln_w, L.attn_ln_b);
+      ops.linear(xc, L.w_in, L.b_in, inter, false);
       ops.gelu(inter);
       ops.linear(inter, L.w_out, L.b_out, x, /*accumulate=*/true);
-      ops.layer_norm(x, L.ffn_ln_w, L.ffn_ln_b, x, eps);
+      norm(L.ffn_ln_w, L.ffn_ln_b);
     }
     Act rows = ops.act(kRows, R, H, ActType::kF32);  // [R, H]
     ops.gather_output_rows(x, rows);

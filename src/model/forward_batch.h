@@ -3,6 +3,7 @@
 // architecture's forward (model/architecture.h).
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "model/sampling.h"
@@ -46,6 +47,28 @@ struct ForwardBatch {
   // Write path: keep the pre-RoPE K and the V of some tokens (every layer) in memory-pool slots.
   std::vector<int32_t> capture_tokens;  // [C] indices into token_ids
   std::vector<int64_t> capture_slots;   // [C] memory-pool slots
+
+  // Facts read in place (zero-copy memory): entries [fact_start[s], fact_start[s] + n) of sequence
+  // s, n = fact_indptr[s + 1] - fact_indptr[s], are not in its cache blocks but in memory-pool
+  // slots: entry j is fact_slots[fact_indptr[s] + j - fact_start[s]]. The pool holds keys before
+  // RoPE; attention rotates each one at its entry's position j as it reads it, and reads values as
+  // stored. A block of the sequence wholly inside that range is kNoBlock (no cache block holds
+  // it); no token of the batch lies inside it. fact_indptr empty: no sequence reads facts in place.
+  //
+  //   entries   0 ..... 13 | 14 ............. 61 | 62 ...        (block size 16, facts at 14..61)
+  //   blocks    [ b0       ][ kNoBlock ][ kNoBlock ][ b3 ...      block 0 and 3 hold own entries
+  //   pool                  slots of the facts' tokens
+  std::vector<int32_t> fact_indptr;  // [S + 1] or empty
+  std::vector<int32_t> fact_start;   // [S]
+  std::vector<int64_t> fact_slots;   // [fact_indptr[S]] memory-pool slots
+  static constexpr int32_t kNoBlock = -1;
+  bool reads_facts_in_place() const { return !fact_indptr.empty() && fact_indptr.back() > 0; }
+  // Sequence s's in-place range [first, end) (empty when it has none).
+  std::pair<int32_t, int32_t> fact_range(int32_t s) const {
+    if (fact_indptr.empty()) return {0, 0};
+    const int32_t a = fact_start[static_cast<size_t>(s)];
+    return {a, a + fact_indptr[s + 1] - fact_indptr[s]};
+  }
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return q_indptr.empty() ? 0 : static_cast<int32_t>(q_indptr.size()) - 1; }

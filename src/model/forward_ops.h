@@ -98,7 +98,7 @@ class ForwardOps {
   virtual void embed(const Weight& table, EmbedIndex index, Act x, bool accumulate) = 0;
   // y = rmsnorm(x) * w per row; output_rows: y holds only the batch's output_tokens rows ([R, H]).
   virtual void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) = 0;
-  // y = (x - mean) / sqrt(var + eps) * w + b per row (in place allowed).
+  // y = (x - mean) / sqrt(var + eps) * w + b per row (in place allowed); x f32, y f32 or kCompute.
   virtual void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) = 0;
   // y (+)= x w^T (+ bias)                      x: [M, K]; w: [N, K]; y: [M, N]
   virtual void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) = 0;

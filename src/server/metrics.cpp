@@ -88,7 +88,12 @@ void by_label(std::string& out, const char* name, const char* help, const char* 
 // The engine's counters (EngineStats), forwards by kind and host time by phase.
 void render_engine(std::string& out, const AsyncEngineStats& e) {
   metric(out, "inferscale_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", e.engine.prefix_hit_tokens);
-  metric(out, "inferscale_injected_tokens_total", "counter", "Tokens whose KV was injected from memory.", e.engine.tokens_injected);
+  metric(out, "inferscale_injected_tokens_total", "counter", "Tokens whose KV was copied from memory into requests' caches.", e.engine.tokens_injected);
+  // Requests with injected facts by how attention reads them: in place from the memory pool, or
+  // copied into the request's blocks (the backend cannot read in place, or facts are recomputed).
+  const std::pair<const char*, int64_t> reads[] = {{"in_place", e.engine.requests_facts_in_place},
+                                                   {"copy", e.engine.requests_facts_copied}};
+  by_label(out, "inferscale_memory_fact_reads_total", "Requests with injected facts, by how their KV is read.", "path", reads);
   metric(out, "inferscale_computed_tokens_total", "counter", "Tokens computed by forward passes.", e.engine.tokens_computed);
   metric(out, "inferscale_engine_steps_total", "counter", "Engine steps.", e.engine.steps);
   metric(out, "inferscale_engine_step_errors_total", "counter", "Engine steps that failed (their requests got an error).", e.step_errors);

@@ -64,14 +64,15 @@ void norm_cases(Cases& c) {
                 r.ops().rms_norm(x, w, y, 1e-5f, output_rows);
                 r.out("y", y, t == ActType::kF32 ? kF32 : kBf16);
               });
-  c.add("layer_norm/H200", {.hidden = 200}, [](OpRun& r) {
-    const ForwardBatch& b = r.begin(paged_batch(kThree, 97));
-    const Act x = r.input(kX, b.num_tokens(), 200, ActType::kF32, 2);
-    const Weight w = r.vector(200, 3), bias = r.vector(200, 4, 0.0f);
-    const Act y = r.output(kY, b.num_tokens(), 200, ActType::kF32);
-    r.ops().layer_norm(x, w, bias, y, 1e-12f);
-    r.out("y", y, kF32);
-  });
+  for (const ActType t : {ActType::kF32, ActType::kCompute})  // the residual, and the linears' copy
+    c.add(fmt::format("layer_norm/H200_{}", t == ActType::kF32 ? "f32" : "bf16"), {.hidden = 200}, [t](OpRun& r) {
+      const ForwardBatch& b = r.begin(paged_batch(kThree, 97));
+      const Act x = r.input(kX, b.num_tokens(), 200, ActType::kF32, 2);
+      const Weight w = r.vector(200, 3), bias = r.vector(200, 4, 0.0f);
+      const Act y = r.output(kY, b.num_tokens(), 200, t);
+      r.ops().layer_norm(x, w, bias, y, 1e-12f);
+      r.out("y", y, t == ActType::kF32 ? kF32 : kBf16);
+    });
   c.add("gather_output_rows/H200", {.hidden = 200}, [](OpRun& r) {
     const ForwardBatch& b = r.begin(paged_batch(kThree, 97));
     const Act x = r.input(kX, b.num_tokens(), 200, ActType::kF32, 2);

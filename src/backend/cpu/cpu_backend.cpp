@@ -20,7 +20,7 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
-      : cfg_(cfg), block_size_(opts.block_size) {
+      : cfg_(cfg), block_size_(opts.block_size), cache_fp8_(opts.cache_fp8) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
     const int64_t bytes_per_block = kv_store_bytes_per_token(cfg_, false, opts.cache_fp8) * block_size_;
     num_blocks_ = opts.num_cache_blocks > 0 ? opts.num_cache_blocks : std::max<int64_t>(1, opts.cache_memory_bytes / bytes_per_block);
@@ -43,6 +43,9 @@ class CpuBackend final : public Backend {
 
   void forward(const ForwardBatch& b, ForwardOutput& out) override { run_forward(*arch_, *ops_, b, out); }
 
+  // Attention reads pool rows as injection reads them and rotates them with the same angles; an
+  // FP8 cache would round injected keys, which a read in place does not.
+  bool reads_facts_in_place() const override { return !cache_fp8_; }
   void inject(const InjectBatch& b) override {
     const size_t N = b.src_slots.size();
     IS_CHECK(b.dst_slots.size() == N && b.positions.size() == N, "inject arrays differ in size");
@@ -102,6 +105,7 @@ class CpuBackend final : public Backend {
 
   ModelConfig cfg_;
   int32_t block_size_;
+  bool cache_fp8_;
   int64_t num_blocks_ = 0;
   int64_t num_pool_blocks_ = 0;
   CpuKv kv_;  // per layer cache [num_blocks, bs, NKV, D] and pool [num_pool_blocks, bs, NKV, D], K pre-RoPE

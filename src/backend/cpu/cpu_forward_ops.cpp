@@ -130,6 +130,18 @@ void CpuForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   cos_.resize(static_cast<size_t>(T * half));
   sin_.resize(cos_.size());
   for (int64_t t = 0; t < T; ++t) rope_.angles(b.positions[static_cast<size_t>(t)], &cos_[static_cast<size_t>(t * half)], &sin_[static_cast<size_t>(t * half)]);
+  int64_t fact_end = 0;
+  for (int32_t s = 0; s < b.num_seqs(); ++s) fact_end = std::max<int64_t>(fact_end, b.fact_range(s).second);
+  if (fact_end > 0) ensure_rope_table(fact_end);
+}
+
+void CpuForwardOps::ensure_rope_table(int64_t positions) {
+  const int64_t half = cfg_.head_dim / 2, have = static_cast<int64_t>(table_cos_.size()) / std::max<int64_t>(half, 1);
+  if (positions <= have) return;
+  const int64_t n = std::max(positions, 2 * have);  // doubling: a growing context rebuilds rarely
+  table_cos_.resize(static_cast<size_t>(n * half));
+  table_sin_.resize(table_cos_.size());
+  for (int64_t p = have; p < n; ++p) rope_.angles(p, &table_cos_[static_cast<size_t>(p * half)], &table_sin_[static_cast<size_t>(p * half)]);
 }
 
 Act CpuForwardOps::act(int slot, int64_t rows, int64_t cols, ActType type) {
@@ -292,7 +304,14 @@ void CpuForwardOps::attention(Act q, int32_t layer, Act out) {
                              c.codes(layer, 0),
                              c.codes(layer, 1),
                              c.scales(layer, 0),
-                             c.scales(layer, 1)};
+                             c.scales(layer, 1),
+                             {}};
+  if (b.reads_facts_in_place()) {
+    const CpuKvStore& p = kv_.pool;
+    pa.facts = {b.fact_indptr.data(), b.fact_start.data(), b.fact_slots.data(),
+                {p.f32_rows(layer, 0), p.f32_rows(layer, 1), p.codes(layer, 0), p.codes(layer, 1), p.scales(layer, 0), p.scales(layer, 1)},
+                table_cos_.data(), table_sin_.data(), &rope_};
+  }
   cpu::paged_attention(pa, &threads_);
 }
 

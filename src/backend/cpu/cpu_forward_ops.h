@@ -94,6 +94,10 @@ class CpuForwardOps final : public ForwardOps {
   const ForwardBatch* batch_ = nullptr;
   AttnMask mask_ = AttnMask::kCausal;
   std::vector<float> cos_, sin_;    // [T, D / 2] RoPE angles of the batch's positions
+  // [P, D / 2] RoPE angles of positions 0 .. P - 1 (Rope::angles), grown to cover every in-place
+  // fact entry a forward reads: their keys are rotated as attention reads them.
+  std::vector<float> table_cos_, table_sin_;
+  void ensure_rope_table(int64_t positions);
   std::vector<float> capture_;      // [C, NKV D] staging of captured rows
 };
 

@@ -110,6 +110,22 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, ThreadP
   else body(0, n);
 }
 
+namespace {
+
+// K and V of (slot, kv head g) of one layer into kd, vd [D].
+void read_kv_row(const KvLayerRows& r, int64_t slot, int32_t g, int32_t num_kv_heads, int64_t D, float* kd, float* vd) {
+  const int64_t row = slot * num_kv_heads + g;
+  if (r.k != nullptr) {
+    std::memcpy(kd, r.k + row * D, static_cast<size_t>(D) * 4);
+    std::memcpy(vd, r.v + row * D, static_cast<size_t>(D) * 4);
+  } else {
+    dequantize_e4m3_row(r.k_codes + row * D, D, r.k_scales[row], kd);
+    dequantize_e4m3_row(r.v_codes + row * D, D, r.v_scales[row], vd);
+  }
+}
+
+}  // namespace
+
 void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
   // Per (sequence, kv head): gather the sequence's K and V into contiguous [L, D] panels, then
   // scores = Q K^T and out = softmax(scores) V as two GEMMs over the query rows of that kv head
@@ -117,7 +133,6 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
   // so a row's result does not depend on which other tokens share the batch.
   const int32_t group = a.num_heads / a.num_kv_heads;
   const int64_t D = a.head_dim;
-  const int64_t kv_row = static_cast<int64_t>(a.num_kv_heads) * D;
   constexpr int64_t kRowChunk = 256;  // query rows per GEMM: bounds the score matrix
   // Panels reused across calls (no page faults per layer), one set per calling thread. The
   // references matter: the softmax lambda runs on pool threads and must see the caller's set.
@@ -143,19 +158,22 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
     auto last = [&](int64_t t) { return a.causal ? static_cast<int64_t>(a.positions[t]) : L - 1; };
     kp.resize(static_cast<size_t>((L - j0) * D));
     vp.resize(static_cast<size_t>((L - j0) * D));
+    const KvLayerRows cache{a.k_cache, a.v_cache, a.k_codes, a.v_codes, a.k_scales, a.v_scales};
+    // In-place facts: entries [fa, fb) come from pool slots facts.slots[f0 + j - fa].
+    const FactsInPlace& fx = a.facts;
+    const int64_t fa = fx.indptr ? fx.start[s] : 0, fb = fx.indptr ? fa + fx.indptr[s + 1] - fx.indptr[s] : 0;
+    const int64_t f0 = fx.indptr ? fx.indptr[s] : 0, half = D / 2;
     for (int32_t g = 0; g < a.num_kv_heads; ++g) {
       for (int64_t j = j0; j < L; ++j) {
-        const int64_t slot = static_cast<int64_t>(blocks[j / a.block_size]) * a.block_size + j % a.block_size;
         float* kd = &kp[static_cast<size_t>((j - j0) * D)];
         float* vd = &vp[static_cast<size_t>((j - j0) * D)];
-        if (a.k_cache != nullptr) {
-          std::memcpy(kd, a.k_cache + slot * kv_row + g * D, static_cast<size_t>(D) * 4);
-          std::memcpy(vd, a.v_cache + slot * kv_row + g * D, static_cast<size_t>(D) * 4);
-        } else {  // FP8: codes x the (slot, head) scale
-          const int64_t r = slot * a.num_kv_heads + g;
-          dequantize_e4m3_row(a.k_codes + r * D, D, a.k_scales[r], kd);
-          dequantize_e4m3_row(a.v_codes + r * D, D, a.v_scales[r], vd);
+        if (j >= fa && j < fb) {  // a fact's pre-RoPE key, rotated at its serving position j
+          read_kv_row(fx.pool, fx.slots[f0 + j - fa], g, a.num_kv_heads, D, kd, vd);
+          fx.rope->rotate_with(kd, 1, fx.cos + j * half, fx.sin + j * half);
+          continue;
         }
+        const int64_t slot = static_cast<int64_t>(blocks[j / a.block_size]) * a.block_size + j % a.block_size;
+        read_kv_row(cache, slot, g, a.num_kv_heads, D, kd, vd);
       }
       // Query rows of this kv head: row r = (token t0 + r / group, head g * group + r % group).
       const int64_t rows = static_cast<int64_t>(t1 - t0) * group;

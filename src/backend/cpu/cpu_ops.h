@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "model/rope.h"
 #include "util/thread_pool.h"
 
 namespace inferscale::cpu {
@@ -30,9 +31,35 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, ThreadP
 //   j in [kv_start[s], positions[t]]   (causal; kv_start null = all 0), or
 //   j in [kv_start[s], the last position of s in this batch]   (!causal: encoders)
 // where entry j of sequence s lives in slot kv_indices[kv_indptr[s] + j / bs] * bs + j % bs.
+// or, for entries inside the sequence's in-place facts (`facts`), in memory-pool slots, the key
+// rotated at position j as it is read (forward_batch.h fact_indptr).
 //   q:   [T, num_heads, head_dim]
 //   k/v_cache: [num_blocks, block_size, num_kv_heads, head_dim]
 //   out: [T, num_heads, head_dim]
+// One layer of a KV store as readers gather it: f32 rows [slots, NKV, D], or (f32 null) FP8 codes
+// [slots, NKV, D] with scales [slots, NKV], read as codes times scales (tensor/fp8.h).
+struct KvLayerRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const uint8_t* k_codes = nullptr;
+  const uint8_t* v_codes = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+};
+
+// Facts read in place (ForwardBatch::fact_*): the pool's layer, its slots per sequence, and RoPE
+// angles of every entry's position (cos/sin [positions, head_dim / 2], Rope::angles' floats, so a
+// key rotated here equals one rotated by injection bit for bit).
+struct FactsInPlace {
+  const int32_t* indptr = nullptr;  // [S + 1]; null: no sequence reads facts in place
+  const int32_t* start = nullptr;   // [S]
+  const int64_t* slots = nullptr;
+  KvLayerRows pool;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  const Rope* rope = nullptr;
+};
+
 struct PagedAttentionArgs {
   const float* q;
   const float* k_cache;
@@ -56,6 +83,7 @@ struct PagedAttentionArgs {
   const uint8_t* v_codes = nullptr;
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
+  FactsInPlace facts;
 };
 // Parallel over (token, head) pairs on `pool` (serial when null).
 void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool = nullptr);

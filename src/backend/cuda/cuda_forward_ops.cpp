@@ -93,6 +93,7 @@ CudaForwardOps::~CudaForwardOps() {
 
 void CudaForwardOps::check(const ForwardBatch& b) const {
   check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
+  IS_CHECK(!b.reads_facts_in_place(), "the CUDA backend's attention reads no facts in place (Backend::reads_facts_in_place)");
 }
 
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
@@ -274,9 +275,13 @@ void CudaForwardOps::rms_norm(Act x, const Weight& wt, Act y, float eps, bool ou
 
 void CudaForwardOps::layer_norm(Act x, const Weight& wt, const Weight& b, Act y, float eps) {
   mark("layer_norm");
-  IS_CHECK(x.type == ActType::kF32 && y.type == ActType::kF32 && x.rows == y.rows && x.cols == y.cols,
-           "layer_norm [{}, {}] into [{}, {}]", x.rows, x.cols, y.rows, y.cols);
-  cuda::layer_norm(p<float>(x), w<float>(wt), w<float>(b), p<float>(y), x.rows, x.cols, eps, stream_);
+  IS_CHECK(x.type == ActType::kF32 && x.rows == y.rows && x.cols == y.cols, "layer_norm [{}, {}] into [{}, {}]", x.rows,
+           x.cols, y.rows, y.cols);
+  if (y.type == ActType::kF32) {
+    cuda::layer_norm(p<float>(x), w<float>(wt), w<float>(b), p<float>(y), x.rows, x.cols, eps, stream_);
+  } else {
+    cuda::layer_norm(p<float>(x), w<float>(wt), w<float>(b), p<bf16>(y), x.rows, x.cols, eps, stream_);
+  }
 }
 
 void CudaForwardOps::gelu(Act x) {

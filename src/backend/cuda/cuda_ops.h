@@ -69,6 +69,8 @@ void embedding_rows(const bf16* table, const int32_t* index, bool accumulate, fl
                     cudaStream_t stream);
 void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t H, float eps,
                 cudaStream_t stream);
+void layer_norm(const float* x, const float* w, const float* b, bf16* y, int64_t rows, int64_t H, float eps,
+                cudaStream_t stream);
 void gelu(float* x, int64_t n, cudaStream_t stream);
 void gelu(bf16* x, int64_t n, cudaStream_t stream);
 void add_bias(float* y, const float* bias, int64_t M, int64_t N, cudaStream_t stream);

@@ -32,19 +32,21 @@ __global__ void embedding_rows_kernel(const bf16* __restrict__ table, const int3
 
 // y = (x - mean) / sqrt(var + eps) * w + b per row (population variance, two passes over the
 // row). In place allowed: each thread writes only the elements it read, after both reductions.
-__global__ void layer_norm_kernel(const float* x, const float* __restrict__ w, const float* __restrict__ b, float* y,
+// y is f32, or bf16 (the compute copy a linear reads).
+template <class T>
+__global__ void layer_norm_kernel(const float* x, const float* __restrict__ w, const float* __restrict__ b, T* y,
                                   int64_t H, float eps) {
   __shared__ float scratch[32];
   pdl_begin();
   const float* xr = x + blockIdx.x * H;
-  float* yr = y + blockIdx.x * H;
+  T* yr = y + blockIdx.x * H;
   float s = 0.0f;
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) s += xr[i];
   const float mean = block_sum(s, scratch) / static_cast<float>(H);
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
   const float inv = rsqrtf(block_sum(ss, scratch) / static_cast<float>(H) + eps);
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) store(yr + i, (xr[i] - mean) * inv * w[i] + b[i]);
 }
 
 template <class T>
@@ -82,11 +84,20 @@ void embedding_rows(const bf16* table, const int32_t* index, bool accumulate, fl
   launch(embedding_rows_kernel, dim3(static_cast<unsigned>(T)), dim3(kThreads), 0, stream, table, index, accumulate, x, H);
 }
 
-void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t H, float eps,
-                cudaStream_t stream) {
+template <class T>
+void launch_layer_norm(const float* x, const float* w, const float* b, T* y, int64_t rows, int64_t H, float eps,
+                       cudaStream_t stream) {
   if (rows == 0) return;
   KERNEL_REQUIRE(rows <= 0x7fffffff && H > 0, "layer_norm shape");
-  launch(layer_norm_kernel, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, x, w, b, y, H, eps);
+  launch(layer_norm_kernel<T>, dim3(static_cast<unsigned>(rows)), dim3(kThreads), 0, stream, x, w, b, y, H, eps);
+}
+void layer_norm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t H, float eps,
+                cudaStream_t stream) {
+  launch_layer_norm(x, w, b, y, rows, H, eps, stream);
+}
+void layer_norm(const float* x, const float* w, const float* b, bf16* y, int64_t rows, int64_t H, float eps,
+                cudaStream_t stream) {
+  launch_layer_norm(x, w, b, y, rows, H, eps, stream);
 }
 
 void gelu(float* x, int64_t n, cudaStream_t stream) {
