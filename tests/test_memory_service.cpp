@@ -1828,3 +1828,84 @@ TEST(MemoryService, TwoWindowsOfTheSameFactsServeAtOnce) {
   s.service->release(again0);
   s.service->release(again2);
 }
+
+namespace {
+
+// The engine of `s` again, reading facts in place or copying them (EngineOptions::facts_in_place).
+void with_fact_reads(Stack& s, bool in_place) {
+  s.service.reset();
+  EngineOptions eo;
+  eo.facts_in_place = in_place;
+  BackendOptions bo;
+  bo.num_cache_blocks = 512;
+  bo.num_pool_blocks = 256;
+  s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
+  s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), MemoryOptions{});
+  s.engine->set_memory(s.service.get());
+}
+
+struct Served {
+  std::vector<int32_t> tokens;
+  std::vector<double> logprobs;
+  int64_t blocks = 0;  // cache blocks the request held after its prefill
+};
+
+Served serve_32(Stack& s, const MemoryPrompt& p) {
+  SamplingParams sp = greedy(32);
+  sp.logprobs = 0;
+  s.engine->add_request(p.tokens, sp, p.injected);
+  Served out;
+  std::vector<RequestOutput> outs = s.engine->step();  // the prefill
+  out.blocks = s.engine->blocks().num_blocks() - s.engine->blocks().num_free();
+  for (bool done = false; !done;) {
+    for (const RequestOutput& o : outs) {
+      out.tokens.insert(out.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+      for (const LogprobEntry& e : o.logprobs) out.logprobs.push_back(e.logprob);
+      done = done || o.finished;
+    }
+    if (!done) outs = s.engine->step();
+  }
+  return out;
+}
+
+}  // namespace
+
+// Zero-copy memory through the engine (CPU backend): a request whose facts are read in place
+// from the pool gives the copy path's 32 greedy tokens with its logprobs to 1e-5, and holds fewer
+// cache blocks (none for the blocks wholly inside its facts); a request that recomputes fact
+// tokens takes the copy path, counted.
+TEST(MemoryService, FactsReadInPlaceServeWhatCopiedFactsServe) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  std::vector<Served> by_path;
+  for (const bool in_place : {true, false}) {
+    with_fact_reads(s, in_place);
+    const MemoryPrompt p = s.service->prepare(req(MemoryMode::kInject, 4, 2), kAsk);
+    ASSERT_TRUE(p.injected.has_value());
+    by_path.push_back(serve_32(s, p));
+    EXPECT_EQ(s.engine->stats().requests_facts_in_place, in_place ? 1 : 0);
+    EXPECT_EQ(s.engine->stats().requests_facts_copied, in_place ? 0 : 1);
+    EXPECT_EQ(s.engine->stats().tokens_injected, in_place ? 0 : p.injected->end - p.injected->start);
+    const int32_t holes = p.injected->end / 16 - (p.injected->start + 15) / 16;
+    if (in_place) {
+      EXPECT_GT(holes, 0) << "the facts span whole blocks";
+      EXPECT_EQ(by_path.size(), 1u);
+    } else {
+      EXPECT_EQ(by_path[0].blocks, by_path[1].blocks - holes) << "no block for the facts' whole blocks";
+    }
+    s.service->release(p);
+    EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+  }
+  EXPECT_EQ(by_path[0].tokens, by_path[1].tokens);
+  ASSERT_EQ(by_path[0].logprobs.size(), 32u);
+  ASSERT_EQ(by_path[1].logprobs.size(), 32u);
+  for (size_t i = 0; i < 32; ++i) EXPECT_NEAR(by_path[0].logprobs[i], by_path[1].logprobs[i], 1e-5) << i;
+
+  with_fact_reads(s, true);
+  const MemoryPrompt r = s.service->prepare(recompute_req(2), kAsk);
+  s.run(r, 2);
+  EXPECT_EQ(s.engine->stats().requests_facts_copied, 1) << "recomputed fact tokens take the copy path";
+  EXPECT_EQ(s.engine->stats().requests_facts_in_place, 0);
+  s.service->release(r);
+}
