@@ -184,6 +184,69 @@ void attend(OpRun& r, const std::vector<SeqSpan>& fill, ForwardBatch step, doubl
   r.out("out", out, tol);
 }
 
+// Facts read in place (ForwardBatch::fact_*): one sequence of `prefix` computed tokens, facts of
+// these lengths from the pool (captured there first, each from a pool block boundary, so that
+// they start and end inside the sequence's blocks), then `question` tokens. Attention of the
+// prefix and question's tokens, or (decode) of the last token alone after the others were cached.
+void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, int32_t question, bool decode) {
+  constexpr int32_t bs = OpsUnderTest::kBlockSize;
+  const int64_t QS = r.cfg.q_size(), QKV = QS + 2 * r.cfg.kv_size();
+  int32_t F = 0;
+  std::vector<int64_t> slots;  // the pool slot of each fact token
+  for (int64_t block = 0; const int32_t f : facts) {
+    for (int32_t i = 0; i < f; ++i) slots.push_back(block * bs + i);
+    block += (f + bs - 1) / bs;
+    F += f;
+  }
+  QkvStep rope;
+  {  // the facts' pre-RoPE K and V into the pool, from tokens in blocks of their own
+    ForwardBatch fill = paged_batch({{0, 0}, {0, F}}, 97);
+    for (int32_t t = 0; t < F; ++t) {
+      fill.capture_tokens.push_back(t);
+      fill.capture_slots.push_back(slots[static_cast<size_t>(t)]);
+    }
+    r.begin(std::move(fill));
+    r.ops().qkv(r.input(kQkv, F, QKV, ActType::kF32, 21), rope, 0, r.output(kQ, F, QS, ActType::kCompute));
+  }
+  const int32_t N = prefix + F + question;
+  std::vector<int32_t> table = paged_batch({{0, N}}, 97).kv_indices;
+  for (int32_t b = 0; b < static_cast<int32_t>(table.size()); ++b)
+    if (b * bs >= prefix && (b + 1) * bs <= prefix + F) table[static_cast<size_t>(b)] = ForwardBatch::kNoBlock;
+  auto batch = [&](const std::vector<int32_t>& positions) {
+    ForwardBatch b;
+    for (const int32_t p : positions) {
+      b.token_ids.push_back(p * 7 % 97);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / bs)]) * bs + p % bs);
+    }
+    b.q_indptr = {0, static_cast<int32_t>(positions.size())};
+    b.kv_indices = table;
+    b.kv_indptr = {0, static_cast<int32_t>(table.size())};
+    b.output_tokens = {static_cast<int32_t>(positions.size()) - 1};
+    b.fact_indptr = {0, F};
+    b.fact_start = {prefix};
+    b.fact_slots = slots;
+    return b;
+  };
+  std::vector<int32_t> cached, step;
+  for (int32_t p = 0; p < N; ++p) {
+    if (p >= prefix && p < prefix + F) continue;
+    (decode && p < N - 1 ? cached : step).push_back(p);
+  }
+  if (!cached.empty()) {
+    const int64_t n = static_cast<int64_t>(cached.size());
+    r.begin(batch(cached));
+    r.ops().qkv(r.input(kQkv, n, QKV, ActType::kF32, 22), rope, 0, r.output(kQ, n, QS, ActType::kCompute));
+  }
+  const ForwardBatch& b = r.begin(batch(step));
+  const int64_t T = b.num_tokens();
+  const Act q = r.output(kQ, T, QS, ActType::kCompute);
+  r.ops().qkv(r.input(kQkv, T, QKV, ActType::kF32, 23), rope, 0, q);
+  const Act out = r.output(kOut, T, QS, ActType::kCompute);
+  r.ops().attention(q, 0, out);
+  r.out("out", out, kAttn);
+}
+
 void attention_cases(Cases& c) {
   struct Heads {
     int64_t group, head_dim;
@@ -218,6 +281,19 @@ void attention_cases(Cases& c) {
   c.add("attention/fp8_cache_prefill", {.heads = 8, .kv_heads = 2, .head_dim = 64, .fp8_cache = true}, [](OpRun& r) {
     attend(r, {{0, 30}}, paged_batch({{30, 19}, {0, 7}}, 97), kFp8Attn);
   });
+  // Facts read in place: lengths 1, 15, 16, 17 and 55 after 13 prefix tokens, GQA 1/4/7, head_dim
+  // 64/128, a prefill of prefix and question and a decode step; interleaved RoPE once.
+  struct FactShape {
+    int64_t group, head_dim;
+    bool interleaved;
+  };
+  for (const FactShape h : {FactShape{1, 64, false}, FactShape{4, 128, false}, FactShape{7, 64, false}, FactShape{4, 64, true}})
+    for (const bool decode : {false, true}) {
+      const OpShape shape{.heads = 2 * h.group, .kv_heads = 2, .head_dim = h.head_dim, .rope_interleaved = h.interleaved};
+      c.add(fmt::format("attention/facts_in_place_{}_group{}_D{}{}", decode ? "decode" : "prefill", h.group, h.head_dim,
+                        h.interleaved ? "_interleaved" : ""),
+            shape, [decode](OpRun& r) { attend_facts(r, 13, {1, 15, 16, 17, 55}, 9, decode); });
+    }
   // Encoders: each token sees its whole sequence, one token, several kv chunks, GQA and MiniLM's
   // 12 heads of 32.
   struct Bidir {

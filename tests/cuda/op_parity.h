@@ -40,7 +40,7 @@ struct OpShape {
 class OpsUnderTest {
  public:
   static constexpr int32_t kBlockSize = 16;
-  static constexpr int64_t kCacheBlocks = 256, kPoolBlocks = 8;
+  static constexpr int64_t kCacheBlocks = 256, kPoolBlocks = 16;
   virtual ~OpsUnderTest() = default;
   virtual ForwardOps& ops() = 0;
   // `v` ([rows * cols]) into `a`, in a's element type on this backend.

@@ -15,6 +15,7 @@
 #include "backend/cuda/graph_batch.h"
 #include "cuda_test_util.h"
 #include "model/weights.h"
+#include "../facts_in_place_util.h"
 #include "../fp8_test_util.h"
 #include "../kv_rows_test_util.h"
 
@@ -1045,4 +1046,36 @@ TEST(CudaBackend, Fp8ProjectionsFollowBf16) {
 }
 
 }  // namespace
+// Facts read in place by the prefill tiles (keys rotated in shared memory with injection's
+// rope_pair) against facts injected into the cache, at odd fact lengths after an odd prefix, GQA
+// 1/4/7, head_dim 64/128: the prefill's logits are the copy path's (the same kernel reads the same
+// bf16 keys), the decode step's within bf16 rounding (it replays a graph on the copy path, runs
+// eagerly in place).
+TEST(CudaBackend, FactsReadInPlaceEqualFactsCopied) {
+  REQUIRE_GPU();
+  using namespace facts_test;
+  for (const Shape s : {Shape{2, 2, 64}, Shape{8, 2, 128}, Shape{14, 2, 64}, Shape{4, 1, 128}}) {
+    const ModelConfig c = config(s);
+    const ModelWeights w = make_random_weights(c, 3);
+    BackendOptions bo;
+    bo.block_size = kBs;
+    bo.num_cache_blocks = 64;
+    bo.num_pool_blocks = 16;
+    auto be = make_cuda_backend(c, w, bo);
+    ASSERT_TRUE(be->reads_facts_in_place());
+    const PathDiff d = compare_paths(*be);
+    const std::string what = "group " + std::to_string(s.heads / s.kv_heads) + ", head_dim " + std::to_string(s.head_dim);
+    EXPECT_LE(d.prefill, 1e-6f) << what;
+    EXPECT_LE(d.decode, 2e-2f) << what;
+    test::note("facts in place vs copied, max |logit diff| prefill / decode, " + what,
+               std::to_string(d.prefill) + " / " + std::to_string(d.decode));
+  }
+  BackendOptions fp8;
+  fp8.num_cache_blocks = 8;
+  fp8.num_pool_blocks = 4;
+  fp8.cache_fp8 = true;
+  EXPECT_FALSE(make_cuda_backend(config({4, 2, 64}), make_random_weights(config({4, 2, 64}), 3), fp8)->reads_facts_in_place())
+      << "an FP8 cache copies";
+}
+
 }  // namespace inferscale

@@ -34,6 +34,7 @@
 #include "backend/cuda/attention_smem.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/fp8_utils.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma_utils.cuh"
@@ -89,6 +90,26 @@ __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
   return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi);
 }
 
+// The keys of entries [from, to) of a K stage holding entries cs .. cs + kBN - 1, pre-RoPE rows of
+// facts read in place, rotated at their positions (an entry's index is its position), in place:
+// bf16 -> f32, rope_pair with the table's angles, rounded to bf16, as injection stores them.
+template <int D>
+__device__ __forceinline__ void rotate_fact_keys(bf16* k, int cs, int from, int to, const AttentionArgs& a) {
+  constexpr int half = D / 2;
+  for (int idx = threadIdx.x; idx < kBN * half; idx += kThreads) {
+    const int row = idx / half, pr = idx % half, j = cs + row;
+    if (j < from || j >= to) continue;
+    const int d0 = a.interleaved ? 2 * pr : pr, d1 = a.interleaved ? 2 * pr + 1 : pr + half;
+    bf16* p0 = k + swz<D>(row, d0 >> 3) + (d0 & 7);
+    bf16* p1 = k + swz<D>(row, d1 >> 3) + (d1 & 7);
+    const int64_t t = static_cast<int64_t>(j) * half + pr;
+    float y0, y1;
+    rope_pair(__bfloat162float(*p0), __bfloat162float(*p1), a.cos_table[t], a.sin_table[t], y0, y1);
+    *p0 = __float2bfloat16_rn(y0);
+    *p1 = __float2bfloat16_rn(y1);
+  }
+}
+
 template <int D, bool FP8>
 __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(AttentionArgs a) {
   static_assert(D == 64 || D == 128 || (D == 32 && !FP8), "head_dim");
@@ -134,9 +155,19 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
   // multiply-add, not a block-table load and a division by block_size per 16 bytes.
   const int n_chunks = (it.kv_end - it.kv_begin + kBN - 1) / kBN;
   const int tt = tid - (kThreads - kBN);  // this thread's table entry (warps 2-3), or < 0
+  // Facts read in place (bf16 only): entries [fa, fb) are pool slots fact_slots[f0 + j - fa],
+  // kept in the tables as -1 - slot.
+  int fa = 0, fb = 0, f0 = 0;
+  if (!FP8 && a.fact_indptr != nullptr) {
+    f0 = a.fact_indptr[it.kv_seq];
+    fa = a.fact_start[it.kv_seq];
+    fb = fa + a.fact_indptr[it.kv_seq + 1] - f0;
+  }
   auto slot_of = [&](int c, int t) {
     const int j = it.kv_begin + c * kBN + t;
-    return j < it.kv_end ? a.kv_indices[kv_base + j / a.block_size] * a.block_size + j % a.block_size : 0;
+    if (j >= it.kv_end) return 0;
+    if (j >= fa && j < fb) return -1 - a.fact_slots[f0 + j - fa];
+    return a.kv_indices[kv_base + j / a.block_size] * a.block_size + j % a.block_size;
   };
   if (tt >= 0) {
 #pragma unroll
@@ -161,6 +192,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
       static_cast<const unsigned char*>(a.cache.k) + (static_cast<size_t>(kvh) * D + ch * (16 / elem)) * elem;
   const unsigned char* v_base =
       static_cast<const unsigned char*>(a.cache.v) + (static_cast<size_t>(kvh) * D + ch * (16 / elem)) * elem;
+  const size_t col = (static_cast<size_t>(kvh) * D + ch * (16 / elem)) * elem;  // the same column in the pool
+  const unsigned char* kp_base = a.pool.k == nullptr ? k_base : static_cast<const unsigned char*>(a.pool.k) + col;
+  const unsigned char* vp_base = a.pool.v == nullptr ? v_base : static_cast<const unsigned char*>(a.pool.v) + col;
   const uint32_t slot_stride = static_cast<uint32_t>(a.num_kv_heads * D * elem);  // bytes
   // Chunk c into stage c % kStages; rows past kv_end are zero-filled (their table entry is slot 0,
   // never read), their scales too.
@@ -172,10 +206,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     const int rows_left = chunk_rows - r0;
 #pragma unroll
     for (int p = 0; p < kBN / kRowsPerPass; ++p) {
-      const size_t off = static_cast<size_t>(static_cast<uint32_t>(tbl[r0 + p * kRowsPerPass])) * slot_stride;
+      const int32_t e = tbl[r0 + p * kRowsPerPass];
+      const bool pooled = !FP8 && e < 0;  // a fact read in place
+      const size_t off = static_cast<size_t>(static_cast<uint32_t>(pooled ? -1 - e : e)) * slot_stride;
       const bool valid = p * kRowsPerPass < rows_left;
-      cp_async_16(k_dst + p * kRowsPerPass * D * elem, k_base + off, valid);
-      cp_async_16(v_dst + p * kRowsPerPass * D * elem, v_base + off, valid);
+      cp_async_16(k_dst + p * kRowsPerPass * D * elem, (pooled ? kp_base : k_base) + off, valid);
+      cp_async_16(v_dst + p * kRowsPerPass * D * elem, (pooled ? vp_base : v_base) + off, valid);
     }
     if constexpr (FP8) {  // thread t: the K (t < kBN) or V scale of entry t % kBN
       const int e = tid % kBN;
@@ -325,6 +361,12 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     if (tt >= 0) {  // table of chunk i + kLookahead (its buffer's last reader was chunk i + kLookahead - kTables)
       sSlot[((i + kLookahead) % kTables) * kBN + tt] = next_slot;
       next_slot = i + kLookahead + 1 < n_chunks ? slot_of(i + kLookahead + 1, tt) : 0;
+    }
+    if constexpr (!FP8) {
+      if (cs < fb && cs + kBN > fa) {  // chunk i holds facts read in place: their keys, rotated
+        rotate_fact_keys<D>(sK + (i % kStages) * kBN * D, cs, max(fa, cs), min(fb, it.kv_end), a);
+        __syncthreads();
+      }
     }
     if (i == 0) {  // Q's fragments (FP8: f16, d permuted as the K codes arrive, see above)
 #pragma unroll

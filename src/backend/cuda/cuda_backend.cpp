@@ -108,6 +108,9 @@ class CudaBackendImpl final : public CudaBackend {
     cudaStreamDestroy(stream_);
   }
 
+  // The prefill tiles read facts in place from a bf16 pool into a bf16 cache's attention, rotating
+  // keys with injection's rope_pair (attention_prefill.cu); FP8 stores are copied.
+  bool reads_facts_in_place() const override { return !cache_fp8_ && !pool_fp8_ && num_pool_blocks_ > 0; }
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override { return cfg_; }
   int32_t block_size() const override { return block_size_; }

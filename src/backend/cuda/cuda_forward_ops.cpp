@@ -93,7 +93,8 @@ CudaForwardOps::~CudaForwardOps() {
 
 void CudaForwardOps::check(const ForwardBatch& b) const {
   check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
-  IS_CHECK(!b.reads_facts_in_place(), "the CUDA backend's attention reads no facts in place (Backend::reads_facts_in_place)");
+  IS_CHECK(!b.reads_facts_in_place() || (!kv_.cache.fp8 && !kv_.pool.fp8 && kv_.pool.k != nullptr),
+           "facts are read in place from a bf16 pool into a bf16 cache's attention only");
 }
 
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
@@ -116,6 +117,7 @@ void CudaForwardOps::start(const ForwardBatch& b, Workspace& ws) {
   ws_ = &ws;
   row_amax_of_ = nullptr;
   split_attention_ = false;
+  facts_ = false;
   if (b.num_tokens() == 0) return;
   int32_t max_pos = 0;
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
@@ -130,7 +132,9 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
   const int32_t group = static_cast<int32_t>(cfg_.num_heads / cfg_.num_kv_heads);
   int32_t one_token = 0;  // sequences with one new token
   for (int32_t s = 0; s < b.num_seqs(); ++s) one_token += b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  const bool decode_mma = group <= cuda::kDecodeMaxGroup && cuda::decode_kernel_supports_head_dim(static_cast<int32_t>(cfg_.head_dim));
+  // Facts read in place are read by the tiles only (the decode kernel reads cache blocks).
+  const bool decode_mma = group <= cuda::kDecodeMaxGroup && cuda::decode_kernel_supports_head_dim(static_cast<int32_t>(cfg_.head_dim)) &&
+                          !b.reads_facts_in_place();
   const cuda::AttnKernel decode_kernel = decode_mma ? decode_kernel_for(one_token) : cuda::AttnKernel::kTiles;
   const int32_t* mask_pos = mask_ == AttnMask::kBidirectional ? mask_pos_.data() : b.positions.data();
   cuda::StepAttention attn = cuda::plan_step_attention(b, mask_pos, group, static_cast<int32_t>(cfg_.num_kv_heads), num_sms_,
@@ -168,7 +172,8 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
              MetaUpload::bytes<int32_t>(b.output_tokens.size()) + MetaUpload::bytes<AttnWorkItem>(cap.items) +
              MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<AttnWorkItem>(decode_plan.items.size()) +
              MetaUpload::bytes<AttnMergeItem>(decode_plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
-             MetaUpload::bytes<int32_t>(2) + 4096);
+             MetaUpload::bytes<int32_t>(2) + MetaUpload::bytes<int32_t>(b.fact_indptr.size()) * 2 +
+             MetaUpload::bytes<int32_t>(b.fact_slots.size()) + 4096);
   o_ids_ = meta.add(b.token_ids);
   o_pos_ = meta.add(b.positions);
   o_mask_pos_ = mask_ == AttnMask::kBidirectional ? meta.add(mask_pos_) : o_pos_;
@@ -184,6 +189,13 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   o.decode_items = meta.add(decode_plan.items);
   o.decode_merges = meta.add(decode_plan.merges);
   o.kv_indices = meta.add(b.kv_indices);
+  facts_ = b.reads_facts_in_place();
+  if (facts_) {  // pool slots fit int32 (a pool of 2^31 slots would be terabytes)
+    fact_slots32_.assign(b.fact_slots.begin(), b.fact_slots.end());
+    o.fact_indptr = meta.add(b.fact_indptr);
+    o.fact_start = meta.add(b.fact_start);
+    o.fact_slots = meta.add(fact_slots32_);
+  }
   // Partials: [cap.partials, NKV, rows_per_tile] rows of the main plan, then the decode plan's
   // [num_partials, NKV, group] rows.
   const int64_t D = cfg_.head_dim, NKV = cfg_.num_kv_heads;
@@ -219,6 +231,14 @@ void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const A
   aa_.head_dim = static_cast<int32_t>(D);
   aa_.block_size = block_size_;
   aa_.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  if (facts_) {
+    aa_.fact_indptr = meta.dev<int32_t>(o.fact_indptr);
+    aa_.fact_start = meta.dev<int32_t>(o.fact_start);
+    aa_.fact_slots = meta.dev<int32_t>(o.fact_slots);
+    aa_.cos_table = rope_.cos();
+    aa_.sin_table = rope_.sin();
+    aa_.interleaved = rope_.interleaved();
+  }
   if (!attn.split) return;
   const AttnPlan& decode_plan = attn.decode_plan;
   decode_aa_ = aa_;
@@ -377,6 +397,7 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   aa_.q = p<bf16>(q);
   aa_.out = p<bf16>(out);
   aa_.cache = kv_.cache.layer(layer, kv_.cache_layer_stride, cfg_.head_dim);
+  if (facts_) aa_.pool = kv_.pool.layer(layer, kv_.pool_layer_stride, cfg_.head_dim);
   if (!split_attention_) {
     cuda::attention(aa_, attn_kernel_, stream_);
     return;

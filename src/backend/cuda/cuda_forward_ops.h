@@ -147,6 +147,7 @@ class CudaForwardOps final : public ForwardOps {
   // Offsets in the metadata upload of the attention's arrays; main_rows: the main plan's partial rows.
   struct AttentionOffsets {
     size_t kv_indptr = 0, kv_indices = 0, counts = 0, items = 0, merges = 0, decode_items = 0, decode_merges = 0;
+    size_t fact_indptr = 0, fact_start = 0, fact_slots = 0;
     size_t main_rows = 0;
   };
   void set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o);
@@ -209,6 +210,9 @@ class CudaForwardOps final : public ForwardOps {
   AttnMask mask_ = AttnMask::kCausal;
   std::vector<int32_t> mask_pos_;
   size_t o_ids_ = 0, o_pos_ = 0, o_mask_pos_ = 0, o_slot_ = 0, o_cap_ = 0, o_out_ = 0, o_samp_ = 0;
+  // The forward reads facts in place (ForwardBatch::fact_*): their pool slots as int32.
+  bool facts_ = false;
+  std::vector<int32_t> fact_slots32_;
   bool capture_ = false;
   cuda::AttentionArgs aa_{};
 };

@@ -191,6 +191,17 @@ struct AttentionArgs {
   int32_t merge_rows = 0;      // AttnPlan::max_merge_rows (a bound of it with counts)
   int32_t num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
+  // Facts read in place (ForwardBatch::fact_*; the prefill tiles, bf16 cache and pool only): entry
+  // j of sequence s in [fact_start[s], fact_start[s] + n) is pool slot fact_slots[fact_indptr[s] +
+  // j - fact_start[s]] of `pool`, its key rotated at position j as it is read (the table's angles,
+  // rope_pair: what injection would have stored). fact_indptr null: none.
+  const int32_t* fact_indptr = nullptr;  // [S + 1]
+  const int32_t* fact_start = nullptr;   // [S]
+  const int32_t* fact_slots = nullptr;
+  KvCache pool;                          // this layer's
+  const float* cos_table = nullptr;      // [P, D / 2]
+  const float* sin_table = nullptr;
+  bool interleaved = false;
 };
 // Tensor-core (mma.sync bf16, f32 accumulate) tiles of 64 packed rows x 64 kv entries; plan with
 // kPrefillRowsPerTile / kPrefillKvChunk. Head dims 32 (bf16 caches), 64 and 128.

@@ -72,4 +72,12 @@ __device__ __forceinline__ Bf16x8 f32_to_bf16x8(const float* f) {
   return v;
 }
 
+// One RoPE pair (x0, x1) rotated by the angle whose cosine and sine are (c, s), in f32: the one
+// expression injection and attention reading facts in place both use, so a key rotated by either
+// rounds to the same bf16.
+__device__ __forceinline__ void rope_pair(float x0, float x1, float c, float s, float& y0, float& y1) {
+  y0 = x0 * c - x1 * s;
+  y1 = x1 * c + x0 * s;
+}
+
 }  // namespace inferscale::cuda

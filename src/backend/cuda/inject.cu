@@ -68,16 +68,10 @@ __global__ void inject_kernel(InjectArgs a) {
     load8(pl, true, src_head, D, e1, x + 8);
     if (a.interleaved) {  // pair e = (x[2e], x[2e+1])
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        y[2 * e] = x[2 * e] * c[e] - x[2 * e + 1] * s[e];
-        y[2 * e + 1] = x[2 * e + 1] * c[e] + x[2 * e] * s[e];
-      }
+      for (int e = 0; e < 8; ++e) rope_pair(x[2 * e], x[2 * e + 1], c[e], s[e], y[2 * e], y[2 * e + 1]);
     } else {  // pair e = (x[e], x[8 + e])
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        y[e] = x[e] * c[e] - x[8 + e] * s[e];
-        y[8 + e] = x[8 + e] * c[e] + x[e] * s[e];
-      }
+      for (int e = 0; e < 8; ++e) rope_pair(x[e], x[8 + e], c[e], s[e], y[e], y[8 + e]);
     }
     const KvCache cl = a.cache.layer(l, a.cache_layer_stride, D);
     if (cl.fp8) {
