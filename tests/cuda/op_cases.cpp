@@ -184,11 +184,13 @@ void attend(OpRun& r, const std::vector<SeqSpan>& fill, ForwardBatch step, doubl
   r.out("out", out, tol);
 }
 
-// Facts read in place (ForwardBatch::fact_*): one sequence of `prefix` computed tokens, facts of
-// these lengths from the pool (captured there first, each from a pool block boundary, so that
-// they start and end inside the sequence's blocks), then `question` tokens. Attention of the
-// prefix and question's tokens, or (decode) of the last token alone after the others were cached.
-void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, int32_t question, bool decode) {
+// Facts read in place (ForwardBatch::fact_*): `seqs` sequences of `prefix` computed tokens, facts
+// of these lengths from the pool (captured there first, each from a pool block boundary, so that
+// they start and end inside the sequences' blocks; the sequences share them), then `question`
+// tokens. Attention of the prefix and question's tokens, or (decode) of each sequence's last token
+// alone after the others were cached (several sequences: the decode kernel).
+void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, int32_t question, bool decode,
+                  int32_t seqs = 1) {
   constexpr int32_t bs = OpsUnderTest::kBlockSize;
   const int64_t QS = r.cfg.q_size(), QKV = QS + 2 * r.cfg.kv_size();
   int32_t F = 0;
@@ -209,23 +211,31 @@ void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, i
     r.ops().qkv(r.input(kQkv, F, QKV, ActType::kF32, 21), rope, 0, r.output(kQ, F, QS, ActType::kCompute));
   }
   const int32_t N = prefix + F + question;
-  std::vector<int32_t> table = paged_batch({{0, N}}, 97).kv_indices;
+  const ForwardBatch tables = paged_batch(std::vector<SeqSpan>(static_cast<size_t>(seqs), SeqSpan{0, N}), 97);
+  const int32_t per_seq = tables.kv_indptr[1];
+  std::vector<int32_t> table = tables.kv_indices;  // [seqs * per_seq]
   for (int32_t b = 0; b < static_cast<int32_t>(table.size()); ++b)
-    if (b * bs >= prefix && (b + 1) * bs <= prefix + F) table[static_cast<size_t>(b)] = ForwardBatch::kNoBlock;
+    if (b % per_seq * bs >= prefix && (b % per_seq + 1) * bs <= prefix + F) table[static_cast<size_t>(b)] = ForwardBatch::kNoBlock;
   auto batch = [&](const std::vector<int32_t>& positions) {
     ForwardBatch b;
-    for (const int32_t p : positions) {
-      b.token_ids.push_back(p * 7 % 97);
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(static_cast<int64_t>(table[static_cast<size_t>(p / bs)]) * bs + p % bs);
+    b.q_indptr = {0};
+    b.kv_indptr = {0};
+    b.fact_indptr = {0};
+    for (int32_t s = 0; s < seqs; ++s) {
+      const int32_t* t = table.data() + s * per_seq;
+      for (const int32_t p : positions) {
+        b.token_ids.push_back((p * 7 + s) % 97);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(static_cast<int64_t>(t[p / bs]) * bs + p % bs);
+      }
+      b.q_indptr.push_back(b.num_tokens());
+      b.kv_indices.insert(b.kv_indices.end(), t, t + per_seq);
+      b.kv_indptr.push_back(static_cast<int32_t>(b.kv_indices.size()));
+      b.output_tokens.push_back(b.num_tokens() - 1);
+      b.fact_slots.insert(b.fact_slots.end(), slots.begin(), slots.end());
+      b.fact_indptr.push_back(static_cast<int32_t>(b.fact_slots.size()));
+      b.fact_start.push_back(prefix);
     }
-    b.q_indptr = {0, static_cast<int32_t>(positions.size())};
-    b.kv_indices = table;
-    b.kv_indptr = {0, static_cast<int32_t>(table.size())};
-    b.output_tokens = {static_cast<int32_t>(positions.size()) - 1};
-    b.fact_indptr = {0, F};
-    b.fact_start = {prefix};
-    b.fact_slots = slots;
     return b;
   };
   std::vector<int32_t> cached, step;
@@ -234,7 +244,7 @@ void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, i
     (decode && p < N - 1 ? cached : step).push_back(p);
   }
   if (!cached.empty()) {
-    const int64_t n = static_cast<int64_t>(cached.size());
+    const int64_t n = static_cast<int64_t>(cached.size()) * seqs;
     r.begin(batch(cached));
     r.ops().qkv(r.input(kQkv, n, QKV, ActType::kF32, 22), rope, 0, r.output(kQ, n, QS, ActType::kCompute));
   }
@@ -288,11 +298,11 @@ void attention_cases(Cases& c) {
     bool interleaved;
   };
   for (const FactShape h : {FactShape{1, 64, false}, FactShape{4, 128, false}, FactShape{7, 64, false}, FactShape{4, 64, true}})
-    for (const bool decode : {false, true}) {
+    for (const int32_t mode : {0, 1, 3}) {  // a prefill; a decode step of 1 sequence (tiles) and of 3 (decode kernel)
       const OpShape shape{.heads = 2 * h.group, .kv_heads = 2, .head_dim = h.head_dim, .rope_interleaved = h.interleaved};
-      c.add(fmt::format("attention/facts_in_place_{}_group{}_D{}{}", decode ? "decode" : "prefill", h.group, h.head_dim,
-                        h.interleaved ? "_interleaved" : ""),
-            shape, [decode](OpRun& r) { attend_facts(r, 13, {1, 15, 16, 17, 55}, 9, decode); });
+      c.add(fmt::format("attention/facts_in_place_{}_group{}_D{}{}", mode == 0 ? "prefill" : fmt::format("decode{}", mode),
+                        h.group, h.head_dim, h.interleaved ? "_interleaved" : ""),
+            shape, [mode](OpRun& r) { attend_facts(r, 13, {1, 15, 16, 17, 55}, 9, mode > 0, std::max(mode, 1)); });
     }
   // Encoders: each token sees its whole sequence, one token, several kv chunks, GQA and MiniLM's
   // 12 heads of 32.

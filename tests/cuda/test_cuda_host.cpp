@@ -492,6 +492,23 @@ TEST(HostGraphBatch, EncodeShapesAndPadding) {
   }
 }
 
+// A decode step whose sequences read facts in place replays a graph too: the padding keeps the
+// real sequences' facts and gives the dummies none.
+TEST(HostGraphBatch, PaddingKeepsFactsReadInPlace) {
+  ForwardBatch b = decode_step({40, 9, 70});
+  b.fact_indptr = {0, 20, 20, 30};
+  b.fact_start = {8, 0, 50};
+  for (int64_t i = 0; i < 30; ++i) b.fact_slots.push_back(100 + i);
+  ASSERT_NO_THROW(b.validate(1000 * 4, 4));
+  EXPECT_EQ(graph_shape(b), decode_shape(4));
+  ForwardBatch p;
+  pad_for_graph(b, decode_shape(8), static_cast<int32_t>(b.kv_indices.size()), 4, p);
+  EXPECT_NO_THROW(p.validate((static_cast<int64_t>(b.kv_indices.size()) + graph_scratch_blocks(4)) * 4, 4));
+  EXPECT_EQ(p.fact_slots, b.fact_slots);
+  EXPECT_EQ(p.fact_indptr, (std::vector<int32_t>{0, 20, 20, 30, 30, 30, 30, 30, 30}));
+  EXPECT_EQ(p.fact_start, (std::vector<int32_t>{8, 0, 50, 0, 0, 0, 0, 0}));
+}
+
 // Bidirectional attention is causal attention masked at each sequence's last position: every
 // tile of a sequence plans its whole kv range.
 TEST(HostStepAttention, BidirectionalMasksAtEachSequencesLastPosition) {

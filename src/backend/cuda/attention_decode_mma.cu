@@ -21,6 +21,11 @@
 // (a division by block_size) and shares it by shuffles. Per warp stage: K [16][D] and V [16][D] (bf16, or E4M3 codes; rows swizzled by
 // 16-byte chunk, attention_smem.cuh), FP8: then K scales [16], V scales [16].
 //
+// Facts read in place (AttentionArgs::fact_*, bf16 only) take the per-lane steps: a lane's entry
+// inside its sequence's facts has the pool slot -1 - slot, its K and V are copied from the pool,
+// and once the step has landed the warp rotates those keys in its stage (rotate_fact_keys, the
+// rotation injection applies) before the MMAs read them.
+//
 // FP8 (KvCache::fp8): the MMAs run in f16; codes widen exactly, in registers, to their values
 // (cvt.rn.f16x2.e4m3x2, fp8_utils.cuh).
 //   K: ldmatrix of codes hands lane (g, t) codes 4t .. 4t + 3 of entry g (of a 16-dim chunk), so
@@ -95,6 +100,13 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   // Where step i reads. Block steps: the cache slot of its entry 0, in every lane (its entry r is
   // slot + r). Else, lanes l and l + 16: the slot of its entry l % 16. 0 past kv_end (never read).
   const int block_shift = __ffs(a.block_size) - 1;  // block steps: block_size is a power of two
+  // Facts read in place (per-lane steps only): entries [fa, fb) are pool slots fact_slots[f0 + j - fa].
+  int fa = 0, fb = 0, f0 = 0;
+  if (!kBlockSteps && !FP8 && a.fact_indptr != nullptr) {
+    f0 = a.fact_indptr[it.kv_seq];
+    fa = a.fact_start[it.kv_seq];
+    fb = fa + a.fact_indptr[it.kv_seq + 1] - f0;
+  }
   auto slot_of = [&](int i) -> uint32_t {
     if constexpr (kBlockSteps) {
       const int j = entry0(i);
@@ -103,9 +115,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
                            : 0u;
     } else {
       const int j = entry0(i) + (lane & 15);
-      return j < it.kv_end ? static_cast<uint32_t>(a.kv_indices[kv_base + j / a.block_size] * a.block_size +
-                                                   j % a.block_size)
-                           : 0u;
+      if (j >= it.kv_end) return 0u;
+      if (j >= fa && j < fb) return static_cast<uint32_t>(-1 - a.fact_slots[f0 + j - fa]);
+      return static_cast<uint32_t>(a.kv_indices[kv_base + j / a.block_size] * a.block_size + j % a.block_size);
     }
   };
   uint32_t first_slots[kStages - 1];
@@ -120,6 +132,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
   const unsigned char* k_base = static_cast<const unsigned char*>(a.cache.k) + static_cast<size_t>(kvh) * D * kElem;
   const unsigned char* v_base = static_cast<const unsigned char*>(a.cache.v) + static_cast<size_t>(kvh) * D * kElem;
   const size_t slot_stride = static_cast<size_t>(a.num_kv_heads) * D * kElem;  // bytes
+  const unsigned char* kp_base = a.pool.k == nullptr ? k_base : static_cast<const unsigned char*>(a.pool.k) + static_cast<size_t>(kvh) * D * kElem;
+  const unsigned char* vp_base = a.pool.v == nullptr ? v_base : static_cast<const unsigned char*>(a.pool.v) + static_cast<size_t>(kvh) * D * kElem;
   const int r0 = lane / kChunks, ch = lane % kChunks;
   const uint32_t ws_s = pinned(smem_addr(ws));  // the warp's stages in the shared window
   // Block steps: a lane's copies sit at the same offsets from its step's first slot every step: per
@@ -166,10 +180,12 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
 #pragma unroll
       for (int p = 0; p < kPasses; ++p) {
         const int r = r0 + p * kRowsPerPass;
-        const size_t off = static_cast<size_t>(__shfl_sync(0xffffffffu, slot, r)) * slot_stride + ch * 16;
+        const auto e = static_cast<int32_t>(__shfl_sync(0xffffffffu, slot, r));
+        const bool pooled = !FP8 && e < 0;  // a fact read in place
+        const size_t off = static_cast<size_t>(static_cast<uint32_t>(pooled ? -1 - e : e)) * slot_stride + ch * 16;
         const int so = FP8 ? swz8<D>(r, ch) : swz<D>(r, ch) * 2;
-        cp_async_16(st + so, k_base + off, r < rows);
-        cp_async_16(st + L::tile + so, v_base + off, r < rows);
+        cp_async_16(st + so, (pooled ? kp_base : k_base) + off, r < rows);
+        cp_async_16(st + L::tile + so, (pooled ? vp_base : v_base) + off, r < rows);
       }
       if constexpr (FP8) {
         const float* src = (lane < 16 ? a.cache.k_scale : a.cache.v_scale) + static_cast<int64_t>(slot) * a.num_kv_heads + kvh;
@@ -223,6 +239,14 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     cp_async_commit();
     next_slot = slot_of(i + kStages);
     const uint32_t st = ws_s + stage * L::stage;
+    if constexpr (!FP8 && !kBlockSteps) {
+      const int e0 = entry0(i);
+      if (e0 < fb && e0 + kStep > fa) {  // the step holds facts read in place: their keys, rotated
+        rotate_fact_keys<D, kStep, 32>(reinterpret_cast<bf16*>(ws + stage * L::stage), e0, max(fa, e0), min(fb, it.kv_end), a,
+                                       lane);
+        __syncwarp();
+      }
+    }
     const uint32_t sc = st + 2 * L::tile;  // FP8: K scales [16], V scales [16] (f32)
 
     // S^T = K Q^T, in two accumulators (even / odd k-steps) to halve the dependent chain.
@@ -404,7 +428,8 @@ void launch_decode_mma(const AttentionArgs& a, cudaStream_t stream) {
 
 template <int D, bool FP8>
 void launch_decode_mma(const AttentionArgs& a, cudaStream_t stream) {
-  const bool block_steps = a.block_size >= kStep && (a.block_size & (a.block_size - 1)) == 0;
+  // Facts read in place take the per-lane steps (an entry's slot may be the pool's).
+  const bool block_steps = a.block_size >= kStep && (a.block_size & (a.block_size - 1)) == 0 && a.fact_indptr == nullptr;
   block_steps ? launch_decode_mma<D, FP8, true>(a, stream) : launch_decode_mma<D, FP8, false>(a, stream);
 }
 

@@ -90,26 +90,6 @@ __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
   return F16 ? pack_f16x2(lo, hi) : pack_bf16x2(lo, hi);
 }
 
-// The keys of entries [from, to) of a K stage holding entries cs .. cs + kBN - 1, pre-RoPE rows of
-// facts read in place, rotated at their positions (an entry's index is its position), in place:
-// bf16 -> f32, rope_pair with the table's angles, rounded to bf16, as injection stores them.
-template <int D>
-__device__ __forceinline__ void rotate_fact_keys(bf16* k, int cs, int from, int to, const AttentionArgs& a) {
-  constexpr int half = D / 2;
-  for (int idx = threadIdx.x; idx < kBN * half; idx += kThreads) {
-    const int row = idx / half, pr = idx % half, j = cs + row;
-    if (j < from || j >= to) continue;
-    const int d0 = a.interleaved ? 2 * pr : pr, d1 = a.interleaved ? 2 * pr + 1 : pr + half;
-    bf16* p0 = k + swz<D>(row, d0 >> 3) + (d0 & 7);
-    bf16* p1 = k + swz<D>(row, d1 >> 3) + (d1 & 7);
-    const int64_t t = static_cast<int64_t>(j) * half + pr;
-    float y0, y1;
-    rope_pair(__bfloat162float(*p0), __bfloat162float(*p1), a.cos_table[t], a.sin_table[t], y0, y1);
-    *p0 = __float2bfloat16_rn(y0);
-    *p1 = __float2bfloat16_rn(y1);
-  }
-}
-
 template <int D, bool FP8>
 __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(AttentionArgs a) {
   static_assert(D == 64 || D == 128 || (D == 32 && !FP8), "head_dim");
@@ -364,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_prefill_kernel(Attentio
     }
     if constexpr (!FP8) {
       if (cs < fb && cs + kBN > fa) {  // chunk i holds facts read in place: their keys, rotated
-        rotate_fact_keys<D>(sK + (i % kStages) * kBN * D, cs, max(fa, cs), min(fb, it.kv_end), a);
+        rotate_fact_keys<D, kBN, kThreads>(sK + (i % kStages) * kBN * D, cs, max(fa, cs), min(fb, it.kv_end), a, tid);
         __syncthreads();
       }
     }

@@ -3,7 +3,12 @@
 // addressing: rows of K / V / Q, XOR-swizzled by 16-byte chunk so that ldmatrix's 8 row addresses
 // (8 consecutive rows, one chunk) fall in 8 distinct bank groups.
 #pragma once
+#include <cuda_bf16.h>
+
 #include <cstdint>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_utils.cuh"
 
 namespace inferscale::cuda {
 
@@ -44,6 +49,46 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 template <int D>
 __device__ __forceinline__ int swz8(int row, int chunk) {
   return row * D + ((chunk ^ (D == 128 ? (row & 7) : ((row >> 1) & 3))) << 4);
+}
+
+// Facts read in place (AttentionArgs::fact_*): the keys of entries [from, to) of a bf16 K tile of
+// kRows swizzled rows holding entries first .. first + kRows - 1, pre-RoPE rows from the pool,
+// rotated at their positions (an entry's index is its position) in place: bf16 -> f32, rope_pair
+// with the table's angles, rounded to bf16, as injection stores them. The kN threads t share the
+// tile in units of 8 pairs (half-split RoPE: 16-byte chunk c of each half; interleaved: chunks 2c
+// and 2c + 1), so a thread issues all its units' 16-byte loads (the K chunks, the angles as
+// float4) before it computes; the caller synchronizes before and after.
+template <int D, int kRows, int kN>
+__device__ __forceinline__ void rotate_fact_keys(__nv_bfloat16* k, int first, int from, int to, const AttentionArgs& a, int t) {
+  constexpr int half = D / 2, kUnitsPerRow = half / 8, kUnits = kRows * kUnitsPerRow;
+  static_assert(kUnits % kN == 0, "whole units a thread");
+#pragma unroll
+  for (int n = 0; n < kUnits / kN; ++n) {
+    const int u = t + n * kN, row = u / kUnitsPerRow, c = u % kUnitsPerRow, j = first + row;
+    if (j < from || j >= to) continue;
+    // The unit's two chunks: elements d0 .. d0 + 7 and d1 .. d1 + 7.
+    const int c0 = a.interleaved ? 2 * c : c, c1 = a.interleaved ? 2 * c + 1 : c + kUnitsPerRow;
+    Bf16x8* p0 = reinterpret_cast<Bf16x8*>(k + swz<D>(row, c0));
+    Bf16x8* p1 = reinterpret_cast<Bf16x8*>(k + swz<D>(row, c1));
+    const float4* cp = reinterpret_cast<const float4*>(a.cos_table + static_cast<int64_t>(j) * half + 8 * c);
+    const float4* sp = reinterpret_cast<const float4*>(a.sin_table + static_cast<int64_t>(j) * half + 8 * c);
+    float cs[8], sn[8], x[16], y[16];
+    *reinterpret_cast<float4*>(cs) = cp[0];
+    *reinterpret_cast<float4*>(cs + 4) = cp[1];
+    *reinterpret_cast<float4*>(sn) = sp[0];
+    *reinterpret_cast<float4*>(sn + 4) = sp[1];
+    bf16x8_to_f32(*p0, x);
+    bf16x8_to_f32(*p1, x + 8);
+    if (a.interleaved) {  // pair e = (x[2e], x[2e + 1]) over the two chunks
+#pragma unroll
+      for (int e = 0; e < 8; ++e) rope_pair(x[2 * e], x[2 * e + 1], cs[e], sn[e], y[2 * e], y[2 * e + 1]);
+    } else {  // pair e = (x[e], x[8 + e])
+#pragma unroll
+      for (int e = 0; e < 8; ++e) rope_pair(x[e], x[8 + e], cs[e], sn[e], y[e], y[8 + e]);
+    }
+    *p0 = f32_to_bf16x8(y);
+    *p1 = f32_to_bf16x8(y + 8);
+  }
 }
 
 }  // namespace inferscale::cuda

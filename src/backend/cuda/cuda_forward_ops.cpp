@@ -132,9 +132,7 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
   const int32_t group = static_cast<int32_t>(cfg_.num_heads / cfg_.num_kv_heads);
   int32_t one_token = 0;  // sequences with one new token
   for (int32_t s = 0; s < b.num_seqs(); ++s) one_token += b.q_indptr[s + 1] - b.q_indptr[s] == 1;
-  // Facts read in place are read by the tiles only (the decode kernel reads cache blocks).
-  const bool decode_mma = group <= cuda::kDecodeMaxGroup && cuda::decode_kernel_supports_head_dim(static_cast<int32_t>(cfg_.head_dim)) &&
-                          !b.reads_facts_in_place();
+  const bool decode_mma = group <= cuda::kDecodeMaxGroup && cuda::decode_kernel_supports_head_dim(static_cast<int32_t>(cfg_.head_dim));
   const cuda::AttnKernel decode_kernel = decode_mma ? decode_kernel_for(one_token) : cuda::AttnKernel::kTiles;
   const int32_t* mask_pos = mask_ == AttnMask::kBidirectional ? mask_pos_.data() : b.positions.data();
   cuda::StepAttention attn = cuda::plan_step_attention(b, mask_pos, group, static_cast<int32_t>(cfg_.num_kv_heads), num_sms_,
@@ -188,12 +186,16 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   o.merges = meta.add(plan.merges, static_cast<size_t>(cap.merges));
   o.decode_items = meta.add(decode_plan.items);
   o.decode_merges = meta.add(decode_plan.merges);
-  o.kv_indices = meta.add(b.kv_indices);
+  // Facts read in place: their per-sequence arrays before the block table, which then keeps its
+  // room, so that their pool slots, last, start at the same offset at any context length.
   facts_ = b.reads_facts_in_place();
-  if (facts_) {  // pool slots fit int32 (a pool of 2^31 slots would be terabytes)
-    fact_slots32_.assign(b.fact_slots.begin(), b.fact_slots.end());
+  if (facts_) {
     o.fact_indptr = meta.add(b.fact_indptr);
     o.fact_start = meta.add(b.fact_start);
+  }
+  o.kv_indices = facts_ ? meta.add(b.kv_indices, kv_room) : meta.add(b.kv_indices);
+  if (facts_) {  // pool slots fit int32 (a pool of 2^31 slots would be terabytes)
+    fact_slots32_.assign(b.fact_slots.begin(), b.fact_slots.end());
     o.fact_slots = meta.add(fact_slots32_);
   }
   // Partials: [cap.partials, NKV, rows_per_tile] rows of the main plan, then the decode plan's
@@ -408,6 +410,7 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   decode_aa_.q = aa_.q;
   decode_aa_.out = aa_.out;
   decode_aa_.cache = aa_.cache;
+  decode_aa_.pool = aa_.pool;
   CUDA_CHECK(cudaEventRecord(fork_, stream_));
   CUDA_CHECK(cudaStreamWaitEvent(side_, fork_));
   cuda::attention(aa_, attn_kernel_, side_);

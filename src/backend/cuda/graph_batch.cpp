@@ -16,7 +16,7 @@ int32_t bucket_for(const std::array<int32_t, N>& buckets, int32_t n) {
 
 GraphShape graph_shape(const ForwardBatch& b, int32_t max_position) {
   const int32_t T = b.num_tokens(), S = b.num_seqs();
-  if (T == 0 || !b.capture_tokens.empty() || b.reads_facts_in_place()) return {};
+  if (T == 0 || !b.capture_tokens.empty()) return {};
   for (int32_t s = 0; s < S; ++s)
     if (!b.kv_start.empty() && b.kv_start[s] != 0) return {};
   if (b.output == ForwardBatch::Output::kHidden) {  // encode: one whole sequence, every row out
@@ -81,6 +81,15 @@ void pad_for_graph(const ForwardBatch& b, GraphShape shape, int32_t scratch_bloc
     out.kv_indptr.push_back(out.kv_indptr.back() + blocks);
   }
   out.kv_start.clear();
+  // Facts read in place stay the real sequences'; dummies have none.
+  copy(out.fact_indptr, b.fact_indptr);
+  copy(out.fact_start, b.fact_start);
+  copy(out.fact_slots, b.fact_slots);
+  if (!b.fact_indptr.empty())
+    while (out.fact_start.size() + 1 < out.q_indptr.size()) {
+      out.fact_start.push_back(0);
+      out.fact_indptr.push_back(out.fact_indptr.back());
+    }
   out.output = b.output;
   out.argmax_vocab = b.argmax_vocab;
   copy(out.sampling, b.sampling);

@@ -14,8 +14,8 @@
 //            dummy's tokens output rows too (dropped). Bidirectional attention stays inside each
 //            sequence, so the dummy never reaches the real one.
 // The scratch blocks lie past the cache's blocks and no request owns them; dummies' rows are
-// computed and dropped. Everything else (mixed batches, captures, kv_start, facts read in place,
-// several output rows per sequence outside encode) runs eagerly.
+// computed and dropped; they read no facts in place. Everything else (mixed batches, captures,
+// kv_start, several output rows per sequence outside encode) runs eagerly.
 //
 //   decode, bucket 8:     seqs s0 s1 s2 d d d d d    tokens t0 t1 t2 0 0 0 0 0   outputs 0..7
 //   prefill, bucket 16:   seqs s0 d                  tokens t0..t9 0 0 0 0 0 0   output  9

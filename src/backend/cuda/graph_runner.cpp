@@ -43,7 +43,7 @@ void GraphRunner::run(const ForwardBatch& b, ForwardOutput& out) {
 ForwardGraph& GraphRunner::graph_for(const ForwardBatch& b, GraphShape shape) {
   const auto key = std::make_tuple(static_cast<int>(shape.kind), shape.bucket, static_cast<int>(b.output),
                                    argmax_span(b, vocab_size_), static_cast<int>(ops_.decode_attention()),
-                                   cuda::programmatic_launch());
+                                   cuda::programmatic_launch(), b.reads_facts_in_place());
   std::unique_ptr<ForwardGraph>& g = graphs_[key];
   if (g == nullptr) g = std::make_unique<ForwardGraph>();
   return *g;

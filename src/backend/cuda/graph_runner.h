@@ -74,9 +74,10 @@ class GraphRunner {
   int64_t vocab_size_;
   int32_t max_position_;
   bool enabled_ = true;
-  // A graph keeps the launch mode it was captured with (PDL edges or plain ones) and its decode
-  // attention kernel: key (shape kind, bucket, output kind, argmax span, decode attention, PDL).
-  std::map<std::tuple<int, int32_t, int, int64_t, int, bool>, std::unique_ptr<ForwardGraph>> graphs_;
+  // A graph keeps the launch mode it was captured with (PDL edges or plain ones), its decode
+  // attention kernel and whether it reads facts in place (its kernels' arguments differ): key
+  // (shape kind, bucket, output kind, argmax span, decode attention, PDL, facts in place).
+  std::map<std::tuple<int, int32_t, int, int64_t, int, bool, bool>, std::unique_ptr<ForwardGraph>> graphs_;
   ForwardBatch padded_;  // the padded batch of a graph forward (reused)
   GraphStats stats_;
 };
