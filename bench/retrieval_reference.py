@@ -12,8 +12,11 @@ b = 0.75 and idf = ln(1 + (N - df + 0.5) / (df + 0.5)), RRF with k_rrf = 60 over
 top max(k, 100), and ties broken by turn order. What is not: BM25's tokens here are Python's
 \\w+ runs of the lowercased text (the C++ side splits at every non-alphanumeric ASCII byte), and
 the dense vectors come from sentence-transformers (PyTorch, float32, mean pooling, L2-normalized,
-max_seq_length 256) instead of our encoder. Both embed a turn as "[date] speaker: text" and BM25
-indexes the bare text. Latency is one query's embedding (each question is
+max_seq_length 256) instead of our encoder. Both embed a turn as "[date] speaker: text"; BM25
+indexes "speaker text date" (bm25_document's fields; ours also stems and drops stop words), and
+neighbour expansion (--neighbours, 0.5 as the server's default) is NeighbourRetriever's rule:
+over BM25's top max(k, 100), score'(f) = score(f) + w * the best score of f's neighbours (the
+turns beside it in its session) among them. Latency is one query's embedding (each question is
 embedded once, timed, and that time is added to the dense and hybrid searches) plus the search;
 throughput embeds every turn in batches of 32.
 """
@@ -43,9 +46,11 @@ def load(path, only):
         c = sample["conversation"]
         keys = sorted((k for k in c if re.fullmatch(r"session_\d+", k) and isinstance(c[k], list)),
                       key=lambda k: int(k.split("_")[1]))
-        # (dia_id, text, the document the dense side embeds: "[date] speaker: text", as
-        # memory/retrieval/vector_retriever.h's embedding_document renders a LoCoMo turn)
-        turns = [(t["dia_id"], t["text"], f"[{c.get(k + '_date_time', '')}] {t.get('speaker', '')}: {t['text']}")
+        # (dia_id, BM25's document "speaker text date", the document the dense side embeds:
+        # "[date] speaker: text", as memory/retrieval/vector_retriever.h's embedding_document
+        # renders a LoCoMo turn)
+        turns = [(t["dia_id"], f"{t.get('speaker', '')} {t['text']} {c.get(k + '_date_time', '')}",
+                  f"[{c.get(k + '_date_time', '')}] {t.get('speaker', '')}: {t['text']}")
                  for k in keys for t in c[k] if t.get("text", "").strip(" \t\r\n")]
         qs = []
         for qa in sample["qa"]:
@@ -75,7 +80,7 @@ class Bm25:
             for w, tf in d.items():
                 self.postings[w].append((i, tf))
 
-    def search(self, query, k):
+    def scored(self, query, k):
         scores = defaultdict(float)
         for w in WORD.findall(query.lower()):  # repeated query words count again, as rank_bm25 sums
             if w not in self.df:
@@ -83,7 +88,35 @@ class Bm25:
             idf = math.log(1 + (self.n - self.df[w] + 0.5) / (self.df[w] + 0.5))
             for i, tf in self.postings[w]:
                 scores[i] += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * self.len[i] / self.avgdl))
-        return [i for i, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:k]]
+        return sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:k]
+
+    def search(self, query, k):
+        return [i for i, _ in self.scored(query, k)]
+
+
+def neighbours_of(turns):
+    """Turn index -> the indices of the turns beside it in its session (dia_id D<session>:<turn>)."""
+    at = {}
+    for i, (dia, _, _) in enumerate(turns):
+        m = EVIDENCE.fullmatch(dia)
+        if m:
+            at[(int(m[1]), int(m[2]))] = i
+    return {i: [at[(s, t + d)] for d in (-1, 1) if (s, t + d) in at] for (s, t), i in at.items()}
+
+
+def bm25_search(bm25, near, query, k, w):
+    """BM25 with neighbour expansion (NeighbourRetriever): score'(f) = score(f) + w * max score of
+    f's neighbours among the top max(k, DEPTH); a neighbour outside them scores 0 of its own."""
+    cand = bm25.scored(query, max(k, DEPTH))
+    if w <= 0:
+        return [i for i, _ in cand[:k]]
+    own = dict(cand)
+    lent = defaultdict(float)
+    for i, s in cand:
+        for n in near.get(i, ()):
+            lent[n] = max(lent[n], s)
+    final = {f: own.get(f, 0.0) + w * lent.get(f, 0.0) for f in set(own) | set(lent)}
+    return sorted(final, key=lambda f: (-final[f], f))[:k]
 
 
 def dense_search(vecs, q, k):
@@ -108,6 +141,7 @@ def main():
     ap.add_argument("--convs", default="")
     ap.add_argument("--k", default="5,10,20,50")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--neighbours", type=float, default=0.5, help="neighbour expansion weight of BM25 (0: off)")
     ap.add_argument("--json")
     ap.add_argument("--md")
     a = ap.parse_args()
@@ -147,6 +181,8 @@ def main():
                     qvec[question] = model.encode(question, normalize_embeddings=True, convert_to_numpy=True)
                     qsec[question] = time.perf_counter() - t0
     bm25 = {cid: Bm25([t for _, t, _ in turns]) for cid, turns, _ in convs}
+    near = {cid: neighbours_of(turns) for cid, turns, _ in convs}
+    out["neighbours"] = a.neighbours
     for mode in modes:
         found = defaultdict(lambda: defaultdict(int))
         asked = defaultdict(int)
@@ -156,11 +192,12 @@ def main():
                 t0 = time.perf_counter()
                 depth = max(max_k, DEPTH)
                 if mode == "bm25":
-                    hits = bm25[cid].search(question, max_k)
+                    hits = bm25_search(bm25[cid], near[cid], question, max_k, a.neighbours)
                 elif mode == "dense":
                     hits = dense_search(vecs[cid], qvec[question], max_k)
                 else:
-                    hits = rrf([bm25[cid].search(question, depth), dense_search(vecs[cid], qvec[question], depth)], max_k)
+                    lexical = bm25_search(bm25[cid], near[cid], question, depth, a.neighbours)
+                    hits = rrf([lexical, dense_search(vecs[cid], qvec[question], depth)], max_k)
                 lat.append((time.perf_counter() - t0 + qsec.get(question, 0.0)) * 1000)
                 first = next((r for r, i in enumerate(hits) if turns[i][0] in ev), None)
                 for c in (0, cat):
