@@ -294,6 +294,19 @@ def memory_rest_seeds():
             "user_encoded.req": req(1, "a%20n%2Fn", "", "")}
 
 
+def request_scope_seeds():
+    # fuzz_request_scope's input: the query line, header lines up to an empty line, then a body.
+    def req(query, headers, body=""):
+        return (query + "\n" + "".join(h + "\n" for h in headers) + "\n" + body).encode()
+    return {"list.req": req("user_id=alice&limit=5", ["Authorization: Bearer sk-acme-7f3c2a10d4"]),
+            "search.req": req("user_id=alice&agent_id=travel&top_k=3", ["X-API-Key: sk-globex-55aa01"],
+                              json.dumps({"query": "tea", "filters": {"AND": [{"user_id": "alice"}]}})),
+            "token.req": req("run_id=r%201&page=2&page_size=10", ["Authorization: Token sk-acme-7f3c2a10d4",
+                                                                  "X-InferScale-Tenant: acme"]),
+            "two_keys.req": req("", ["Authorization: Bearer a", "Authorization: Bearer b"]),
+            "tenant.req": req("app_id=x", ["X-InferScale-Tenant: globex"], json.dumps({"user_id": "bob"}))}
+
+
 def api_keys_seeds():
     return {"keys.txt": b"# keys\nsk-acme-7f3c2a10d4   acme\n"
                         b"sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\tglobex  # ops\n\n"}
@@ -332,7 +345,7 @@ def imports_seeds():
 
 TARGETS = {"fuzz_gguf": gguf_seeds, "fuzz_safetensors": safetensors_seeds, "fuzz_model_config": config_seeds,
            "fuzz_tokenizer_json": tokenizer_json_seeds, "fuzz_spm": spm_seeds, "fuzz_chat_template": chat_template_seeds,
-           "fuzz_http": http_seeds, "fuzz_mem0": mem0_seeds, "fuzz_memory_rest": memory_rest_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
+           "fuzz_http": http_seeds, "fuzz_mem0": mem0_seeds, "fuzz_memory_rest": memory_rest_seeds, "fuzz_request_scope": request_scope_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
            "fuzz_imports": imports_seeds}
 
 

@@ -31,7 +31,7 @@ if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux
   exit 1
 fi
 all=(fuzz_gguf fuzz_safetensors fuzz_model_config fuzz_tokenizer_json fuzz_spm fuzz_chat_template fuzz_http
-     fuzz_mem0 fuzz_memory_rest fuzz_api_keys fuzz_kv_file fuzz_imports)
+     fuzz_mem0 fuzz_memory_rest fuzz_request_scope fuzz_api_keys fuzz_kv_file fuzz_imports)
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_FUZZ=ON \
