@@ -187,9 +187,10 @@ void attend(OpRun& r, const std::vector<SeqSpan>& fill, ForwardBatch step, doubl
 // Facts read in place (ForwardBatch::fact_*): `seqs` sequences of `prefix` computed tokens, facts
 // of these lengths from the pool (captured there first, each from a pool block boundary, so that
 // they start and end inside the sequences' blocks; the sequences share them), then `question`
-// tokens. Attention of the prefix and question's tokens, or (decode) of each sequence's last token
-// alone after the others were cached (several sequences: the decode kernel).
-void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, int32_t question, bool decode,
+// tokens. Attention of the prefix and question's tokens, or, for the first `decoding` sequences,
+// of their last token alone after the others were cached (several: the decode kernel; beside
+// prefills: a mixed step, the two kernels at once).
+void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, int32_t question, int32_t decoding,
                   int32_t seqs = 1) {
   constexpr int32_t bs = OpsUnderTest::kBlockSize;
   const int64_t QS = r.cfg.q_size(), QKV = QS + 2 * r.cfg.kv_size();
@@ -216,14 +217,22 @@ void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, i
   std::vector<int32_t> table = tables.kv_indices;  // [seqs * per_seq]
   for (int32_t b = 0; b < static_cast<int32_t>(table.size()); ++b)
     if (b % per_seq * bs >= prefix && (b % per_seq + 1) * bs <= prefix + F) table[static_cast<size_t>(b)] = ForwardBatch::kNoBlock;
-  auto batch = [&](const std::vector<int32_t>& positions) {
+  std::vector<int32_t> computed;  // every position but the facts'
+  for (int32_t p = 0; p < N; ++p)
+    if (p < prefix || p >= prefix + F) computed.push_back(p);
+  // Sequence s's positions: cached before the step (decoding ones: all but the last), or in it.
+  auto positions_of = [&](int32_t s, bool cached) {
+    if (s >= decoding) return cached ? std::vector<int32_t>{} : computed;
+    return cached ? std::vector<int32_t>(computed.begin(), computed.end() - 1) : std::vector<int32_t>{computed.back()};
+  };
+  auto batch = [&](bool cached) {
     ForwardBatch b;
     b.q_indptr = {0};
     b.kv_indptr = {0};
     b.fact_indptr = {0};
     for (int32_t s = 0; s < seqs; ++s) {
       const int32_t* t = table.data() + s * per_seq;
-      for (const int32_t p : positions) {
+      for (const int32_t p : positions_of(s, cached)) {
         b.token_ids.push_back((p * 7 + s) % 97);
         b.positions.push_back(p);
         b.slot_mapping.push_back(static_cast<int64_t>(t[p / bs]) * bs + p % bs);
@@ -231,24 +240,20 @@ void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, i
       b.q_indptr.push_back(b.num_tokens());
       b.kv_indices.insert(b.kv_indices.end(), t, t + per_seq);
       b.kv_indptr.push_back(static_cast<int32_t>(b.kv_indices.size()));
-      b.output_tokens.push_back(b.num_tokens() - 1);
+      if (b.q_indptr[s + 1] > b.q_indptr[s]) b.output_tokens.push_back(b.num_tokens() - 1);
       b.fact_slots.insert(b.fact_slots.end(), slots.begin(), slots.end());
       b.fact_indptr.push_back(static_cast<int32_t>(b.fact_slots.size()));
       b.fact_start.push_back(prefix);
     }
     return b;
   };
-  std::vector<int32_t> cached, step;
-  for (int32_t p = 0; p < N; ++p) {
-    if (p >= prefix && p < prefix + F) continue;
-    (decode && p < N - 1 ? cached : step).push_back(p);
-  }
-  if (!cached.empty()) {
-    const int64_t n = static_cast<int64_t>(cached.size()) * seqs;
-    r.begin(batch(cached));
+  if (decoding > 0) {
+    ForwardBatch cached = batch(true);
+    const int64_t n = cached.num_tokens();
+    r.begin(std::move(cached));
     r.ops().qkv(r.input(kQkv, n, QKV, ActType::kF32, 22), rope, 0, r.output(kQ, n, QS, ActType::kCompute));
   }
-  const ForwardBatch& b = r.begin(batch(step));
+  const ForwardBatch& b = r.begin(batch(false));
   const int64_t T = b.num_tokens();
   const Act q = r.output(kQ, T, QS, ActType::kCompute);
   r.ops().qkv(r.input(kQkv, T, QKV, ActType::kF32, 23), rope, 0, q);
@@ -298,11 +303,15 @@ void attention_cases(Cases& c) {
     bool interleaved;
   };
   for (const FactShape h : {FactShape{1, 64, false}, FactShape{4, 128, false}, FactShape{7, 64, false}, FactShape{4, 64, true}})
-    for (const int32_t mode : {0, 1, 3}) {  // a prefill; a decode step of 1 sequence (tiles) and of 3 (decode kernel)
+    for (const int32_t mode : {0, 1, 3, 4}) {
+      // a prefill; a decode step of 1 sequence (tiles) and of 3 (decode kernel); 2 decodes beside 2 prefills (mixed)
       const OpShape shape{.heads = 2 * h.group, .kv_heads = 2, .head_dim = h.head_dim, .rope_interleaved = h.interleaved};
-      c.add(fmt::format("attention/facts_in_place_{}_group{}_D{}{}", mode == 0 ? "prefill" : fmt::format("decode{}", mode),
-                        h.group, h.head_dim, h.interleaved ? "_interleaved" : ""),
-            shape, [mode](OpRun& r) { attend_facts(r, 13, {1, 15, 16, 17, 55}, 9, mode > 0, std::max(mode, 1)); });
+      const char* name = mode == 0 ? "prefill" : mode == 1 ? "decode1" : mode == 3 ? "decode3" : "mixed";
+      c.add(fmt::format("attention/facts_in_place_{}_group{}_D{}{}", name, h.group, h.head_dim, h.interleaved ? "_interleaved" : ""),
+            shape, [mode](OpRun& r) {
+              const int32_t seqs = mode == 4 ? 4 : std::max(mode, 1), decoding = mode == 4 ? 2 : mode;
+              attend_facts(r, 13, {1, 15, 16, 17, 55}, 9, decoding, seqs);
+            });
     }
   // Encoders: each token sees its whole sequence, one token, several kv chunks, GQA and MiniLM's
   // 12 heads of 32.
