@@ -33,6 +33,16 @@ inline const std::string& as_file(const uint8_t* data, size_t size, const char* 
   return path;
 }
 
+// A file holding `text` (a keys file a target's server reads), made once per call under /tmp.
+inline std::string temp_file(const char* prefix, std::string_view text) {
+  std::string path = std::string("/tmp/") + prefix + "-XXXXXX";
+  const int fd = mkstemp(path.data());
+  if (fd < 0) std::abort();
+  if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) std::abort();
+  close(fd);
+  return path;
+}
+
 // Runs `parse`; a typed Error is the promised outcome for bad input.
 template <class F>
 void expect_clear_error(F&& parse) {

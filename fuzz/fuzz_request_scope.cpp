@@ -32,15 +32,8 @@ namespace {
 
 // A keys table of two tenants, read from a file as `serve --api-keys` reads it.
 const server::ApiKeys& keys() {
-  static const std::unique_ptr<server::ApiKeys> k = [] {
-    char tmpl[] = "/tmp/inferscale-fuzz-keys-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    if (fd < 0) std::abort();
-    const std::string text = "sk-acme-7f3c2a10d4 acme\nsk-globex-55aa01 globex\n";
-    if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) std::abort();
-    close(fd);
-    return std::make_unique<server::ApiKeys>(tmpl);
-  }();
+  static const std::unique_ptr<server::ApiKeys> k = std::make_unique<server::ApiKeys>(
+      fuzz::temp_file("inferscale-fuzz-keys", "sk-acme-7f3c2a10d4 acme\nsk-globex-55aa01 globex\n"));
   return *k;
 }
 

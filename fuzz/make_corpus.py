@@ -294,6 +294,28 @@ def memory_rest_seeds():
             "user_encoded.req": req(1, "a%20n%2Fn", "", "")}
 
 
+def http_socket_seeds():
+    # fuzz_http_socket's input: the raw bytes of one connection (one or more requests).
+    key = "Authorization: Bearer sk-fuzz-0123456789\r\n"
+    def post(path, body, extra=""):
+        b = json.dumps(body)
+        return (f"POST {path} HTTP/1.1\r\nHost: x\r\n{key}{extra}Content-Type: application/json\r\n"
+                f"Content-Length: {len(b)}\r\n\r\n{b}")
+    parts = ['{"prompt": "hi", "max_to', 'kens": 2, "n": 1}']
+    chunked = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + key + "Transfer-Encoding: chunked\r\n\r\n" +
+               "".join(f"{len(p):x}\r\n{p}\r\n" for p in parts) + "0\r\n\r\n")
+    return {"health.http": b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+            "no_key.http": b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+            "models.http": f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{key}\r\n".encode(),
+            "completion.http": post("/v1/completions", {"model": "demo", "prompt": "Once", "max_tokens": 2}).encode(),
+            "chat_stream.http": post("/v1/chat/completions", {"model": "demo", "stream": True, "max_tokens": 2,
+                                                              "messages": [{"role": "user", "content": "hi"}]}).encode(),
+            "chunked.http": chunked.encode(),
+            "pipelined.http": (f"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" +
+                               post("/v1/completions", {"prompt": "a", "max_tokens": 1}, "Connection: close\r\n")).encode(),
+            "memory.http": f"GET /v1/memory/users HTTP/1.1\r\nHost: x\r\n{key}\r\n".encode()}
+
+
 def request_scope_seeds():
     # fuzz_request_scope's input: the query line, header lines up to an empty line, then a body.
     def req(query, headers, body=""):
@@ -345,7 +367,7 @@ def imports_seeds():
 
 TARGETS = {"fuzz_gguf": gguf_seeds, "fuzz_safetensors": safetensors_seeds, "fuzz_model_config": config_seeds,
            "fuzz_tokenizer_json": tokenizer_json_seeds, "fuzz_spm": spm_seeds, "fuzz_chat_template": chat_template_seeds,
-           "fuzz_http": http_seeds, "fuzz_mem0": mem0_seeds, "fuzz_memory_rest": memory_rest_seeds, "fuzz_request_scope": request_scope_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
+           "fuzz_http": http_seeds, "fuzz_http_socket": http_socket_seeds, "fuzz_mem0": mem0_seeds, "fuzz_memory_rest": memory_rest_seeds, "fuzz_request_scope": request_scope_seeds, "fuzz_api_keys": api_keys_seeds, "fuzz_kv_file": kv_file_seeds,
            "fuzz_imports": imports_seeds}
 
 

@@ -30,7 +30,7 @@ if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux
        "(python3-xxhash too, for a KV-file seed with a valid checksum)" >&2
   exit 1
 fi
-all=(fuzz_gguf fuzz_safetensors fuzz_model_config fuzz_tokenizer_json fuzz_spm fuzz_chat_template fuzz_http
+all=(fuzz_gguf fuzz_safetensors fuzz_model_config fuzz_tokenizer_json fuzz_spm fuzz_chat_template fuzz_http fuzz_http_socket
      fuzz_mem0 fuzz_memory_rest fuzz_request_scope fuzz_api_keys fuzz_kv_file fuzz_imports)
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 
