@@ -144,6 +144,20 @@ inline float max_abs_diff(const std::vector<float>& a, const std::vector<float>&
   return m;
 }
 
+// The head shapes both backends' tests cover: GQA 1, 4 and 7 at head_dim 64 or 128.
+inline constexpr Shape kShapes[] = {{2, 2, 64}, {8, 2, 128}, {14, 2, 64}, {4, 1, 128}};
+
+// Room for compare_paths: the copy path's blocks from 0, the in-place path's from 32, the facts'
+// 9 pool blocks.
+inline BackendOptions backend_options(bool pool_fp8 = false) {
+  BackendOptions bo;
+  bo.block_size = kBs;
+  bo.num_cache_blocks = 64;
+  bo.num_pool_blocks = 16;
+  bo.pool_fp8 = pool_fp8;
+  return bo;
+}
+
 // Both paths on one backend (blocks 0.. for the copy, 32.. for the read in place): the largest
 // absolute logit difference of the prefill's rows and of the decode step's.
 struct PathDiff {

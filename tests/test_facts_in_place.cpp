@@ -22,16 +22,11 @@ using namespace inferscale;
 using namespace inferscale::facts_test;
 
 TEST(FactsInPlace, LogitsEqualTheCopyPathAtOddShapes) {
-  for (const Shape s : {Shape{2, 2, 64}, Shape{8, 2, 128}, Shape{14, 2, 64}, Shape{4, 1, 128}}) {
+  for (const Shape s : kShapes) {
     for (const bool fp8_pool : {false, true}) {
       const ModelConfig c = config(s);
       const ModelWeights w = make_random_weights(c, 3);
-      BackendOptions bo;
-      bo.block_size = kBs;
-      bo.num_cache_blocks = 64;
-      bo.num_pool_blocks = 16;
-      bo.pool_fp8 = fp8_pool;
-      auto be = make_cpu_backend(c, w, bo);
+      auto be = make_cpu_backend(c, w, backend_options(fp8_pool));
       ASSERT_TRUE(be->reads_facts_in_place());
       const PathDiff d = compare_paths(*be);
       const std::string what = "group " + std::to_string(s.heads / s.kv_heads) + ", head_dim " + std::to_string(s.head_dim) +

@@ -1054,14 +1054,10 @@ TEST(CudaBackend, Fp8ProjectionsFollowBf16) {
 TEST(CudaBackend, FactsReadInPlaceEqualFactsCopied) {
   REQUIRE_GPU();
   using namespace facts_test;
-  for (const Shape s : {Shape{2, 2, 64}, Shape{8, 2, 128}, Shape{14, 2, 64}, Shape{4, 1, 128}}) {
+  for (const Shape s : kShapes) {
     const ModelConfig c = config(s);
     const ModelWeights w = make_random_weights(c, 3);
-    BackendOptions bo;
-    bo.block_size = kBs;
-    bo.num_cache_blocks = 64;
-    bo.num_pool_blocks = 16;
-    auto be = make_cuda_backend(c, w, bo);
+    auto be = make_cuda_backend(c, w, backend_options());
     ASSERT_TRUE(be->reads_facts_in_place());
     const PathDiff d = compare_paths(*be);
     const std::string what = "group " + std::to_string(s.heads / s.kv_heads) + ", head_dim " + std::to_string(s.head_dim);
