@@ -21,8 +21,6 @@ inline uint64_t prefix_block_hash(uint64_t parent, uint64_t extra, std::span<con
   return h;
 }
 
-// The `extra` of a block: the request's cache salt (0: none) joined with the injected span's key
-// (0: the block holds no injected KV and follows none). Both 0 gives 0, the unsalted hash.
 // The span key of a request that reads its injected facts in place: never equal to the copying
 // requests' key for the same span (their blocks at the span's edges differ).
 inline uint64_t in_place_span_key(uint64_t span_key) {
@@ -30,6 +28,8 @@ inline uint64_t in_place_span_key(uint64_t span_key) {
   return XXH3_64bits(both, sizeof both) | 1;
 }
 
+// The `extra` of a block: the request's cache salt (0: none) joined with the injected span's key
+// (0: the block holds no injected KV and follows none). Both 0 gives 0, the unsalted hash.
 inline uint64_t prefix_block_extra(uint64_t salt, uint64_t injected_key) {
   if (salt == 0) return injected_key;
   const uint64_t both[2] = {salt, injected_key};
