@@ -120,7 +120,7 @@ inline Logits serve(Backend& be, const Layout& l, const std::vector<int32_t>& to
     for (ForwardBatch* b : {&fb, &dec}) {
       b->fact_indptr = {0, F1 - F0};
       b->fact_start = {F0};
-      b->fact_slots = pool;
+      b->fact_slots.assign(pool.begin(), pool.end());
     }
   } else {
     InjectBatch inj;

@@ -50,7 +50,7 @@ TEST(FactsInPlace, BatchesAreValidated) {
   b.kv_indptr = {0, 1, 4};
   b.fact_indptr = {0, 0, 24};  // facts at [10, 34): block 1 ([16, 32)) has none of its own
   b.fact_start = {0, 10};
-  for (int64_t i = 0; i < 24; ++i) b.fact_slots.push_back(i);
+  for (int32_t i = 0; i < 24; ++i) b.fact_slots.push_back(i);
   b.output_tokens = {0, 1, 2};
   EXPECT_NO_THROW(b.validate(64 * kBs, kBs));
   ForwardBatch bad = b;

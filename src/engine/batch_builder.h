@@ -7,6 +7,7 @@
 // Token t of the batch is row t of token_ids / positions / slot_mapping; sequence s owns rows
 // [q_indptr[s], q_indptr[s+1]) and blocks kv_indices[kv_indptr[s] .. kv_indptr[s+1]).
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <span>
 
@@ -51,7 +52,10 @@ class BatchBuilder {
       fb_.fact_start.assign(static_cast<size_t>(fb_.num_seqs()), 0);
     }
     fact_start_ = start;
-    fb_.fact_slots.insert(fb_.fact_slots.end(), slots.begin(), slots.end());
+    for (const int64_t s : slots) {
+      IS_CHECK(s >= 0 && s <= INT32_MAX, "pool slot {} past what a forward batch holds", s);
+      fb_.fact_slots.push_back(static_cast<int32_t>(s));
+    }
   }
   // Closes the current sequence: it attends over every entry of `blocks` up to its positions.
   void end_sequence(std::span<const int32_t> blocks) {

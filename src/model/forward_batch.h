@@ -60,7 +60,7 @@ struct ForwardBatch {
   //   pool                  slots of the facts' tokens
   std::vector<int32_t> fact_indptr;  // [S + 1] or empty
   std::vector<int32_t> fact_start;   // [S]
-  std::vector<int64_t> fact_slots;   // [fact_indptr[S]] memory-pool slots
+  std::vector<int32_t> fact_slots;   // [fact_indptr[S]] memory-pool slots (int32, as kernels read them)
   static constexpr int32_t kNoBlock = -1;
   bool reads_facts_in_place() const { return !fact_indptr.empty() && fact_indptr.back() > 0; }
   // Sequence s's in-place range [first, end) (empty when it has none).

@@ -241,7 +241,7 @@ void attend_facts(OpRun& r, int32_t prefix, const std::vector<int32_t>& facts, i
       b.kv_indices.insert(b.kv_indices.end(), t, t + per_seq);
       b.kv_indptr.push_back(static_cast<int32_t>(b.kv_indices.size()));
       if (b.q_indptr[s + 1] > b.q_indptr[s]) b.output_tokens.push_back(b.num_tokens() - 1);
-      b.fact_slots.insert(b.fact_slots.end(), slots.begin(), slots.end());
+      for (const int64_t slot : slots) b.fact_slots.push_back(static_cast<int32_t>(slot));
       b.fact_indptr.push_back(static_cast<int32_t>(b.fact_slots.size()));
       b.fact_start.push_back(prefix);
     }

@@ -498,7 +498,7 @@ TEST(HostGraphBatch, PaddingKeepsFactsReadInPlace) {
   ForwardBatch b = decode_step({40, 9, 70});
   b.fact_indptr = {0, 20, 20, 30};
   b.fact_start = {8, 0, 50};
-  for (int64_t i = 0; i < 30; ++i) b.fact_slots.push_back(100 + i);
+  for (int32_t i = 0; i < 30; ++i) b.fact_slots.push_back(100 + i);
   ASSERT_NO_THROW(b.validate(1000 * 4, 4));
   EXPECT_EQ(graph_shape(b), decode_shape(4));
   ForwardBatch p;

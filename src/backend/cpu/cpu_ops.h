@@ -53,7 +53,7 @@ struct KvLayerRows {
 struct FactsInPlace {
   const int32_t* indptr = nullptr;  // [S + 1]; null: no sequence reads facts in place
   const int32_t* start = nullptr;   // [S]
-  const int64_t* slots = nullptr;
+  const int32_t* slots = nullptr;
   KvLayerRows pool;
   const float* cos = nullptr;
   const float* sin = nullptr;

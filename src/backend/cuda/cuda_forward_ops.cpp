@@ -194,10 +194,7 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
     o.fact_start = meta.add(b.fact_start);
   }
   o.kv_indices = facts_ ? meta.add(b.kv_indices, kv_room) : meta.add(b.kv_indices);
-  if (facts_) {  // pool slots fit int32 (a pool of 2^31 slots would be terabytes)
-    fact_slots32_.assign(b.fact_slots.begin(), b.fact_slots.end());
-    o.fact_slots = meta.add(fact_slots32_);
-  }
+  if (facts_) o.fact_slots = meta.add(b.fact_slots);
   // Partials: [cap.partials, NKV, rows_per_tile] rows of the main plan, then the decode plan's
   // [num_partials, NKV, group] rows.
   const int64_t D = cfg_.head_dim, NKV = cfg_.num_kv_heads;

@@ -210,9 +210,8 @@ class CudaForwardOps final : public ForwardOps {
   AttnMask mask_ = AttnMask::kCausal;
   std::vector<int32_t> mask_pos_;
   size_t o_ids_ = 0, o_pos_ = 0, o_mask_pos_ = 0, o_slot_ = 0, o_cap_ = 0, o_out_ = 0, o_samp_ = 0;
-  // The forward reads facts in place (ForwardBatch::fact_*): their pool slots as int32.
+  // The forward reads facts in place (ForwardBatch::fact_*).
   bool facts_ = false;
-  std::vector<int32_t> fact_slots32_;
   bool capture_ = false;
   cuda::AttentionArgs aa_{};
 };
