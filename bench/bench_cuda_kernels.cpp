@@ -13,7 +13,10 @@
 //       cuBLASLt's first heuristic against the fastest of its top 8 timed at each M
 //   (h) --gemm-fp8 alone: the layer GEMMs with FP8 E4M3 weights (--quantization fp8) against bf16,
 //       as the forward runs them: x quantized, then cuBLASLt's FP8 GEMM (W8A8), each timed
+//   (i) --facts-in-place alone: the decode kernel over facts read in place from the memory pool
+//       (keys rotated as read) against the same entries copied into each request's blocks
 // Usage: bench_cuda_kernels [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep] [--gemm-fp8]
+//                           [--facts-in-place]
 //   --attention: table (d) only; SHAPE: only that row (0-based), e.g. for one kernel under ncu.
 
 #include <chrono>
@@ -25,6 +28,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +39,7 @@
 #include "backend/cuda/gemm.h"
 #include "memory/cuda/cuda_vector_index.h"
 #include "backend/cuda/rope_table.h"
+#include "model/config.h"
 #include "cuda_bench_common.h"
 #include "util/check.h"
 #include "memory/retrieval/cpu_vector_index.h"
@@ -76,9 +81,18 @@ struct SharedTables {
 // overrides the planner's shortest split piece (a sweep of that setting).
 // fp8: the cache in E4M3 codes with a scale per (slot, kv head) (its bytes counted as such).
 // shared: the sequences' block tables (shared_tables below), instead of a private scattered block each.
+// Facts read in place (section (i)): every sequence's entries [start, start + n) are pool slots
+// slots[s * n ..], their keys rotated as the kernel reads them. n = 0 with a non-null range: the
+// kernel's fact path with empty ranges (its per-lane steps alone).
+struct InPlaceFacts {
+  int32_t start = 0, n = 0;
+  std::vector<int32_t> slots;  // [S * n]
+  int64_t pool_slots = 0;
+};
+
 AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int32_t NH, int32_t NKV, cuda::AttnKernel kernel,
                           int num_sms, int iters, int32_t min_split = 0, bool fp8 = false,
-                          const SharedTables* shared = nullptr) {
+                          const SharedTables* shared = nullptr, const InPlaceFacts* facts = nullptr) {
   const int32_t bs = 16, group = NH / NKV;
   std::vector<int32_t> q_indptr{0}, kv_indptr{0}, kv_indices, positions;
   int32_t next = 0;
@@ -145,6 +159,29 @@ AttnBench bench_attention(int32_t S, int32_t ctx, int32_t q_len, int32_t D, int3
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 0.08838834764f;
+  DeviceBuffer d_fact_indptr, d_fact_start, d_fact_slots, pool_k, pool_v;
+  std::optional<RopeTable> rope;  // Llama 3's base, no scaling
+  if (facts != nullptr) {
+    ModelConfig rope_cfg;
+    rope_cfg.head_dim = D;
+    rope_cfg.rope_theta = 500000.0;
+    rope.emplace(rope_cfg);
+    std::vector<int32_t> indptr(static_cast<size_t>(S) + 1), start(static_cast<size_t>(S), facts->start);
+    for (int32_t s = 0; s <= S; ++s) indptr[static_cast<size_t>(s)] = s * facts->n;
+    d_fact_indptr = upload(indptr);
+    d_fact_start = upload(start);
+    d_fact_slots = upload(facts->slots);
+    pool_k = random_bf16(std::max<int64_t>(facts->pool_slots, 1) * NKV * D, 4);
+    pool_v = random_bf16(std::max<int64_t>(facts->pool_slots, 1) * NKV * D, 5);
+    rope->ensure(ctx + q_len);
+    a.fact_indptr = d_fact_indptr.as<int32_t>();
+    a.fact_start = d_fact_start.as<int32_t>();
+    a.fact_slots = d_fact_slots.as<int32_t>();
+    a.pool.k = pool_k.data();
+    a.pool.v = pool_v.data();
+    a.cos_table = rope->cos();
+    a.sin_table = rope->sin();
+  }
   const double ms = bench::time_gpu_ms(nullptr, 3, iters, [&] { cuda::attention(a, kernel, nullptr); });
   const double flops = 4.0 * D * NH * pairs;  // QK^T and PV, 2 flops per multiply-add each
   return {ms, flops / ms / 1e9, kv_bytes / ms / 1e6};
@@ -235,6 +272,51 @@ void shared_facts_section(int num_sms, int iters) {
     const AttnBench g4 = bench_attention(S, ctx, 1, 128, 32, 8, cuda::AttnKernel::kDecodeMma, num_sms, iters, 0, fp8);
     const AttnBench g8 = bench_attention(S, ctx, 1, 128, 64, 8, cuda::AttnKernel::kDecodeMma, num_sms, iters, 0, fp8);
     std::printf("| tensor-core decode kernel | %s | %.3f | %.3f | %.2f |\n", fp8 ? "FP8" : "bf16", g4.ms, g8.ms, g8.ms / g4.ms);
+  }
+}
+
+// (i) The decode step of 100 sequences over 2,800 entries, one layer, as zero-copy memory serves
+// it: entries 14 .. 2,513 are 50 facts of 50 tokens, each in whole pool blocks of its own (4 blocks,
+// the last one part-filled), drawn from `pool` facts per sequence group of `per_pool` (1: every
+// sequence its own facts; 100: one user's 100 requests over its facts, conv-26 of the engine
+// benchmark). Against: the same entries copied into each sequence's blocks (block steps), and the
+// fact path with empty ranges (the per-lane steps alone, no pool and no rotation).
+void facts_in_place_section(int num_sms, int iters) {
+  std::printf("\n(i) decode attention over facts read in place from the pool, 100 x 2,800 entries, one layer, bf16\n");
+  std::printf("| layout | GPU ms | KV GB/s (entries read) | vs copied |\n|---|---|---|---|\n");
+  const int32_t S = 100, ctx = 2800, D = 128, NH = 32, NKV = 8, start = 14, F = 50, L = 50, bs = 16;
+  const int32_t fact_blocks = (L + bs - 1) / bs;
+  const cuda::AttnKernel kernel = cuda::AttnKernel::kDecodeMma;
+  const AttnBench copied = bench_attention(S, ctx, 1, D, NH, NKV, kernel, num_sms, iters);
+  std::printf("| facts copied into each request's blocks (block steps) | %.3f | %.0f | 1.00 |\n", copied.ms, copied.gbs);
+  InPlaceFacts empty;
+  empty.start = start;
+  const AttnBench lanes = bench_attention(S, ctx, 1, D, NH, NKV, kernel, num_sms, iters, 0, false, nullptr, &empty);
+  std::printf("| no facts, per-lane steps (the in-place path's addressing alone) | %.3f | %.0f | %.2f |\n", lanes.ms, lanes.gbs,
+              lanes.ms / copied.ms);
+  for (const int32_t per_pool : {1, 10, 100}) {
+    const int32_t pool = per_pool == 1 ? F : 200;  // facts a group draws from
+    const int32_t groups = S / per_pool;
+    InPlaceFacts f;
+    f.start = start;
+    f.n = F * L;
+    f.pool_slots = static_cast<int64_t>(groups) * pool * fact_blocks * bs;
+    std::vector<int32_t> perm(static_cast<size_t>(groups) * pool);  // pool fact -> its first block, scattered
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(3));
+    std::mt19937 g(9);
+    for (int32_t s = 0; s < S; ++s) {
+      std::vector<int32_t> ids(static_cast<size_t>(pool));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), g);
+      for (int32_t k = 0; k < F; ++k) {
+        const int32_t first_block = perm[static_cast<size_t>((s / per_pool) * pool + ids[static_cast<size_t>(k)])] * fact_blocks;
+        for (int32_t j = 0; j < L; ++j) f.slots.push_back(first_block * bs + j);
+      }
+    }
+    const AttnBench r = bench_attention(S, ctx, 1, D, NH, NKV, kernel, num_sms, iters, 0, false, nullptr, &f);
+    std::printf("| facts in place, %d sequences a pool of %d facts | %.3f | %.0f | %.2f |\n", per_pool, pool, r.ms, r.gbs,
+                r.ms / copied.ms);
   }
 }
 
@@ -410,7 +492,8 @@ void gemm_sweep_section(int iters) {
 
 int main(int argc, char** argv) {
   using namespace inferscale;
-  bool quick = false, attention_only = false, shared_only = false, gemms_only = false, sweep_only = false, fp8_only = false;
+  bool quick = false, attention_only = false, shared_only = false, gemms_only = false, sweep_only = false, fp8_only = false,
+       in_place_only = false;
   int only_shape = -1;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
@@ -423,11 +506,13 @@ int main(int argc, char** argv) {
       sweep_only = true;
     } else if (std::strcmp(argv[i], "--gemm-fp8") == 0) {
       fp8_only = true;
+    } else if (std::strcmp(argv[i], "--facts-in-place") == 0) {
+      in_place_only = true;
     } else if (std::strcmp(argv[i], "--attention") == 0) {
       attention_only = true;
       if (i + 1 < argc && argv[i + 1][0] != '-') only_shape = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep] [--gemm-fp8])\n", argv[i]);
+      std::fprintf(stderr, "bench_cuda_kernels: unknown argument '%s' (usage: [--quick] [--attention [SHAPE]] [--shared-facts] [--gemms] [--gemm-sweep] [--gemm-fp8] [--facts-in-place])\n", argv[i]);
       return 2;
     }
   }
@@ -450,6 +535,10 @@ int main(int argc, char** argv) {
   }
   if (fp8_only) {
     gemm_fp8_section(iters);
+    return 0;
+  }
+  if (in_place_only) {
+    facts_in_place_section(sms, iters);
     return 0;
   }
 

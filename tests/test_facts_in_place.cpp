@@ -61,7 +61,11 @@ TEST(FactsInPlace, BatchesAreValidated) {
   bad.positions[2] = 20;  // a token inside its facts
   bad.slot_mapping[2] = 16 * 3 + 4;
   EXPECT_THROW(bad.validate(64 * kBs, kBs), Error);
+  EXPECT_NO_THROW(check_forward_batch(b, 64 * kBs, kBs, 16 * kBs, c.vocab_size));
   bad = b;
   bad.fact_slots[3] = 1 << 20;
+  EXPECT_THROW(check_forward_batch(bad, 64 * kBs, kBs, 16 * kBs, c.vocab_size), Error);
+  bad = b;
+  bad.fact_slots[23] = -1;
   EXPECT_THROW(check_forward_batch(bad, 64 * kBs, kBs, 16 * kBs, c.vocab_size), Error);
 }

@@ -47,6 +47,10 @@ void choose_output(StepBatch& b, int64_t sample_vocab) {
 StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t sample_vocab) {
   StepBatch b;
   BatchBuilder bb(block_size);
+  size_t fact_slots = 0;
+  for (const ScheduledSeq& s : plan.seqs)
+    if (s.req->facts_in_place) fact_slots += s.req->injected->pool_slots.size();
+  bb.reserve_fact_slots(fact_slots);
   for (const ScheduledSeq& s : plan.seqs) {
     Request* r = s.req;
     if (r->facts_in_place) {

@@ -52,7 +52,15 @@ void check_forward_batch(const ForwardBatch& b, int64_t num_cache_slots, int32_t
                          int64_t vocab_size) {
   b.validate(num_cache_slots, block_size);
   for (int64_t s : b.capture_slots) IS_CHECK(s >= 0 && s < num_pool_slots, "pool slot {} out of range", s);
-  for (int32_t s : b.fact_slots) IS_CHECK(s >= 0 && s < num_pool_slots, "in-place fact slot {} out of range", s);
+  // The fact slots' bounds in one pass without a branch an element (~250,000 slots a decode step
+  // at 100 requests, k = 50).
+  int32_t lo = 0, hi = 0;
+  for (const int32_t s : b.fact_slots) {
+    lo = std::min(lo, s);
+    hi = std::max(hi, s);
+  }
+  IS_CHECK(b.fact_slots.empty() || (lo >= 0 && hi < num_pool_slots), "in-place fact slots [{}, {}] out of the pool's {}", lo,
+           hi, num_pool_slots);
   for (int32_t id : b.token_ids)
     IS_REQUIRE(id >= 0 && id < vocab_size, kInvalidInput, "token id {} outside the vocabulary of {}", id, vocab_size);
 }

@@ -23,8 +23,9 @@
 //
 // Facts read in place (AttentionArgs::fact_*, bf16 only) take the per-lane steps: a lane's entry
 // inside its sequence's facts has the pool slot -1 - slot, its K and V are copied from the pool,
-// and once the step has landed the warp rotates those keys in its stage (rotate_fact_keys, the
-// rotation injection applies) before the MMAs read them.
+// and once the step has landed the warp rotates those keys in its stage (FactAngles, the rotation
+// injection applies) before the MMAs read them; the angles of step i + 1's facts are loaded into
+// registers while step i computes.
 //
 // FP8 (KvCache::fp8): the MMAs run in f16; codes widen exactly, in registers, to their values
 // (cvt.rn.f16x2.e4m3x2, fp8_utils.cuh).
@@ -232,6 +233,15 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     for (int c = 0; c < D / 32; ++c) ld_off[c] = pinned(static_cast<uint32_t>(swz8<D>(a_row, 2 * c + (lane >> 4))));
   }
 
+  // Facts read in place: step i holds some when its entries meet [fa, fb); their keys' angles are
+  // loaded into registers a step ahead (while step i - 1 computes), rotated once step i has landed.
+  FactAngles<D, kStep, 32> angles;
+  auto has_facts = [&](int i) { return i < n && entry0(i) < fb && entry0(i) + kStep > fa; };
+  auto load_angles = [&](int i) { angles.load(entry0(i), max(fa, entry0(i)), min(fb, it.kv_end), a, lane); };
+  if constexpr (!FP8 && !kBlockSteps) {
+    if (has_facts(0)) load_angles(0);
+  }
+
   for (int i = 0, stage = 0; i < n; ++i, stage = stage == kStages - 1 ? 0 : stage + 1) {  // stage = i % kStages
     cp_async_wait<kStages - 2>();  // this lane's copies of step i have landed
     __syncwarp();                  // every lane's are visible; every lane is done with step i - 1
@@ -241,11 +251,11 @@ __global__ void __launch_bounds__(kThreads) attention_decode_mma_kernel(Attentio
     const uint32_t st = ws_s + stage * L::stage;
     if constexpr (!FP8 && !kBlockSteps) {
       const int e0 = entry0(i);
-      if (e0 < fb && e0 + kStep > fa) {  // the step holds facts read in place: their keys, rotated
-        rotate_fact_keys<D, kStep, 32>(reinterpret_cast<bf16*>(ws + stage * L::stage), e0, max(fa, e0), min(fb, it.kv_end), a,
-                                       lane);
+      if (has_facts(i)) {  // the step's facts read in place: their keys, rotated
+        angles.rotate(reinterpret_cast<bf16*>(ws + stage * L::stage), e0, max(fa, e0), min(fb, it.kv_end), a.interleaved, lane);
         __syncwarp();
       }
+      if (has_facts(i + 1)) load_angles(i + 1);
     }
     const uint32_t sc = st + 2 * L::tile;  // FP8: K scales [16], V scales [16] (f32)
 

@@ -52,43 +52,76 @@ __device__ __forceinline__ int swz8(int row, int chunk) {
 }
 
 // Facts read in place (AttentionArgs::fact_*): the keys of entries [from, to) of a bf16 K tile of
-// kRows swizzled rows holding entries first .. first + kRows - 1, pre-RoPE rows from the pool,
+// kRows swizzled rows holding entries first .. first + kRows - 1, pre-RoPE rows from the pool, are
 // rotated at their positions (an entry's index is its position) in place: bf16 -> f32, rope_pair
 // with the table's angles, rounded to bf16, as injection stores them. The kN threads t share the
 // tile in units of 8 pairs (half-split RoPE: 16-byte chunk c of each half; interleaved: chunks 2c
-// and 2c + 1), so a thread issues all its units' 16-byte loads (the K chunks, the angles as
-// float4) before it computes; the caller synchronizes before and after.
+// and 2c + 1): thread t's units are u = t + n kN, n < kUnits, at row u / kUnitsPerRow, unit
+// u % kUnitsPerRow of it.
+//
+// In two phases, so that the angles' loads (L2 latency: 512 bytes a position, the same for every kv
+// head) can be issued a step ahead of their use: load() reads a tile's angles into registers,
+// rotate() applies them to the tile once its keys have landed (the caller synchronizes before and
+// after). Rows outside [from, to) are neither loaded nor rotated.
+template <int D, int kRows, int kN>
+struct FactAngles {
+  static constexpr int kHalf = D / 2, kUnitsPerRow = kHalf / 8, kUnits = kRows * kUnitsPerRow / kN;
+  static_assert(kRows * kUnitsPerRow % kN == 0, "whole units a thread");
+  float4 c[kUnits][2], s[kUnits][2];  // unit n: cos / sin of its 8 pairs
+
+  __device__ __forceinline__ static int row(int t, int n) { return (t + n * kN) / kUnitsPerRow; }
+  __device__ __forceinline__ static int unit(int t, int n) { return (t + n * kN) % kUnitsPerRow; }
+
+  __device__ __forceinline__ void load(int first, int from, int to, const AttentionArgs& a, int t) {
+#pragma unroll
+    for (int n = 0; n < kUnits; ++n) {
+      const int j = first + row(t, n);
+      if (j < from || j >= to) continue;
+      const int64_t off = static_cast<int64_t>(j) * kHalf + 8 * unit(t, n);
+      const float4* cp = reinterpret_cast<const float4*>(a.cos_table + off);
+      const float4* sp = reinterpret_cast<const float4*>(a.sin_table + off);
+      c[n][0] = cp[0];
+      c[n][1] = cp[1];
+      s[n][0] = sp[0];
+      s[n][1] = sp[1];
+    }
+  }
+
+  __device__ __forceinline__ void rotate(__nv_bfloat16* k, int first, int from, int to, bool interleaved, int t) const {
+#pragma unroll
+    for (int n = 0; n < kUnits; ++n) {
+      const int r = row(t, n), u = unit(t, n), j = first + r;
+      if (j < from || j >= to) continue;
+      // The unit's two chunks: elements d0 .. d0 + 7 and d1 .. d1 + 7.
+      const int c0 = interleaved ? 2 * u : u, c1 = interleaved ? 2 * u + 1 : u + kUnitsPerRow;
+      Bf16x8* p0 = reinterpret_cast<Bf16x8*>(k + swz<D>(r, c0));
+      Bf16x8* p1 = reinterpret_cast<Bf16x8*>(k + swz<D>(r, c1));
+      float cs[8], sn[8], x[16], y[16];
+      *reinterpret_cast<float4*>(cs) = c[n][0];
+      *reinterpret_cast<float4*>(cs + 4) = c[n][1];
+      *reinterpret_cast<float4*>(sn) = s[n][0];
+      *reinterpret_cast<float4*>(sn + 4) = s[n][1];
+      bf16x8_to_f32(*p0, x);
+      bf16x8_to_f32(*p1, x + 8);
+      if (interleaved) {  // pair e = (x[2e], x[2e + 1]) over the two chunks
+#pragma unroll
+        for (int e = 0; e < 8; ++e) rope_pair(x[2 * e], x[2 * e + 1], cs[e], sn[e], y[2 * e], y[2 * e + 1]);
+      } else {  // pair e = (x[e], x[8 + e])
+#pragma unroll
+        for (int e = 0; e < 8; ++e) rope_pair(x[e], x[8 + e], cs[e], sn[e], y[e], y[8 + e]);
+      }
+      *p0 = f32_to_bf16x8(y);
+      *p1 = f32_to_bf16x8(y + 8);
+    }
+  }
+};
+
+// Both phases at once (the prefill tiles: a chunk's angles are loaded as it is rotated).
 template <int D, int kRows, int kN>
 __device__ __forceinline__ void rotate_fact_keys(__nv_bfloat16* k, int first, int from, int to, const AttentionArgs& a, int t) {
-  constexpr int half = D / 2, kUnitsPerRow = half / 8, kUnits = kRows * kUnitsPerRow;
-  static_assert(kUnits % kN == 0, "whole units a thread");
-#pragma unroll
-  for (int n = 0; n < kUnits / kN; ++n) {
-    const int u = t + n * kN, row = u / kUnitsPerRow, c = u % kUnitsPerRow, j = first + row;
-    if (j < from || j >= to) continue;
-    // The unit's two chunks: elements d0 .. d0 + 7 and d1 .. d1 + 7.
-    const int c0 = a.interleaved ? 2 * c : c, c1 = a.interleaved ? 2 * c + 1 : c + kUnitsPerRow;
-    Bf16x8* p0 = reinterpret_cast<Bf16x8*>(k + swz<D>(row, c0));
-    Bf16x8* p1 = reinterpret_cast<Bf16x8*>(k + swz<D>(row, c1));
-    const float4* cp = reinterpret_cast<const float4*>(a.cos_table + static_cast<int64_t>(j) * half + 8 * c);
-    const float4* sp = reinterpret_cast<const float4*>(a.sin_table + static_cast<int64_t>(j) * half + 8 * c);
-    float cs[8], sn[8], x[16], y[16];
-    *reinterpret_cast<float4*>(cs) = cp[0];
-    *reinterpret_cast<float4*>(cs + 4) = cp[1];
-    *reinterpret_cast<float4*>(sn) = sp[0];
-    *reinterpret_cast<float4*>(sn + 4) = sp[1];
-    bf16x8_to_f32(*p0, x);
-    bf16x8_to_f32(*p1, x + 8);
-    if (a.interleaved) {  // pair e = (x[2e], x[2e + 1]) over the two chunks
-#pragma unroll
-      for (int e = 0; e < 8; ++e) rope_pair(x[2 * e], x[2 * e + 1], cs[e], sn[e], y[2 * e], y[2 * e + 1]);
-    } else {  // pair e = (x[e], x[8 + e])
-#pragma unroll
-      for (int e = 0; e < 8; ++e) rope_pair(x[e], x[8 + e], cs[e], sn[e], y[e], y[8 + e]);
-    }
-    *p0 = f32_to_bf16x8(y);
-    *p1 = f32_to_bf16x8(y + 8);
-  }
+  FactAngles<D, kRows, kN> ang;
+  ang.load(first, from, to, a, t);
+  ang.rotate(k, first, from, to, a.interleaved, t);
 }
 
 }  // namespace inferscale::cuda
