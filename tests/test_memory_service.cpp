@@ -348,14 +348,17 @@ TEST(MemoryService, ColdEncodingNeverDelaysRunningDecodes) {
 
 // The stack's engine and service again over a backend that overlaps its forwards with the host
 // (memory is then planned beside them); returns it.
-test_support::DeferringBackend* with_overlap(Stack& s, int busy_polls, MemoryOptions mo = {}) {
+test_support::DeferringBackend* with_overlap(Stack& s, int busy_polls, MemoryOptions mo = {},
+                                             ScheduleAhead ahead = ScheduleAhead::kWhereOverlapping) {
   s.service.reset();
   BackendOptions bo;
   bo.num_cache_blocks = 512;
   bo.num_pool_blocks = 256;
   auto be = std::make_unique<test_support::DeferringBackend>(make_cpu_backend(demo().config, demo().weights, bo), busy_polls);
   test_support::DeferringBackend* out = be.get();
-  s.engine = std::make_unique<Engine>(std::move(be), demo().tokenizer, EngineOptions{});
+  EngineOptions eo;
+  eo.schedule_ahead = ahead;
+  s.engine = std::make_unique<Engine>(std::move(be), demo().tokenizer, eo);
   s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
   s.engine->set_memory(s.service.get());
   return out;
@@ -445,9 +448,12 @@ TEST(MemoryService, MemoryPlannedBesideTheForwardServesAsAlone) {
 
 // A server's intake (Engine::set_intake) adds the requests that arrive while a forward runs: their
 // memory is planned beside that forward, each asked once a step however often the intake is
-// polled, and they run from the next step, served exactly as alone (a warm request, a cold one
-// whose facts encode as captures, a plain request).
-TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
+// polled, and they run from the next step (scheduling ahead: the one after, the next one being
+// planned before them), served exactly as alone (a warm request, a cold one whose facts encode as
+// captures, a plain request).
+void requests_taken_beside_a_forward(ScheduleAhead ahead) {
+  SCOPED_TRACE(ahead == ScheduleAhead::kNever ? "one step at a time" : "scheduling ahead");
+  const int later = ahead == ScheduleAhead::kNever ? 0 : 1;
   const MemoryRequest warm = req(MemoryMode::kInject, 4, 2), cold = req(MemoryMode::kInject, 3, 0);
   const std::vector<ChatMessage> cold_ask{{"user", "Where does Alice work?"}};
   std::vector<int32_t> alone_warm, alone_cold, alone_plain;
@@ -464,7 +470,7 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   Stack s(dir.path());
   add_alice(*s.store);
   constexpr int kBusyPolls = 6;
-  with_overlap(s, kBusyPolls);
+  with_overlap(s, kBusyPolls, {}, ahead);
   run_with_memory(s, warm, 1);  // warm's facts resident
   const int64_t running = s.engine->add_request(plain_tokens({{"user", "Hi"}}), greedy(40));
   size_t running_tokens = s.engine->step().at(0).new_tokens.size();
@@ -495,8 +501,8 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
     }
     EXPECT_LE(s.engine->stats().memory_plans_overlapped - asked, 1) << "the cold request planned at most once a step";
   }
-  EXPECT_EQ(first_step[ids[0]], 3) << "a warm request planned beside step 2 runs in step 3";
-  EXPECT_EQ(first_step[ids[2]], 3) << "a plain request added beside step 2 runs in step 3";
+  EXPECT_EQ(first_step[ids[0]], 3 + later) << "a warm request planned beside step 2 runs in step 3";
+  EXPECT_EQ(first_step[ids[2]], 3 + later) << "a plain request added beside step 2 runs in step 3";
   EXPECT_EQ(got[ids[0]], alone_warm);
   EXPECT_EQ(got[ids[1]], alone_cold);
   EXPECT_EQ(got[ids[2]], alone_plain);
@@ -504,6 +510,11 @@ TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
   EXPECT_EQ(pins_of(s, warm), 0);
   EXPECT_EQ(pins_of(s, cold, cold_ask), 0);
   EXPECT_EQ(s.engine->blocks().num_free(), s.engine->blocks().num_blocks());
+}
+
+TEST(MemoryService, RequestsTakenBesideAForwardRunFromTheNextStep) {
+  requests_taken_beside_a_forward(ScheduleAhead::kNever);
+  requests_taken_beside_a_forward(ScheduleAhead::kWhereOverlapping);
 }
 
 // What `r` is answered on a stack in `dir` of its own, which leaves the facts' KV files there.
@@ -516,11 +527,13 @@ std::vector<int32_t> answered_leaving_kv_files(const std::filesystem::path& dir,
 // A stack whose facts' KV is only in KV files (a stack before it encoded them), over a backend
 // that overlaps its forwards; `alone` is what `r` was answered there.
 struct FilesOnly {
+  explicit FilesOnly(ScheduleAhead ahead = ScheduleAhead::kWhereOverlapping)
+      : be(with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"}, ahead)) {}
   TempDir dir;
   MemoryRequest r = req(MemoryMode::kInject, 4, 2);
   std::vector<int32_t> alone = answered_leaving_kv_files(dir.path(), r);
   Stack s{dir.path()};
-  test_support::DeferringBackend* be = with_overlap(s, 3, MemoryOptions{.kv_dir = dir.path() / "kv"});
+  test_support::DeferringBackend* be;
 };
 
 // An idle engine does not wait a step for a request's memory: it plans it before its first
@@ -548,12 +561,16 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 }
 
 // A request whose facts are in KV files, arriving at a busy engine: the files are read while the
-// forward runs (host work) and written into the pool before the next step's scheduling, never
-// beside a forward (a pool write would have to wait for the device), also when a warm request
-// planned after it beside the same forward composes its prompt there; the request still runs from
-// the next step, and is served exactly as alone.
-TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
-  FilesOnly f;
+// forward runs (host work) and written into the pool before the next step's scheduling (scheduling
+// ahead: once the forward ends, before the next launch), never beside a forward (a pool write
+// would have to wait for the device), also when a warm request planned after it beside the same
+// forward composes its prompt there; the request still runs from the next step (scheduling ahead:
+// admitted in the step it was read beside, run from the step after the next), and is served
+// exactly as alone.
+void kv_files_written_between_forwards(ScheduleAhead ahead) {
+  SCOPED_TRACE(ahead == ScheduleAhead::kNever ? "one step at a time" : "scheduling ahead");
+  const bool sync = ahead == ScheduleAhead::kNever;
+  FilesOnly f(ahead);
   const std::vector<NewFact> bobs{{"Bob plays chess on Sundays", "2023-01-05", {"", "", "", "Bob"}, "", {}},
                                   {"Bob has a dog named Rex", "2023-02-11", {"", "", "", "Bob"}, "", {}}};
   f.s.store->add_facts(kDefaultTenant, "bob", bobs);
@@ -581,12 +598,17 @@ TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
   EXPECT_EQ(t->served.loaded, 4);
   EXPECT_TRUE(w->served.injected && w->served.loaded == 0 && w->served.encoded == 0) << "the warm one was resident";
   EXPECT_EQ(f.be->pool_writes_beside_forward, 0);
-  EXPECT_EQ(admitted_at, 2) << "read beside step 1's forward, written and planned again before step 2's scheduling";
-  EXPECT_EQ(first_token_at, 2);
+  EXPECT_EQ(admitted_at, sync ? 2 : 1) << "read beside step 1's forward, written and planned again before the next scheduling";
+  EXPECT_EQ(first_token_at, sync ? 2 : 3);
   EXPECT_EQ(tokens, f.alone);
   EXPECT_TRUE(f.s.engine->find(running) == nullptr);
   EXPECT_EQ(pins_of(f.s, f.r), 0);
   EXPECT_EQ(pins_of(f.s, warm), 0);
+}
+
+TEST(MemoryService, KvFilesAreWrittenToThePoolBetweenForwards) {
+  kv_files_written_between_forwards(ScheduleAhead::kNever);
+  kv_files_written_between_forwards(ScheduleAhead::kWhereOverlapping);
 }
 
 // Two requests that need the same cold facts share one encoding: the second waits for the

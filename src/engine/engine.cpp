@@ -31,7 +31,9 @@ Engine::Engine(std::unique_ptr<Backend> backend, std::shared_ptr<const Tokenizer
   if (opts_.background_step_seconds > 0) scheduler_.set_background_cap(kMinBackgroundTokens * 4);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (ahead_) backend_->wait_forward();  // its batch and output live here
+}
 
 void Engine::check_sampling(const SamplingParams& sp) const {
   IS_REQUIRE(sp.logprobs >= -1 && sp.logprobs <= kMaxLogprobs, kInvalidInput, "logprobs must be in [-1, {}], got {}",
@@ -219,10 +221,18 @@ void Engine::abort(int64_t id) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   remove(it->second.req.get());
-  live_.erase(it);
+  retire(id);
 }
 
 void Engine::remove(Request* r) {
+  if (r->in_flight) {
+    r->leaving = true;
+    return;
+  }
+  remove_now(r);
+}
+
+void Engine::remove_now(Request* r) {
   scheduler_.remove(r);
   if (!r->memory) return;
   std::shared_ptr<RequestMemory> m = std::move(r->memory);
@@ -289,6 +299,7 @@ RequestOutput Engine::emit(Live& live, std::optional<int32_t> token, std::option
 
 // A step in five phases (engine.h); each forward's host time is split around its launch.
 std::vector<RequestOutput> Engine::step() {
+  if (schedules_ahead()) return step_ahead();
   StepClock clock;
   clock.started = StepClock::Clock::now();
   std::vector<RequestOutput> outs;
@@ -307,15 +318,19 @@ std::vector<RequestOutput> Engine::step() {
 // every waiting request first, so that a burst starts as one batch (on the H200, staggering a
 // 100-request burst behind single-request forwards cost 3 steps more than the serial resolution
 // it hid; bench_memory_serving's throughput run shows it).
-std::optional<SchedulerOutput> Engine::schedule(std::vector<RequestOutput>& outs) {
+std::optional<SchedulerOutput> Engine::schedule(std::vector<RequestOutput>& outs, bool write_loads) {
   const bool overlap = backend_->overlaps_forward();
   const bool before = !resolving_.empty() && (!overlap || !scheduler_.has_ready_work());
   if (before) resolve_memory(outs, Resolve::kAll);
-  if (memory_ && memory_->write_loads()) resolve_memory(outs, Resolve::kAll);  // their facts are resident now
+  if (write_loads) this->write_loads(outs);
   SchedulerOutput plan = scheduler_.schedule();
   if (!plan.seqs.empty()) return plan;
   if (!before && !resolving_.empty()) resolve_memory(outs, Resolve::kAll);  // no forward to overlap
   return std::nullopt;
+}
+
+void Engine::write_loads(std::vector<RequestOutput>& outs) {
+  if (memory_ && memory_->write_loads()) resolve_memory(outs, Resolve::kAll);  // their facts are resident now
 }
 
 ForwardOutput Engine::execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
@@ -365,10 +380,19 @@ void Engine::work_beside_forward(std::vector<RequestOutput>& outs) {
 void Engine::update(const SchedulerOutput& plan, const StepBatch& batch, ForwardOutput& fo,
                     std::vector<RequestOutput>& outs) {
   RowResults res = read_rows(batch, fo, backend_->config().vocab_size, sample_vocab_);
+  emit_rows(plan, batch, res, outs);
+}
+
+void Engine::emit_rows(const SchedulerOutput& plan, const StepBatch& batch, RowResults& res,
+                       std::vector<RequestOutput>& outs) {
   const std::vector<OutputRow>& rows = batch.rows;
   size_t i = 0;
   for (const ScheduledSeq& s : plan.seqs) {
     Request* r = s.req;
+    if (r->leaving) {  // finished or aborted while this forward computed it: its rows are dropped
+      while (i < rows.size() && rows[i].req == r) ++i;
+      continue;
+    }
     for (; i < rows.size() && rows[i].req == r && !rows[i].sample; ++i)
       r->prompt_logprobs[static_cast<size_t>(rows[i].position + 1)] = std::move(res.scored[i]);
     if (!s.samples) continue;
@@ -383,8 +407,15 @@ void Engine::update(const SchedulerOutput& plan, const StepBatch& batch, Forward
       outs.push_back(emit(live, res.sampled[i], std::move(res.scored[i])));
       ++i;
     }
-    if (outs.back().finished) live_.erase(outs.back().id);
+    if (outs.back().finished) retire(outs.back().id);
   }
+}
+
+void Engine::retire(int64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  if (it->second.req->leaving) leaving_.push_back(std::move(it->second));
+  live_.erase(it);
 }
 
 void Engine::finish_capture(Request* r) {

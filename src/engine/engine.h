@@ -1,7 +1,7 @@
 // The engine: owns the backend, the block manager, the scheduler and the requests. Single-threaded
 // by design (the server runs it on one engine thread); callers add requests and call step().
 //
-// step(), in five phases:
+// step(), in five phases (one step at a time; scheduling ahead interleaves them, below):
 //   schedule   ask the memory connector about unresolved requests (all of them first where
 //              nothing else is ready, or where the backend computes on the host), let it write
 //              the KV its plans read from files (MemoryConnector::write_loads; when it did, plan
@@ -14,6 +14,22 @@
 //              EOS, max tokens), finish and free
 //   save       the memory connector's captures_finished: the captures this forward completed
 //              (their pool entries become servable; KV files are written)
+//
+// Scheduling a step ahead (EngineOptions::schedule_ahead, step_ahead.cpp): step() completes the
+// forward launched before it (N) and leaves the next one (N+1) launched:
+//   advance    while N computes: N's scheduler bookkeeping (finish_step), and each request N
+//              samples from and that goes on gets a placeholder token (kPendingToken)
+//   schedule,  step N+1 over those placeholders, then the memory plans and arrivals beside N
+//   prepare    (work_beside_forward); arrivals run from N+2
+//   wait       N ends; read_rows; KV read from files is written into the pool (write_loads:
+//              none beside a forward), its requests planned from N+2
+//   fill       the placeholders get N's sampled ids, in the requests and in N+1's batch
+//   launch     N+1 (inject, launch_forward): the device waits only for fill and the launch
+//   update     N's outputs (stream, stops, finish); a request that finished while N+1 computes
+//              it, or was aborted, is `leaving` and leaves when that forward ends, its rows dropped
+//   save       as above
+// A step whose rows need logits on the host (logprobs) is not scheduled ahead: sampling there
+// draws from the requests' rngs, which must be drawn in step order.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -36,6 +52,14 @@
 
 namespace inferscale {
 
+// Where the engine schedules a step ahead (step_ahead.cpp): while the device computes step N, the
+// host plans and prepares step N+1, and launches it as soon as N's sampled tokens are known.
+enum class ScheduleAhead {
+  kWhereOverlapping,  // on backends that compute beside the host (Backend::overlaps_forward)
+  kAlways,            // also on one that computes in launch_forward (the CPU's: tests, no overlap)
+  kNever,             // one step at a time
+};
+
 struct EngineOptions {
   SchedulerOptions scheduler;
   int32_t max_model_len = 0;  // 0 = the model's max_position_embeddings
@@ -52,6 +76,7 @@ struct EngineOptions {
   // reads_facts_in_place) and the request recomputes none of them; false: always copied into the
   // request's blocks (the reference path, for comparisons).
   bool facts_in_place = true;
+  ScheduleAhead schedule_ahead = ScheduleAhead::kWhereOverlapping;
 };
 
 // What one step produced for one request.
@@ -188,17 +213,50 @@ class Engine {
     using Clock = std::chrono::steady_clock;
     Clock::time_point started, launched, returned, ended;  // the step; the forward's launch, return, end
   };
-  std::optional<SchedulerOutput> schedule(std::vector<RequestOutput>& outs);
+  // write_loads false: while a forward is launched (a pool write would wait for the device).
+  std::optional<SchedulerOutput> schedule(std::vector<RequestOutput>& outs, bool write_loads = true);
+  // The KV the connector read from files, written into the pool (no forward may be launched), and
+  // the plans that waited for it.
+  void write_loads(std::vector<RequestOutput>& outs);
+  // Scheduling a step ahead (step_ahead.cpp). A forward from its planning to its end: its batch
+  // and output stay where the backend reads and fills them (never moved once launched).
+  struct Launched {
+    SchedulerOutput plan;
+    StepBatch batch;
+    ForwardOutput fo;
+    StepClock clock;
+  };
+  // A request's token not known yet when the next step is planned: tokens[position].
+  struct Pending {
+    Request* req;
+    int32_t position;
+  };
+  bool schedules_ahead() const;
+  std::vector<RequestOutput> step_ahead();
+  // `launched`: a forward is launched meanwhile (the pool is not written).
+  std::unique_ptr<Launched> prepare_ahead(std::vector<RequestOutput>& outs, const StepClock& clock, bool launched);
+  void start(Launched& f);  // inject, launch; its requests are in flight
+  void ended(Launched& f);  // after its wait: its requests are no longer in flight, counted
+  std::vector<Pending> advance_ahead(const SchedulerOutput& plan);
+  void fill_pending(const std::vector<Pending>& pending, const Launched& done, const RowResults& res, Launched* next);
+  // Removes the requests that are leaving and no longer in flight.
+  void remove_left();
+  // A finished or aborted request leaves live_ (parked in leaving_ while a forward computes it).
+  void retire(int64_t id);
+  void remove_now(Request* r);
   ForwardOutput execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
                         StepClock& clock);
   void work_beside_forward(std::vector<RequestOutput>& outs);
   void update(const SchedulerOutput& plan, const StepBatch& batch, ForwardOutput& fo, std::vector<RequestOutput>& outs);
+  // update's second half: the outputs of rows already read (a leaving request's are dropped).
+  void emit_rows(const SchedulerOutput& plan, const StepBatch& batch, RowResults& res, std::vector<RequestOutput>& outs);
   // A capture whose last token went through: it leaves the engine, its job to be saved.
   void finish_capture(Request* r);
   // The save phase: the connector hears of the captures this step finished.
   void save_captures();
   // Removes a live request or a capture from the scheduler; the connector hears of a request with
-  // memory leaving.
+  // memory leaving. A request a launched forward still computes is marked leaving instead
+  // (remove_left removes it once that forward ends).
   void remove(Request* r);
   // EngineStats after a forward: counts, host times, step kind, the background cap.
   void count_step(const SchedulerOutput& plan, const ForwardBatch& fb, const StepClock& clock);
@@ -227,6 +285,8 @@ class Engine {
   int64_t sample_vocab_ = 0;  // min(model vocab, tokenizer vocab): the ids sampling may return
   int64_t next_id_ = 1;
   EngineStats stats_;
+  std::unique_ptr<Launched> ahead_;  // scheduling ahead: the forward launched for the next step()
+  std::vector<Live> leaving_;        // finished or aborted while a launched forward computes them
 };
 
 }  // namespace inferscale

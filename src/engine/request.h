@@ -73,6 +73,9 @@ const char* finish_reason_name(FinishReason r);
 
 struct Request {
   using Clock = std::chrono::steady_clock;
+  // tokens[i] of a request whose token i the forward in flight samples (scheduling a step ahead):
+  // filled with the sampled id before any forward reads it.
+  static constexpr int32_t kPendingToken = -1;
 
   int64_t id = 0;
   std::vector<int32_t> tokens;
@@ -118,6 +121,13 @@ struct Request {
   // Low-priority capture work (background encoding): scheduled only in the budget the step's
   // other work leaves, capped (SchedulerOptions::background_tokens_*), and preempted first.
   bool background = false;
+
+  // Scheduling a step ahead (Engine, EngineOptions::schedule_ahead): the launched forward that
+  // has not ended computes this request (its blocks, its pins and *this stay until it ends), and
+  // `leaving`: the request finished or was aborted meanwhile, and leaves once that forward ends
+  // (the scheduler never plans it again; its rows in that forward are dropped).
+  bool in_flight = false;
+  bool leaving = false;
 
   Clock::time_point arrival;
   std::optional<Clock::time_point> first_token_time;

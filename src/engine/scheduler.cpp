@@ -138,6 +138,7 @@ int32_t Scheduler::background_tokens(bool idle) const {
 
 void Scheduler::schedule_background(int32_t tokens, SchedulerOutput& out) {
   for (size_t i = 0; i < background_running_.size() && tokens > 0; ++i) {
+    if (background_running_[i]->num_remaining() == 0) continue;  // its last chunk is in flight
     ScheduledSeq seq;
     if (!plan_chunk(background_running_[i], tokens, seq)) return;
     tokens -= static_cast<int32_t>(seq.positions.size());
@@ -161,6 +162,12 @@ SchedulerOutput Scheduler::schedule() {
   // 1. Running requests, oldest first; preempt from the newest end when blocks run out.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* r = running_[i];
+    // Scheduling a step ahead: a request whose last token the forward in flight computes and that
+    // ends with it (max_tokens, a capture's last chunk), or that is leaving, has nothing to plan.
+    if (r->leaving || r->num_remaining() == 0) {
+      ++i;
+      continue;
+    }
     ScheduledSeq seq;
     if (plan_chunk(r, budget, seq)) {
       budget -= static_cast<int32_t>(seq.positions.size());
@@ -181,7 +188,7 @@ SchedulerOutput Scheduler::schedule() {
   for (auto it = waiting_.begin(); out.preempted.empty() && it != waiting_.end() && budget > 0 &&
                                    static_cast<int32_t>(running_.size()) < opts_.max_num_seqs;) {
     Request* r = *it;
-    if (!r->memory_ready) {
+    if (!r->memory_ready || r->leaving) {
       ++it;
       continue;
     }

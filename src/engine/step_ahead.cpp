@@ -1,0 +1,159 @@
+// Scheduling a step ahead (engine.h): step() completes the forward launched before it and leaves
+// the next one launched, planned and prepared while the device computed.
+//
+// The invariants this rests on:
+// - One forward at most is launched and not ended (ahead_); its requests are `in_flight`. A
+//   request in flight is never removed (remove() marks it leaving) nor destroyed (retire() parks
+//   it in leaving_), so the backend's batch and the scheduler's plan stay valid to its end.
+// - The forward after N is planned once N's scheduler bookkeeping is done (finish_step, before N
+//   ends: it reads only tokens N's inputs hold), over one placeholder token a request that N
+//   samples from and that goes on; those are filled before any forward reads them (fill_pending).
+//   A request that ends with N's token (max_tokens, max_model_len, a capture's last chunk) gets
+//   none, so the scheduler plans nothing for it.
+// - Blocks a request frees while N computes (preemption in the plan ahead) are written by later
+//   forwards only: the backend's stream orders them after N.
+// - Tokens are the synchronous steps' (greedy and seeded sampling): rngs are drawn when a batch is
+//   prepared, in step order, and a step whose rows sample on the host (logits) is not planned
+//   ahead.
+#include <chrono>
+
+#include "engine/engine.h"
+#include "util/check.h"
+
+namespace inferscale {
+
+bool Engine::schedules_ahead() const {
+  switch (opts_.schedule_ahead) {
+    case ScheduleAhead::kWhereOverlapping: return backend_->overlaps_forward();
+    case ScheduleAhead::kAlways: return true;
+    case ScheduleAhead::kNever: return false;
+  }
+  return false;
+}
+
+std::vector<RequestOutput> Engine::step_ahead() {
+  std::vector<RequestOutput> outs;
+  std::unique_ptr<Launched> cur = std::move(ahead_);
+  std::unique_ptr<Launched> next;
+  std::vector<Pending> pending;
+  try {
+    if (!cur) {  // nothing launched: plan and launch this step's forward now
+      StepClock clock;
+      clock.started = StepClock::Clock::now();
+      cur = prepare_ahead(outs, clock, false);
+      if (!cur) return outs;
+      start(*cur);
+    }
+    // While cur computes: the next step's plan and batch, then the memory plans and arrivals.
+    const bool advanced = !cur->batch.need_logits;
+    if (advanced) {
+      pending = advance_ahead(cur->plan);
+      next = prepare_ahead(outs, StepClock{}, true);
+    }
+    if (backend_->overlaps_forward()) work_beside_forward(outs);
+    backend_->wait_forward();
+    ended(*cur);
+    write_loads(outs);  // before the next launch: the only moment no forward runs
+    if (!advanced) scheduler_.finish_step(cur->plan);
+    RowResults res = read_rows(cur->batch, cur->fo, backend_->config().vocab_size, sample_vocab_);
+    fill_pending(pending, *cur, res, next.get());
+    if (next) {
+      next->clock.started = cur->clock.ended;  // the device idles from here to the launch
+      start(*next);
+      ahead_ = std::move(next);
+    }
+    // emit() appends each sampled token itself: the filled placeholders make way for them.
+    for (const Pending& p : pending) p.req->tokens.pop_back();
+    emit_rows(cur->plan, cur->batch, res, outs);
+  } catch (...) {
+    // Nothing stays launched: the caller fails the live requests (AsyncEngine) or sees the error.
+    backend_->wait_forward();
+    for (Launched* f : {cur.get(), next.get(), ahead_.get()})
+      if (f != nullptr)
+        for (const ScheduledSeq& s : f->plan.seqs) s.req->in_flight = false;
+    ahead_.reset();
+    remove_left();
+    throw;
+  }
+  save_captures();
+  remove_left();
+  if (!ahead_)  // the device idles after this step until the next one's launch
+    stats_.host_after_seconds += std::chrono::duration<double>(StepClock::Clock::now() - cur->clock.ended).count();
+  return outs;
+}
+
+// The schedule and prepare phases, into a forward not launched yet (nullptr: nothing to run).
+std::unique_ptr<Engine::Launched> Engine::prepare_ahead(std::vector<RequestOutput>& outs, const StepClock& clock,
+                                                         bool launched) {
+  std::optional<SchedulerOutput> plan = schedule(outs, !launched);
+  if (!plan) return nullptr;
+  auto f = std::make_unique<Launched>();
+  f->clock = clock;
+  f->batch = prepare_step(*plan, blocks_.block_size(), sample_vocab_);
+  f->plan = std::move(*plan);
+  return f;
+}
+
+void Engine::start(Launched& f) {
+  for (const ScheduledSeq& s : f.plan.seqs) s.req->in_flight = true;
+  if (!f.batch.inject.src_slots.empty()) backend_->inject(f.batch.inject);
+  stats_.tokens_injected += static_cast<int64_t>(f.batch.inject.src_slots.size());
+  f.clock.launched = StepClock::Clock::now();
+  backend_->launch_forward(f.batch.forward, f.fo);
+  f.clock.returned = StepClock::Clock::now();
+}
+
+void Engine::ended(Launched& f) {
+  f.clock.ended = StepClock::Clock::now();
+  for (const ScheduledSeq& s : f.plan.seqs) s.req->in_flight = false;
+  count_step(f.plan, f.batch.forward, f.clock);
+}
+
+// finish_step for a forward still computing, and a placeholder for each request it samples a
+// token for that goes on after it (emit() finishes the others: max_tokens, max_model_len).
+std::vector<Engine::Pending> Engine::advance_ahead(const SchedulerOutput& plan) {
+  scheduler_.finish_step(plan);
+  std::vector<Pending> pending;
+  for (const ScheduledSeq& s : plan.seqs) {
+    Request* r = s.req;
+    if (!s.samples || r->leaving || r->is_capture() || r->sampling.max_tokens == 0) continue;
+    if (r->num_output_tokens() + 1 >= r->sampling.max_tokens || r->num_tokens() + 1 >= max_model_len_) continue;
+    pending.push_back({r, r->num_tokens()});
+    r->tokens.push_back(Request::kPendingToken);
+  }
+  return pending;
+}
+
+// Each placeholder gets the token `done` sampled for its request, in the request and wherever
+// `next`'s batch reads it (BatchBuilder adds tokens in plan order, positions increasing).
+void Engine::fill_pending(const std::vector<Pending>& pending, const Launched& done, const RowResults& res, Launched* next) {
+  if (pending.empty()) return;
+  const std::vector<OutputRow>& rows = done.batch.rows;
+  size_t p = 0;
+  for (size_t i = 0; i < rows.size() && p < pending.size(); ++i) {
+    if (!rows[i].sample || rows[i].req != pending[p].req) continue;
+    IS_CHECK(res.sampled[i] >= 0, "no token sampled for request {}", rows[i].req->id);
+    pending[p].req->tokens[static_cast<size_t>(pending[p].position)] = res.sampled[i];
+    ++p;
+  }
+  IS_CHECK(p == pending.size(), "{} of {} tokens planned ahead were sampled", p, pending.size());
+  if (next == nullptr) return;
+  std::vector<int32_t>& ids = next->batch.forward.token_ids;
+  size_t t = 0;
+  for (const ScheduledSeq& s : next->plan.seqs)
+    for (const int32_t q : s.positions) ids[t++] = s.req->tokens[static_cast<size_t>(q)];
+}
+
+void Engine::remove_left() {
+  for (auto it = leaving_.begin(); it != leaving_.end();) {
+    Request* r = it->req.get();
+    if (r->in_flight) {
+      ++it;
+      continue;
+    }
+    remove_now(r);
+    it = leaving_.erase(it);
+  }
+}
+
+}  // namespace inferscale
