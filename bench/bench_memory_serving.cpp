@@ -81,6 +81,7 @@ struct Args {
   int64_t pool_mb = 4096;
   bool no_pdl = false;
   int facts_in_place = 1;
+  int schedule_ahead = 1;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
   std::string quantization = "none";
@@ -103,6 +104,9 @@ int main(int argc, char** argv) {
   app.add_option("--window", a.window, "CWE window");
   app.add_option("--questions", a.questions, "questions per k");
   app.add_option("--users", a.users, "concurrent requests in the throughput run");
+  app.add_option("--schedule-ahead", a.schedule_ahead,
+                 "1: plan step N+1 while step N computes (the default on the GPU); 0: one step at a time")
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("--facts-in-place", a.facts_in_place, "1: read injected facts in place (the default); 0: copy them")
       ->check(CLI::Range(0, 1));
   app.add_option("--max-tokens", a.max_tokens, "tokens generated per request in the throughput run");
@@ -167,6 +171,7 @@ int main(int argc, char** argv) {
   eo.scheduler.max_num_batched_tokens = 8192;
   eo.scheduler.max_num_seqs = 256;
   eo.facts_in_place = a.facts_in_place == 1;
+  eo.schedule_ahead = a.schedule_ahead == 1 ? ScheduleAhead::kWhereOverlapping : ScheduleAhead::kNever;
   Engine engine(std::move(backend), model.tokenizer, eo);
 
   // 1. Import and encode.

@@ -6,13 +6,13 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <random>
 #include <thread>
 #include <vector>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "forwarding_backend.h"
+#include "engine_test_util.h"
 #include "model/model.h"
 #include "util/check.h"
 
@@ -36,20 +36,8 @@ std::unique_ptr<Engine> make_engine(int64_t num_blocks = 256, int32_t budget = 2
   return std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
 }
 
-std::vector<int32_t> prompt(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& t : p) t = static_cast<int32_t>(rng() % 256);  // byte tokens
-  return p;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams s;
-  s.temperature = 0;
-  s.max_tokens = max_tokens;
-  s.ignore_eos = true;
-  return s;
-}
+using test::greedy;
+std::vector<int32_t> prompt(int n, uint32_t seed) { return test::byte_prompt(n, seed); }
 
 std::vector<int32_t> run_alone(const std::vector<int32_t>& p, int max_tokens) {
   auto e = make_engine();

@@ -7,11 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "deferring_backend.h"
+#include "engine_test_util.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -40,20 +40,8 @@ std::unique_ptr<Engine> make_engine(Kind kind, int64_t num_blocks, int32_t budge
   return std::make_unique<Engine>(std::move(be), demo().tokenizer, eo);
 }
 
-std::vector<int32_t> prompt(int n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& t : p) t = static_cast<int32_t>(rng() % 256);  // byte tokens
-  return p;
-}
-
-SamplingParams greedy(int max_tokens) {
-  SamplingParams s;
-  s.temperature = 0;
-  s.max_tokens = max_tokens;
-  s.ignore_eos = true;
-  return s;
-}
+using test::greedy;
+std::vector<int32_t> prompt(int n, uint32_t seed) { return test::byte_prompt(n, seed); }
 
 struct Workload {
   std::vector<std::vector<int32_t>> prompts;

@@ -24,6 +24,7 @@
 #include "test_fact_store_util.h"
 #include "kv_rows_test_util.h"
 #include "deferring_backend.h"
+#include "engine_test_util.h"
 
 using namespace inferscale;
 using inferscale::testing::expect_error;
@@ -36,13 +37,7 @@ const Model& demo() {
   return m;
 }
 
-SamplingParams greedy(int n) {
-  SamplingParams s;
-  s.temperature = 0;
-  s.max_tokens = n;
-  s.ignore_eos = true;
-  return s;
-}
+using test::greedy;
 
 // One store + retriever + engine + memory service over a data directory.
 struct Stack {

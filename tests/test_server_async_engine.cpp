@@ -14,6 +14,7 @@
 #include "memory/request_memory.h"
 #include "server/async_engine.h"
 #include "deferring_backend.h"
+#include "engine_test_util.h"
 #include "server_test_model.h"
 #include "util/check.h"
 
@@ -50,13 +51,7 @@ AsyncEngine::EngineFactory deferring_engine_factory() {
   return [] { return model().engine(64, std::make_unique<test_support::DeferringBackend>(model().backend(), 20000)); };
 }
 
-SamplingParams greedy(int32_t max_tokens) {
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  return sp;
-}
+using test::greedy;
 
 std::vector<int32_t> prompt(int seed, int n) {
   std::vector<int32_t> p;
