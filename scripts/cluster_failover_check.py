@@ -9,12 +9,12 @@ scripts/cluster.sh in a folder of its own on free ports and stopped at the end.
          exactly once;
        - the requests that failed are at most those in flight on the dead replica at the kill
          (answered by it, or sent and not yet answered by any);
-       - the dead replica's users are served by the others within 5 s.
+       - the dead replica's users are served by the others within 5 s (--deadline-scale x).
   B. PostgreSQL restarted (down 2 s) under the same load:
        - writes during the outage get 503 with Retry-After, never a hang (every request ends
          within its timeout) nor a crash (every replica still answers /health);
        - chats without memory are served throughout;
-       - everything works again within 5 s of its return.
+       - everything works again within 5 s of its return (--deadline-scale x).
   C. a write through replica A is found by a search through replica B within 1 s (each pair).
   D. with API keys, nothing through the proxy reads, searches, injects or gets a prefix-cache hit
      from the other tenant's memory.
@@ -46,6 +46,10 @@ from free_ports import free_base  # noqa: E402
 FAILURES = []
 KEYS = {"acme": "key-acme-0123", "globex": "key-globex-4567"}
 
+
+# The recovery deadline after a replica's kill or PostgreSQL's return: an answer complete within it
+# (main() scales it with --deadline-scale).
+RECOVERY_S = 5.0
 
 def check(ok, what):
     print(("  ok    " if ok else "  FAIL  ") + what, flush=True)
@@ -325,9 +329,9 @@ def part_a(cluster, users):
             first = min(oks, key=lambda e: e[1])
             worst = max(worst, first[1] - t_kill)
             worst_sent = max(worst_sent, first[0] - t_kill)
-    check(served == len(moved) and worst <= 5.0,
+    check(served == len(moved) and worst <= RECOVERY_S,
           f"{victim}'s {len(moved)} users served by the others: {served}, the last answer complete {worst:.2f} s after "
-          f"the kill (limit 5 s; that request was sent {worst_sent:+.2f} s after it)")
+          f"the kill (limit {RECOVERY_S:g} s; that request was sent {worst_sent:+.2f} s after it)")
     check_writes(cluster, load, users)
     return victim
 
@@ -372,8 +376,8 @@ def part_b(cluster, users, dead):
                 per[e[6]] = min(per.get(e[6], 1e9), e[1] - t_up)
         live = {f"r{i}" for i in range(1, cluster.n + 1)} - {dead}
         worst = max(per.values()) if per else 1e9
-        check(set(per) >= live and worst <= 5.0,
-              f"{kind}s served again by {sorted(per)} within {worst:.2f} s of the return (limit 5 s)")
+        check(set(per) >= live and worst <= RECOVERY_S,
+              f"{kind}s served again by {sorted(per)} within {worst:.2f} s of the return (limit {RECOVERY_S:g} s)")
     check_writes(cluster, load, users)
 
 
@@ -483,7 +487,12 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "inferscale"))
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--users", type=int, default=24)
+    ap.add_argument("--deadline-scale", type=float, default=1.0,
+                    help="multiplies the 5 s recovery deadlines (sanitizer builds: their replicas answer 2-3x slower, "
+                         "and a recovery is timed to an answer's end)")
     args = ap.parse_args()
+    global RECOVERY_S
+    RECOVERY_S = 5.0 * args.deadline_scale
     if not shutil.which("haproxy"):
         print("skipped: haproxy is not installed (scripts/setup.sh installs it)")
         return 77
