@@ -270,6 +270,13 @@ TEST(Engine, RejectsBadRequestsWithClearErrors) {
   auto s = greedy(1);
   s.top_p = 0;
   EXPECT_THROW(e->add_request(prompt(10, 1), s), Error);
+  for (const int64_t slot : {int64_t{-1}, int64_t{1} << 32}) {  // a pool slot a forward batch cannot hold
+    InjectedSpan span;
+    span.start = 2;
+    span.end = 3;
+    span.pool_slots = {slot};
+    EXPECT_THROW(e->add_request(prompt(10, 1), greedy(1), span), Error) << slot;
+  }
   try {
     e->add_request(prompt(60, 1), greedy(10));  // 70 tokens > 4 blocks x 16
     FAIL();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <exception>
 #include <thread>
 
@@ -68,6 +69,9 @@ void Engine::check_prompt(const std::vector<int32_t>& prompt, const SamplingPara
                "injected span [{}, {}) must lie inside the prompt and leave its last token to compute", s.start, s.end);
     IS_REQUIRE(static_cast<int64_t>(s.pool_slots.size()) == s.end - s.start, kInvalidInput,
                "injected span has {} tokens but {} pool slots", s.end - s.start, s.pool_slots.size());
+    // Once here, not in every step's batch: forward batches hold pool slots as int32.
+    for (const int64_t slot : s.pool_slots)
+      IS_REQUIRE(slot >= 0 && slot <= INT32_MAX, kInvalidInput, "pool slot {} of the injected span out of range", slot);
     IS_REQUIRE(s.recompute.empty() || static_cast<int64_t>(s.recompute.size()) == s.end - s.start, kInvalidInput,
                "injected span has {} tokens but a recompute mask of {}", s.end - s.start, s.recompute.size());
     if (s.start == s.end) injected.reset();
@@ -333,14 +337,18 @@ void Engine::write_loads(std::vector<RequestOutput>& outs) {
   if (memory_ && memory_->write_loads()) resolve_memory(outs, Resolve::kAll);  // their facts are resident now
 }
 
-ForwardOutput Engine::execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
-                              StepClock& clock) {
+void Engine::launch(const StepBatch& batch, ForwardOutput& fo, StepClock& clock) {
   if (!batch.inject.src_slots.empty()) backend_->inject(batch.inject);
   stats_.tokens_injected += static_cast<int64_t>(batch.inject.src_slots.size());
-  ForwardOutput fo;
   clock.launched = StepClock::Clock::now();
   backend_->launch_forward(batch.forward, fo);
   clock.returned = StepClock::Clock::now();
+}
+
+ForwardOutput Engine::execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
+                              StepClock& clock) {
+  ForwardOutput fo;
+  launch(batch, fo, clock);
   if (backend_->overlaps_forward()) {
     try {
       work_beside_forward(outs);

@@ -244,6 +244,8 @@ class Engine {
   // A finished or aborted request leaves live_ (parked in leaving_ while a forward computes it).
   void retire(int64_t id);
   void remove_now(Request* r);
+  // Injection, then the forward's launch (`fo` is filled when it completes), timed in `clock`.
+  void launch(const StepBatch& batch, ForwardOutput& fo, StepClock& clock);
   ForwardOutput execute(const SchedulerOutput& plan, const StepBatch& batch, std::vector<RequestOutput>& outs,
                         StepClock& clock);
   void work_beside_forward(std::vector<RequestOutput>& outs);

@@ -96,11 +96,7 @@ std::unique_ptr<Engine::Launched> Engine::prepare_ahead(std::vector<RequestOutpu
 
 void Engine::start(Launched& f) {
   for (const ScheduledSeq& s : f.plan.seqs) s.req->in_flight = true;
-  if (!f.batch.inject.src_slots.empty()) backend_->inject(f.batch.inject);
-  stats_.tokens_injected += static_cast<int64_t>(f.batch.inject.src_slots.size());
-  f.clock.launched = StepClock::Clock::now();
-  backend_->launch_forward(f.batch.forward, f.fo);
-  f.clock.returned = StepClock::Clock::now();
+  launch(f.batch, f.fo, f.clock);
 }
 
 void Engine::ended(Launched& f) {
