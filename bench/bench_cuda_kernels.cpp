@@ -544,21 +544,8 @@ int main(int argc, char** argv) {
 
   if (!attention_only) {  // sections (a)-(c)
     // Ceilings.
-    const size_t copy_bytes = 2ull << 30;
-    DeviceBuffer c1(copy_bytes), c2(copy_bytes);
-    CUDA_CHECK(cudaMemset(c1.data(), 1, copy_bytes));
-    const double copy_ms = bench::time_gpu_ms(nullptr, 2, iters, [&] {
-      CUDA_CHECK(cudaMemcpyAsync(c2.data(), c1.data(), copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
-    });
-    const double copy_gbs = 2.0 * copy_bytes / copy_ms / 1e6;
-    c1.resize(0);
-    c2.resize(0);
-    Gemm gemm;
-    const int64_t G = 8192;
-    DeviceBuffer ga = random_bf16(G * G, 5), gb = random_bf16(G * G, 6), gc(static_cast<size_t>(G * G) * 2);
-    const double gemm_ms =
-        bench::time_gpu_ms(nullptr, 3, iters, [&] { gemm.run(ga.as<bf16>(), gb.as<bf16>(), gc.as<bf16>(), G, G, G, nullptr); });
-    const double gemm_tf = 2.0 * G * G * G / gemm_ms / 1e9;
+    const bench::Ceilings ceil = bench::measure_ceilings(iters);
+    const double copy_gbs = ceil.copy_gbs, gemm_tf = ceil.gemm_tflops;
     std::printf("\nceilings: D2D copy %.0f GB/s (read + write); bf16 GEMM 8192^3 %.0f TFLOP/s (cuBLASLt)\n", copy_gbs, gemm_tf);
 
     gemm_section(iters);

@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_bench_common.h"
 #endif
 
 using namespace inferscale;
@@ -76,6 +77,7 @@ struct Args {
   int window = 2;
   int questions = 20;
   int users = 100;
+  int max_seqs = 256;
   int max_tokens = 32;
   int64_t kv_cache_mb = 16384;
   int64_t pool_mb = 4096;
@@ -104,6 +106,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", a.window, "CWE window");
   app.add_option("--questions", a.questions, "questions per k");
   app.add_option("--users", a.users, "concurrent requests in the throughput run");
+  app.add_option("--max-seqs", a.max_seqs, "requests a step may run at most (the scheduler's max_num_seqs)")
+      ->check(CLI::Range(1, 65536));
   app.add_option("--schedule-ahead", a.schedule_ahead,
                  "1: plan step N+1 while step N computes (the default on the GPU); 0: one step at a time")
       ->check(CLI::IsMember({0, 1}));
@@ -152,8 +156,14 @@ int main(int argc, char** argv) {
 #ifdef INFERSCALE_HAS_CUDA
   CudaBackend* gpu = nullptr;  // the engine owns it; the TTFT and throughput runs read its GPU times
 #endif
+  double copy_gbs = 0, gemm_tflops = 0;  // this card's limits, measured before the backend takes its memory
   if (cuda) {
 #ifdef INFERSCALE_HAS_CUDA
+    const bench::Ceilings limits = bench::measure_ceilings(10);
+    copy_gbs = limits.copy_gbs;
+    gemm_tflops = limits.gemm_tflops;
+    std::printf("%s: D2D copy %.0f GB/s (read + write), bf16 GEMM 8192^3 %.0f TFLOP/s, measured now\n",
+                bench::device_name().c_str(), copy_gbs, gemm_tflops);
     auto cb = make_cuda_backend_random(cfg, 1, bo);
     gpu = cb.get();
     cb->set_decode_attention(a.decode_attention);
@@ -169,7 +179,7 @@ int main(int argc, char** argv) {
   }
   EngineOptions eo;
   eo.scheduler.max_num_batched_tokens = 8192;
-  eo.scheduler.max_num_seqs = 256;
+  eo.scheduler.max_num_seqs = a.max_seqs;
   eo.facts_in_place = a.facts_in_place == 1;
   eo.schedule_ahead = a.schedule_ahead == 1 ? ScheduleAhead::kWhereOverlapping : ScheduleAhead::kNever;
   Engine engine(std::move(backend), model.tokenizer, eo);
@@ -273,6 +283,7 @@ int main(int argc, char** argv) {
   std::printf("| k | prompt tokens | injected | TTFT inject (ms) | TTFT text (ms) | text / inject | prepare (ms) | "
               "retrieval (ms) | residency (ms) | inject: GPU (ms) |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<double> ttft_inject;  // median per k
   for (int k : a.ks) {
     std::vector<double> ti, tt, prep, retr, resid, gpu_ti;
     double prompt = 0, injected = 0;
@@ -296,9 +307,27 @@ int main(int argc, char** argv) {
       }
     }
     const double mi = median(ti), mt = median(tt);
+    ttft_inject.push_back(mi);
     std::printf("| %d | %.0f | %.0f | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2f | %.2f |\n", k, prompt / qs.size(),
                 injected / qs.size(), mi, mt, mt / mi, median(prep), median(retr), median(resid), median(gpu_ti));
   }
+
+  std::printf("\nTTFT inject at k = %d / at k = %d: %.3fx\n", a.ks.back(), a.ks.front(), ttft_inject.back() / ttft_inject.front());
+  // The limits a forward has on this card: the weights read once (the weight-read floor), and a
+  // step's weights, KV entries and FLOPs at the measured ceilings (the throughput roofline below).
+  double weight_bytes = 0, kv_bytes_per_entry = 0, flops_per_token = 0;
+#ifdef INFERSCALE_HAS_CUDA
+  if (gpu != nullptr) {
+    weight_bytes = static_cast<double>(gpu->weight_bytes());
+    kv_bytes_per_entry = static_cast<double>(kv_store_bytes_per_token(cfg, true, bo.cache_fp8));
+    const double H = cfg.hidden_size, D = cfg.head_dim, NH = cfg.num_heads, NKV = cfg.num_kv_heads, I = cfg.intermediate_size;
+    flops_per_token = 2.0 * (cfg.num_layers * (H * (NH + 2 * NKV) * D + NH * D * H + 3 * H * I) + cfg.vocab_size * H);
+    const double floor_ms = weight_bytes / (copy_gbs * 1e6);
+    std::printf("weight-read floor %.2f ms (%.2f GB of weights at %.0f GB/s); TTFT inject / floor:", floor_ms,
+                weight_bytes / 1e9, copy_gbs);
+    for (size_t i = 0; i < a.ks.size(); ++i) std::printf(" k = %d %.2fx%s", a.ks[i], ttft_inject[i] / floor_ms, i + 1 < a.ks.size() ? "," : "\n");
+  }
+#endif
 
   // 3. Throughput: all users at once.
   const int kmax = a.ks.back();
@@ -323,9 +352,11 @@ int main(int argc, char** argv) {
     const EngineStats start = engine.stats();  // the run's counts are differences from these
     for (int u = 0; u < a.users; ++u) one(uq[static_cast<size_t>(u)], kmax, mode, a.max_tokens, nullptr, nullptr);
     double ttft_sum = 0, gpu_ms = 0;
-    int64_t out_tokens = 0, steps = 0, peak_blocks = 0;
+    int64_t out_tokens = 0, steps = 0, peak_blocks = 0, peak_running = 0;
+    std::vector<double> idle_ms;  // the GPU's idle time before each decode forward (CUDA events)
     while (engine.has_unfinished()) {
       peak_blocks = std::max(peak_blocks, engine.blocks().num_blocks() - engine.blocks().num_free());
+      peak_running = std::max(peak_running, static_cast<int64_t>(engine.scheduler().num_running()));
       const EngineStats before = engine.stats();
       for (const RequestOutput& o : engine.step()) {
         if (o.error) std::rethrow_exception(o.error);
@@ -339,6 +370,10 @@ int main(int argc, char** argv) {
       // wait for it (the backend's timer completes the forward first) and undo the overlap. The
       // device then idles between steps for the host's time before and inside the launch.
       if (a.schedule_ahead == 0) gpu_ms += step_gpu_ms(before, after);
+#ifdef INFERSCALE_HAS_CUDA
+      // The step completed one forward: a decode one's idle time before it (read without waiting).
+      if (gpu != nullptr && after.decode_steps != before.decode_steps) idle_ms.push_back(gpu->last_idle_ms());
+#endif
     }
     const double wall = ms(t0, Clock::now()) / 1e3;
     // Where a step's wall time goes: the GPU's forward (+ injection) between events, the rest is
@@ -364,11 +399,40 @@ int main(int argc, char** argv) {
                     static_cast<long long>(e.prefix_hit_tokens - start.prefix_hit_tokens));
       step_lines += line;
     }
+    if (!idle_ms.empty()) {
+      std::sort(idle_ms.begin(), idle_ms.end());
+      const auto at = [&](double q) { return idle_ms[static_cast<size_t>(q * static_cast<double>(idle_ms.size() - 1))]; };
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%s: GPU idle before a decode forward (events, %zu forwards): mean %.1f us, p50 %.1f, p90 %.1f, max %.1f; "
+                    "%lld forwards queued behind the one computing\n",
+                    label, idle_ms.size(), std::accumulate(idle_ms.begin(), idle_ms.end(), 0.0) / static_cast<double>(idle_ms.size()) * 1e3,
+                    at(0.5) * 1e3, at(0.9) * 1e3, idle_ms.back() * 1e3,
+                    static_cast<long long>(engine.stats().forwards_queued - start.forwards_queued));
+      step_lines += line;
+    }
+    if (weight_bytes > 0) {
+      // Its roofline: every forward reads the weights, and attention the entries it attends; the
+      // tokens computed take their FLOPs; each at this card's measured ceiling.
+      const EngineStats& e = engine.stats();
+      const double entries = static_cast<double>(e.kv_entries_attended - start.kv_entries_attended);
+      const double roof_s = (static_cast<double>(steps) * weight_bytes + entries * kv_bytes_per_entry) / (copy_gbs * 1e9) +
+                            static_cast<double>(e.tokens_computed - start.tokens_computed) * flops_per_token / (gemm_tflops * 1e12);
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%s: roofline %.1f req/s (%lld forwards' weights, %.0f M KV entries read, %lld tokens' FLOPs); "
+                    "measured %.1f%% of it\n",
+                    label, a.users / roof_s, static_cast<long long>(steps), entries / 1e6,
+                    static_cast<long long>(e.tokens_computed - start.tokens_computed), 100.0 * roof_s / wall);
+      step_lines += line;
+    }
     rps[mi++] = a.users / wall;
     std::printf("| %s | %.2f | %.1f | %.0f | %.1f |\n", label, wall, a.users / wall, out_tokens / wall,
                 ttft_sum / a.users * 1e3);
     step_lines += std::string(label) + ": at most " + std::to_string(peak_blocks) + " cache blocks held at once" +
-                  (mode == MemoryMode::kInject ? (a.facts_in_place ? " (facts read in place)" : " (facts copied)") : "") + "\n";
+                  (mode == MemoryMode::kInject ? (a.facts_in_place ? " (facts read in place)" : " (facts copied)") : "") +
+                  ", at most " + std::to_string(peak_running) + " requests running at once, " +
+                  std::to_string(engine.stats().preemptions - start.preemptions) + " preemptions\n";
   }
   std::printf("\nThroughput inject / text: %.2fx\n%s", rps[0] / rps[1], step_lines.c_str());
   return 0;

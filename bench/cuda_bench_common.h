@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_buffer.h"
+#include "backend/cuda/gemm.h"
 #include "model/config.h"
 
 namespace inferscale::bench {
@@ -69,6 +72,35 @@ double time_gpu_ms(cudaStream_t stream, int warmup, int iters, F&& fn) {
   CUDA_CHECK(cudaEventDestroy(a));
   CUDA_CHECK(cudaEventDestroy(b));
   return median(ms);
+}
+
+// This card's limits, measured: a 2 GiB device-to-device copy (GB/s counting its read and its
+// write, the weight-read floor's bandwidth) and cuBLASLt's bf16 GEMM at 8192^3 (TFLOP/s).
+struct Ceilings {
+  double copy_gbs = 0, gemm_tflops = 0;
+};
+inline Ceilings measure_ceilings(int iters) {
+  Ceilings c;
+  {
+    const size_t bytes = 2ull << 30;
+    DeviceBuffer a(bytes), b(bytes);
+    CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+    const double ms = time_gpu_ms(nullptr, 2, iters, [&] {
+      CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, nullptr));
+    });
+    c.copy_gbs = 2.0 * static_cast<double>(bytes) / ms / 1e6;
+  }
+  const int64_t G = 8192;
+  const size_t n = static_cast<size_t>(G * G);
+  DeviceBuffer ga(n * 2), gb(n * 2), gc(n * 2);
+  cuda::fill_random_bf16(ga.as<__nv_bfloat16>(), G * G, 5, 0.0f, 1.0f, nullptr);
+  cuda::fill_random_bf16(gb.as<__nv_bfloat16>(), G * G, 6, 0.0f, 1.0f, nullptr);
+  Gemm gemm;
+  const double ms = time_gpu_ms(nullptr, 3, iters, [&] {
+    gemm.run(ga.as<__nv_bfloat16>(), gb.as<__nv_bfloat16>(), gc.as<__nv_bfloat16>(), G, G, G, nullptr);
+  });
+  c.gemm_tflops = 2.0 * static_cast<double>(G) * G * G / ms / 1e9;
+  return c;
 }
 
 inline std::string device_name() {

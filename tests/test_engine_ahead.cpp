@@ -3,7 +3,9 @@
 // strings met while the next step computes the request, max_tokens, logprobs, preemption, chunked
 // prefill, the prefix cache), on the CPU backend (ScheduleAhead::kAlways) and on one that overlaps
 // its forwards (tests/deferring_backend.h); a request that finishes or is aborted while a launched
-// forward computes it leaves once that forward ends, and no block or request is left behind.
+// forward computes it leaves once that forward ends, and no block or request is left behind. A
+// step planned ahead is queued behind the one computing, its tokens fed from that one's ids (the
+// CPU backend's feed_tokens, the twin of the device's).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -82,6 +84,7 @@ std::vector<RequestOutput> run(Kind kind, const Workload& w, int64_t num_blocks,
   for (size_t i = 0; i < w.prompts.size(); ++i) e->add_request(w.prompts[i], w.sampling[i]);
   auto out = e->run_to_completion();
   EXPECT_FALSE(e->has_unfinished());
+  if (kind != Kind::kSync) EXPECT_GT(e->stats().forwards_queued, 0) << "steps queued behind the one computing";
   EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks()) << "no block left behind";
   return out;
 }
@@ -161,4 +164,41 @@ TEST(EngineAhead, AnAbortedRequestLeavesOnceItsForwardEnds) {
     EXPECT_EQ(got, want);
     EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
   }
+}
+
+// The CPU twin of the device's feed: a batch's fed tokens are the ids the forward before it
+// returned, row for row, exactly as if the host had written them; a row outside those ids, or
+// after a forward that returned logits, is an error, as are token_src arrays of the wrong shape.
+TEST(EngineAhead, FedTokensAreTheIdsOfTheForwardBefore) {
+  BackendOptions bo;
+  bo.num_cache_blocks = 4;
+  auto be = make_cpu_backend(demo().config, demo().weights, bo);
+  ForwardBatch prompts = test::seqs_in_blocks({prompt(5, 31), prompt(3, 32)}, {0, 0});
+  prompts.output = ForwardBatch::Output::kArgmax;
+  ForwardOutput first;
+  be->forward(prompts, first);
+  ASSERT_EQ(first.ids.size(), 2u);
+
+  ForwardBatch fed = test::seqs_in_blocks({{0}, {0}}, {5, 3});
+  fed.token_src = {1, 0};  // crossed, so that the rows are told apart
+  std::vector<float> fed_logits;
+  be->forward(fed, fed_logits);
+
+  be->forward(prompts, first);  // the same cache again
+  const ForwardBatch written = test::seqs_in_blocks({{first.ids[1]}, {first.ids[0]}}, {5, 3});
+  std::vector<float> want;
+  be->forward(written, want);
+  EXPECT_EQ(fed_logits, want);
+
+  // The forward before returned logits: nothing to feed from.
+  EXPECT_THROW(be->forward(fed, fed_logits), Error);
+  be->forward(prompts, first);
+  ForwardBatch outside = fed;
+  outside.token_src = {2, -1};
+  EXPECT_THROW(be->forward(outside, fed_logits), Error);
+  ForwardBatch short_src = fed;
+  short_src.token_src = {0};
+  EXPECT_THROW(short_src.validate(64, 16), Error);
+  short_src.token_src = {0, -2};
+  EXPECT_THROW(short_src.validate(64, 16), Error);
 }

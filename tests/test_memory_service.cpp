@@ -557,11 +557,11 @@ TEST(MemoryService, AnIdleEngineResolvesBeforeItsFirstForward) {
 
 // A request whose facts are in KV files, arriving at a busy engine: the files are read while the
 // forward runs (host work) and written into the pool before the next step's scheduling (scheduling
-// ahead: once the forward ends, before the next launch), never beside a forward (a pool write
-// would have to wait for the device), also when a warm request planned after it beside the same
-// forward composes its prompt there; the request still runs from the next step (scheduling ahead:
-// admitted in the step it was read beside, run from the step after the next), and is served
-// exactly as alone.
+// ahead: the step after, whose forward is not queued behind the running one, once that one ends),
+// never beside a forward (a pool write would have to wait for the device), also when a warm
+// request planned after it beside the same forward composes its prompt there; the request runs
+// from the next step (scheduling ahead: admitted in the step after the one it was read beside,
+// run from two steps later), and is served exactly as alone.
 void kv_files_written_between_forwards(ScheduleAhead ahead) {
   SCOPED_TRACE(ahead == ScheduleAhead::kNever ? "one step at a time" : "scheduling ahead");
   const bool sync = ahead == ScheduleAhead::kNever;
@@ -593,8 +593,8 @@ void kv_files_written_between_forwards(ScheduleAhead ahead) {
   EXPECT_EQ(t->served.loaded, 4);
   EXPECT_TRUE(w->served.injected && w->served.loaded == 0 && w->served.encoded == 0) << "the warm one was resident";
   EXPECT_EQ(f.be->pool_writes_beside_forward, 0);
-  EXPECT_EQ(admitted_at, sync ? 2 : 1) << "read beside step 1's forward, written and planned again before the next scheduling";
-  EXPECT_EQ(first_token_at, sync ? 2 : 3);
+  EXPECT_EQ(admitted_at, 2) << "read beside step 1's forward, written and planned again before the next scheduling";
+  EXPECT_EQ(first_token_at, sync ? 2 : 4);
   EXPECT_EQ(tokens, f.alone);
   EXPECT_TRUE(f.s.engine->find(running) == nullptr);
   EXPECT_EQ(pins_of(f.s, f.r), 0);

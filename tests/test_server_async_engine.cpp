@@ -342,6 +342,7 @@ class ScriptedConnector final : public MemoryConnector {
   }
   void request_finished(RequestMemory& m) override { ++of(m).released; }
   bool write_loads() override { return false; }
+  bool has_loads() const override { return false; }
   void captures_finished(std::span<const int64_t>, std::span<const int64_t>) override {}
 
  private:

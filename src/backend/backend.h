@@ -97,15 +97,19 @@ class Backend {
     values.swap(out.values);
   }
   // A forward in two halves, so that the engine's host work overlaps the device's compute:
-  // launch_forward() queues it (`out` is filled by wait_forward() and must live until then),
-  // forward_running() says whether the device is still computing it, wait_forward() completes it
-  // (nothing with none pending). A backend that computes on the host (overlaps_forward() false)
-  // does it all in launch_forward(). Every other call on a backend that overlaps completes a
-  // pending forward first, so only host work ever runs beside one.
+  // launch_forward() queues it (`out` is filled when it completes and must live until then),
+  // forward_running() says whether the device is still computing the oldest one pending,
+  // wait_forward() completes that one and wait_forwards() all (nothing with none pending). At
+  // most two are pending: a launch with two completes the oldest first. They run in launch order,
+  // so a batch's token_src reads the ids of the one launched before it. A backend that computes
+  // on the host (overlaps_forward() false) does it all in launch_forward(). Every other call on a
+  // backend that overlaps completes the pending forwards first, so only host work and the queued
+  // forwards ever run beside one.
   virtual bool overlaps_forward() const { return false; }
   virtual void launch_forward(const ForwardBatch& batch, ForwardOutput& out) { forward(batch, out); }
   virtual bool forward_running() { return false; }
   virtual void wait_forward() {}
+  virtual void wait_forwards() {}
   virtual void inject(const InjectBatch& batch) = 0;
   // Whether attention reads injected facts in place from the memory pool (ForwardBatch::fact_*:
   // keys rotated as they are read) with the numbers injection gives. False: facts are copied into

@@ -229,7 +229,7 @@ void Engine::abort(int64_t id) {
 }
 
 void Engine::remove(Request* r) {
-  if (r->in_flight) {
+  if (r->in_flight > 0) {
     r->leaving = true;
     return;
   }
@@ -447,6 +447,9 @@ void Engine::count_step(const SchedulerOutput& plan, const ForwardBatch& fb, con
   const double forward_s = std::chrono::duration<double>(clock.ended - clock.launched).count();
   stats_.host_before_seconds += std::chrono::duration<double>(clock.launched - clock.started).count();
   stats_.host_launch_seconds += std::chrono::duration<double>(clock.returned - clock.launched).count();
+  for (int32_t s = 0; s < fb.num_seqs(); ++s)  // the entries up to each sequence's last token
+    if (fb.q_indptr[s + 1] > fb.q_indptr[s])
+      stats_.kv_entries_attended += fb.positions[fb.q_indptr[s + 1] - 1] + 1 - (fb.kv_start.empty() ? 0 : fb.kv_start[s]);
   count_step_kind(fb, forward_s);
   adapt_background(plan, forward_s);
 }

@@ -122,6 +122,9 @@ struct EngineStats {
   // (prefill); with the wall time from the forward's launch to its end (memory planned beside it
   // included).
   int64_t decode_steps = 0, mixed_steps = 0, prefill_steps = 0;
+  // KV entries the forwards' attention read: each sequence's entries up to its last token in the
+  // forward (cached, injected or read in place), summed over sequences and forwards.
+  int64_t kv_entries_attended = 0;
   double decode_step_seconds = 0, mixed_step_seconds = 0, prefill_step_seconds = 0;
   // The host's share of the steps that ran a forward, in three phases on the engine thread: before
   // the launch (memory planned first, scheduling, the injection's launch, the batch), inside the
@@ -130,6 +133,10 @@ struct EngineStats {
   // step's work during the launch phase and the forward's time above. On a backend that computes
   // on the host (the CPU's), the launch is the whole forward.
   double host_before_seconds = 0, host_launch_seconds = 0, host_after_seconds = 0;
+  // Forwards scheduled ahead and queued behind the one computing, their tokens fed from its ids
+  // (engine/step_ahead.cpp): the device goes on to them without waiting on the host, so their
+  // host phases above count 0.
+  int64_t forwards_queued = 0;
 };
 
 class Engine {
@@ -239,6 +246,7 @@ class Engine {
   void ended(Launched& f);  // after its wait: its requests are no longer in flight, counted
   std::vector<Pending> advance_ahead(const SchedulerOutput& plan);
   void fill_pending(const std::vector<Pending>& pending, const Launched& done, const RowResults& res, Launched* next);
+  void feed_pending(const std::vector<Pending>& pending, const Launched& done, Launched& next);
   // Removes the requests that are leaving and no longer in flight.
   void remove_left();
   // A finished or aborted request leaves live_ (parked in leaving_ while a forward computes it).

@@ -25,10 +25,12 @@
 //
 // Worker side, as named phases of the step (Engine::step):
 //   write_loads(): in the schedule phase, after the plans asked there and before the scheduler
-//              runs (no forward of this engine is running then): the KV that plans read from KV
-//              files is written into its pool slots. When any was, the engine plans every
-//              unresolved request again at once, so a request whose facts were in files is ready
-//              in this step, and no device write ever runs beside a forward.
+//              runs, when no forward of this engine is running (scheduling ahead: the engine
+//              queues no forward behind the running one while has_loads(), and writes them once
+//              that one ends): the KV that plans read from KV files is written into its pool
+//              slots. When any was, the engine plans every unresolved request again at once, so a
+//              request whose facts were in files is ready in this step, and no device write ever
+//              runs beside a forward.
 //   captures_finished(done, dropped): "save", after the forward that computed the last tokens of
 //              the captures `done` (their KV is in the pool slots: the entries become servable,
 //              and KV files are written from them), or after the engine dropped captures
@@ -76,8 +78,10 @@ class MemoryConnector {
   // Scheduler side (engine thread).
   virtual MemoryPlan plan(RequestMemory& m) = 0;
   virtual void request_finished(RequestMemory& m) = 0;
-  // Worker side (engine thread). write_loads returns whether it wrote any.
+  // Worker side (engine thread). write_loads returns whether it wrote any; has_loads whether
+  // plans read KV from files that write_loads has not written yet.
   virtual bool write_loads() = 0;
+  virtual bool has_loads() const = 0;
   virtual void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) = 0;
 };
 
@@ -89,6 +93,7 @@ class ForwardingConnector : public MemoryConnector {
   MemoryPlan plan(RequestMemory& m) override { return inner_.plan(m); }
   void request_finished(RequestMemory& m) override { inner_.request_finished(m); }
   bool write_loads() override { return inner_.write_loads(); }
+  bool has_loads() const override { return inner_.has_loads(); }
   void captures_finished(std::span<const int64_t> done, std::span<const int64_t> dropped) override {
     inner_.captures_finished(done, dropped);
   }

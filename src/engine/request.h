@@ -122,11 +122,11 @@ struct Request {
   // other work leaves, capped (SchedulerOptions::background_tokens_*), and preempted first.
   bool background = false;
 
-  // Scheduling a step ahead (Engine, EngineOptions::schedule_ahead): the launched forward that
-  // has not ended computes this request (its blocks, its pins and *this stay until it ends), and
-  // `leaving`: the request finished or was aborted meanwhile, and leaves once that forward ends
-  // (the scheduler never plans it again; its rows in that forward are dropped).
-  bool in_flight = false;
+  // Scheduling a step ahead (Engine, EngineOptions::schedule_ahead): how many launched forwards
+  // that have not ended compute this request (0-2; its blocks, its pins and *this stay until they
+  // end), and `leaving`: the request finished or was aborted meanwhile, and leaves once they end
+  // (the scheduler never plans it again; its rows in them are dropped).
+  int32_t in_flight = 0;
   bool leaving = false;
 
   Clock::time_point arrival;

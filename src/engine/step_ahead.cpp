@@ -1,21 +1,33 @@
 // Scheduling a step ahead (engine.h): step() completes the forward launched before it and leaves
-// the next one launched, planned and prepared while the device computed.
+// the next one launched, planned and prepared while the device computed, and as a rule queued
+// behind it before it ends, so that the device goes from one to the next without waiting on the
+// host.
+//
+//   host:    plan N+1 | queue N+1 | intake ...... | wait N | read N, emit N | plan N+2 | queue N+2
+//   device:  ... forward N ......................|  forward N+1 ..............................|
 //
 // The invariants this rests on:
-// - One forward at most is launched and not ended (ahead_); its requests are `in_flight`. A
-//   request in flight is never removed (remove() marks it leaving) nor destroyed (retire() parks
-//   it in leaving_), so the backend's batch and the scheduler's plan stay valid to its end.
+// - At most two forwards are launched and not ended: cur, and the next one queued behind it
+//   (ahead_ between steps). Their requests are `in_flight` (a count). A request in flight is
+//   never removed (remove() marks it leaving) nor destroyed (retire() parks it in leaving_), so
+//   the backend's batches and the scheduler's plans stay valid to their ends.
 // - The forward after N is planned once N's scheduler bookkeeping is done (finish_step, before N
 //   ends: it reads only tokens N's inputs hold), over one placeholder token a request that N
-//   samples from and that goes on; those are filled before any forward reads them (fill_pending).
-//   A request that ends with N's token (max_tokens, max_model_len, a capture's last chunk) gets
-//   none, so the scheduler plans nothing for it.
+//   samples from and that goes on. A queued forward's placeholders are fed on the device from N's
+//   ids (ForwardBatch::token_src); the host fills them once N ends (fill_pending), before any
+//   forward it plans reads them. A request that ends with N's token (max_tokens, max_model_len, a
+//   capture's last chunk) gets none, so the scheduler plans nothing for it.
 // - Blocks a request frees while N computes (preemption in the plan ahead) are written by later
 //   forwards only: the backend's stream orders them after N.
 // - Tokens are the synchronous steps' (greedy and seeded sampling): rngs are drawn when a batch is
 //   prepared, in step order, and a step whose rows sample on the host (logits) is not planned
 //   ahead.
+// - A forward that injects is launched after N ends, not queued (the backend's injection waits
+//   for the forwards pending), and so is one planned while KV read from files waits to be written:
+//   write_loads runs only when no forward is pending (a pool write would wait for the device).
+#include <algorithm>
 #include <chrono>
+#include <unordered_map>
 
 #include "engine/engine.h"
 #include "util/check.h"
@@ -44,33 +56,45 @@ std::vector<RequestOutput> Engine::step_ahead() {
       if (!cur) return outs;
       start(*cur);
     }
-    // While cur computes: the next step's plan and batch, then the memory plans and arrivals.
+    // While cur computes: the next step's plan and batch, queued behind it; then the memory
+    // plans and arrivals.
     const bool advanced = !cur->batch.need_logits;
     if (advanced) {
       pending = advance_ahead(cur->plan);
       next = prepare_ahead(outs, StepClock{}, true);
     }
+    // Queued behind cur unless something must run between them: an injection (it waits for the
+    // pending forwards), or KV read from files beside an earlier forward, written once cur ends.
+    const bool queued = next && next->batch.inject.src_slots.empty() && !(memory_ && memory_->has_loads());
+    if (queued) {
+      feed_pending(pending, *cur, *next);
+      start(*next);
+      ++stats_.forwards_queued;
+    }
     if (backend_->overlaps_forward()) work_beside_forward(outs);
     backend_->wait_forward();
     ended(*cur);
-    write_loads(outs);  // before the next launch: the only moment no forward runs
+    if (!queued) write_loads(outs);  // no forward runs now; files read beside cur wait for the next such moment
     if (!advanced) scheduler_.finish_step(cur->plan);
     RowResults res = read_rows(cur->batch, cur->fo, backend_->config().vocab_size, sample_vocab_);
     fill_pending(pending, *cur, res, next.get());
-    if (next) {
+    if (queued) {  // the device went on from cur to it: no host time before or inside its launch
+      StepClock& c = next->clock;
+      c.started = c.launched = c.returned = std::max(c.returned, cur->clock.ended);
+    } else if (next) {
       next->clock.started = cur->clock.ended;  // the device idles from here to the launch
       start(*next);
-      ahead_ = std::move(next);
     }
+    if (next) ahead_ = std::move(next);
     // emit() appends each sampled token itself: the filled placeholders make way for them.
     for (const Pending& p : pending) p.req->tokens.pop_back();
     emit_rows(cur->plan, cur->batch, res, outs);
   } catch (...) {
     // Nothing stays launched: the caller fails the live requests (AsyncEngine) or sees the error.
-    backend_->wait_forward();
+    backend_->wait_forwards();
     for (Launched* f : {cur.get(), next.get(), ahead_.get()})
       if (f != nullptr)
-        for (const ScheduledSeq& s : f->plan.seqs) s.req->in_flight = false;
+        for (const ScheduledSeq& s : f->plan.seqs) s.req->in_flight = 0;
     ahead_.reset();
     remove_left();
     throw;
@@ -95,13 +119,13 @@ std::unique_ptr<Engine::Launched> Engine::prepare_ahead(std::vector<RequestOutpu
 }
 
 void Engine::start(Launched& f) {
-  for (const ScheduledSeq& s : f.plan.seqs) s.req->in_flight = true;
+  for (const ScheduledSeq& s : f.plan.seqs) ++s.req->in_flight;
   launch(f.batch, f.fo, f.clock);
 }
 
 void Engine::ended(Launched& f) {
   f.clock.ended = StepClock::Clock::now();
-  for (const ScheduledSeq& s : f.plan.seqs) s.req->in_flight = false;
+  for (const ScheduledSeq& s : f.plan.seqs) --s.req->in_flight;
   count_step(f.plan, f.batch.forward, f.clock);
 }
 
@@ -138,6 +162,29 @@ void Engine::fill_pending(const std::vector<Pending>& pending, const Launched& d
   size_t t = 0;
   for (const ScheduledSeq& s : next->plan.seqs)
     for (const int32_t q : s.positions) ids[t++] = s.req->tokens[static_cast<size_t>(q)];
+}
+
+// A queued forward's placeholder tokens read, on the device, the row `done` samples for their
+// request (its ids output: one row a sampling request, in batch.rows' order).
+void Engine::feed_pending(const std::vector<Pending>& pending, const Launched& done, Launched& next) {
+  if (pending.empty()) return;
+  std::unordered_map<const Request*, int32_t> row_of;
+  const std::vector<OutputRow>& rows = done.batch.rows;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].sample) row_of.emplace(rows[i].req, static_cast<int32_t>(i));
+  ForwardBatch& fb = next.batch.forward;
+  fb.token_src.assign(fb.token_ids.size(), -1);
+  size_t t = 0;
+  for (const ScheduledSeq& s : next.plan.seqs)
+    for (const int32_t q : s.positions) {
+      if (s.req->tokens[static_cast<size_t>(q)] == Request::kPendingToken) {
+        const auto it = row_of.find(s.req);
+        IS_CHECK(it != row_of.end(), "request {} reads a token its last forward does not sample", s.req->id);
+        fb.token_src[t] = it->second;
+        fb.token_ids[t] = 0;  // a valid id until the device's replaces it
+      }
+      ++t;
+    }
 }
 
 void Engine::remove_left() {

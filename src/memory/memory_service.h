@@ -111,6 +111,7 @@ class MemoryService final : public MemoryConnector, private FactStoreListener {
   // The KV that plans read from KV files, written into its pool slots (then servable). If a write
   // throws, the entries not written go and the error propagates.
   bool write_loads() override;
+  bool has_loads() const override { return !loads_.empty(); }
 
   int32_t window_of(const MemoryRequest& req) const { return req.window < 0 ? opts_.default_window : req.window; }
 

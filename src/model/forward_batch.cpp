@@ -10,6 +10,8 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   IS_CHECK(positions.size() == T && slot_mapping.size() == T, "per-token arrays differ in size");
   IS_CHECK(q_indptr.size() >= 2 && kv_indptr.size() == q_indptr.size(), "need q/kv indptr of S+1 entries");
   IS_CHECK(kv_start.empty() || kv_start.size() + 1 == q_indptr.size(), "kv_start needs one entry per sequence");
+  IS_CHECK(token_src.empty() || token_src.size() == T, "token_src needs one entry per token");
+  for (const int32_t r : token_src) IS_CHECK(r >= -1, "token_src row {} is negative", r);
   IS_CHECK(q_indptr.front() == 0 && static_cast<size_t>(q_indptr.back()) == T, "q_indptr must span all tokens");
   IS_CHECK(kv_indptr.front() == 0 && static_cast<size_t>(kv_indptr.back()) == kv_indices.size(), "kv_indptr mismatch");
   const bool facts = !fact_indptr.empty();
@@ -63,6 +65,17 @@ void check_forward_batch(const ForwardBatch& b, int64_t num_cache_slots, int32_t
            hi, num_pool_slots);
   for (int32_t id : b.token_ids)
     IS_REQUIRE(id >= 0 && id < vocab_size, kInvalidInput, "token id {} outside the vocabulary of {}", id, vocab_size);
+}
+
+void feed_tokens(ForwardBatch& b, const std::vector<int32_t>& prev_ids) {
+  for (size_t t = 0; t < b.token_src.size(); ++t) {
+    const int32_t r = b.token_src[t];
+    if (r < 0) continue;
+    IS_CHECK(static_cast<size_t>(r) < prev_ids.size(), "token {} is fed row {} of a forward with {} ids", t, r,
+             prev_ids.size());
+    b.token_ids[t] = prev_ids[static_cast<size_t>(r)];
+  }
+  b.token_src.clear();
 }
 
 int64_t argmax_span(const ForwardBatch& b, int64_t vocab) {

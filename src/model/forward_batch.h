@@ -32,6 +32,11 @@ struct ForwardBatch {
   std::vector<int32_t> kv_indptr;     // [S + 1]
   std::vector<int32_t> kv_indices;    // [kv_indptr[S]] block ids
   std::vector<int32_t> kv_start;      // [S] first attended entry; empty = all 0
+  // Tokens the backend feeds: token t is row token_src[t] of the ids output (kArgmax, kSample) of
+  // the forward launched just before this one on the same backend, whatever token_ids[t] holds;
+  // -1 (or token_src empty): token_ids[t]. Lets a step launch before the host has read the ids of
+  // the step before it (engine/step_ahead.cpp).
+  std::vector<int32_t> token_src;     // [T] or empty
 
   // Which tokens produce output rows, in order.
   std::vector<int32_t> output_tokens;  // [R] indices into token_ids
@@ -75,6 +80,11 @@ struct ForwardBatch {
   // Throws kInternal when sizes, ranges or ordering are inconsistent.
   void validate(int64_t num_cache_slots, int32_t block_size) const;
 };
+
+// token_src resolved on the host against the ids of the forward before (`prev_ids`): each fed
+// token_ids[t] becomes prev_ids[token_src[t]], and token_src is cleared (the CPU backend's feed;
+// the GPU's is cuda::feed_tokens). kInternal for a row outside prev_ids.
+void feed_tokens(ForwardBatch& b, const std::vector<int32_t>& prev_ids);
 
 // kArgmax: how many leading ids compete (argmax_vocab, the whole vocabulary when 0); kInternal
 // when argmax_vocab is outside [0, vocab].

@@ -2,7 +2,9 @@
 // step N while the host plans N+1) gives the tokens of steps taken one at a time: the built-in
 // demo model (head_dim 32: the tiles), greedy and seeded sampling on the device, max_tokens from 1
 // on, chunked prefill, stop tokens met while the next step computes the request, and an abort
-// between steps.
+// between steps. A step planned ahead is queued behind the one computing, its tokens fed on the
+// device (cuda::feed_tokens) from that one's ids, through graphs and eagerly, as the host would
+// write them.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -40,6 +42,7 @@ std::vector<RequestOutput> run(ScheduleAhead ahead, int32_t budget, const std::v
   for (size_t i = 0; i < prompts.size(); ++i) e->add_request(prompts[i], sampling[i]);
   auto out = e->run_to_completion();
   EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+  if (ahead != ScheduleAhead::kNever) EXPECT_GT(e->stats().forwards_queued, 0) << "steps queued behind the one computing";
   return out;
 }
 
@@ -96,6 +99,45 @@ TEST(CudaEngine, StopsAndAbortsWhileTheNextStepComputesTheRequest) {
     }
   EXPECT_EQ(got, whole[0].new_tokens);
   EXPECT_EQ(e->blocks().num_free(), e->blocks().num_blocks());
+}
+
+// The feed kernel against tokens the host writes, queued behind the forward whose ids it reads
+// (launch_forward twice, then the waits), with graphs (a decode bucket) and eagerly; the GPU's
+// idle time before a forward queued so is read from its events.
+TEST(CudaEngine, FedTokensAreTheIdsOfTheForwardBefore) {
+  for (const bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    BackendOptions bo;
+    bo.num_cache_blocks = 4;
+    bo.cuda_graphs = graphs;
+    auto be = make_cuda_backend(demo().config, demo().weights, bo);
+    ForwardBatch prompts = test::seqs_in_blocks({prompt(5, 31), prompt(3, 32)}, {0, 0});
+    prompts.output = ForwardBatch::Output::kArgmax;
+    ForwardBatch fed = test::seqs_in_blocks({{0}, {0}}, {5, 3});
+    fed.token_src = {1, 0};  // crossed, so that the rows are told apart
+    for (int round = 0; round < 3; ++round) {  // graphs: warm-up, capture, replay
+      ForwardOutput first, got;
+      be->launch_forward(prompts, first);
+      be->launch_forward(fed, got);  // queued behind it
+      be->wait_forward();
+      ASSERT_EQ(first.ids.size(), 2u);
+      be->wait_forward();
+      EXPECT_GE(be->last_idle_ms(), 0.0f);
+
+      ForwardOutput again, want;
+      be->forward(prompts, again);
+      EXPECT_EQ(again.ids, first.ids);
+      be->forward(test::seqs_in_blocks({{first.ids[1]}, {first.ids[0]}}, {5, 3}), want);
+      ASSERT_FALSE(want.values.empty());
+      EXPECT_EQ(got.values, want.values) << "round " << round;
+    }
+    // A row outside the ids of the forward before is refused.
+    ForwardOutput first, got;
+    be->forward(prompts, first);
+    ForwardBatch outside = fed;
+    outside.token_src = {2, -1};
+    EXPECT_THROW(be->forward(outside, got), Error);
+  }
 }
 
 }  // namespace

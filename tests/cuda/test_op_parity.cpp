@@ -32,8 +32,6 @@ class GpuOps final : public OpsUnderTest {
       for (DeviceBuffer* b : {&k_scale_, &v_scale_}) zeroed(*b, static_cast<size_t>(cache_slots * cfg_.num_kv_heads) * 4);
     for (DeviceBuffer* b : {&k_pool_, &v_pool_}) zeroed(*b, static_cast<size_t>(pool_slots * row) * 2);
     CUDA_CHECK(cudaStreamCreate(&stream_));
-    CUDA_CHECK(cudaEventCreate(&start_));
-    CUDA_CHECK(cudaEventCreate(&stop_));
     CudaKv kv;
     kv.cache = {k_cache_.data(), v_cache_.data(), fp8_cache_ ? k_scale_.as<float>() : nullptr,
                 fp8_cache_ ? v_scale_.as<float>() : nullptr, fp8_cache_};
@@ -42,13 +40,11 @@ class GpuOps final : public OpsUnderTest {
     kv.pool_layer_stride = pool_slots * row;
     kv.cache_slots = cache_slots;
     kv.pool_slots = pool_slots;
-    ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, kBlockSize, stream_, CudaTiming{start_, stop_, &ms_});
+    ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, kBlockSize, stream_);
     ops_->set_e4m3_projections(s.fp8_projections);
   }
   ~GpuOps() override {
     ops_.reset();
-    cudaEventDestroy(start_);
-    cudaEventDestroy(stop_);
     cudaStreamDestroy(stream_);
   }
   ForwardOps& ops() override { return *ops_; }
@@ -120,8 +116,6 @@ class GpuOps final : public OpsUnderTest {
   bool fp8_cache_;
   DeviceBuffer k_cache_, v_cache_, k_scale_, v_scale_, k_pool_, v_pool_;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
-  float ms_ = 0;
   std::unique_ptr<CudaForwardOps> ops_;
 };
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 #include "backend/kv_rows.h"
@@ -41,7 +42,14 @@ class CpuBackend final : public Backend {
   int64_t num_pool_blocks() const override { return num_pool_blocks_; }
   DType pool_dtype() const override { return DType::kF32; }
 
-  void forward(const ForwardBatch& b, ForwardOutput& out) override { run_forward(*arch_, *ops_, b, out); }
+  // Fed tokens (ForwardBatch::token_src) are read from the ids the forward before returned.
+  void forward(const ForwardBatch& b, ForwardOutput& out) override {
+    std::optional<ForwardBatch> fed;
+    if (!b.token_src.empty()) feed_tokens(fed.emplace(b), last_ids_);
+    last_ids_.clear();  // a forward that throws leaves no ids to feed
+    run_forward(*arch_, *ops_, fed ? *fed : b, out);
+    last_ids_ = out.ids;
+  }
 
   // Attention reads pool rows as injection reads them and rotates them with the same angles; an
   // FP8 cache would round injected keys, which a read in place does not.
@@ -104,6 +112,7 @@ class CpuBackend final : public Backend {
   }
 
   ModelConfig cfg_;
+  std::vector<int32_t> last_ids_;  // the last forward's ids output (ForwardBatch::token_src reads them)
   int32_t block_size_;
   bool cache_fp8_;
   int64_t num_blocks_ = 0;

@@ -38,8 +38,6 @@ class CudaBackendImpl final : public CudaBackend {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
     if (!opts.programmatic_launch) cuda::set_programmatic_launch(false);
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreate(&ev_start_));
-    CUDA_CHECK(cudaEventCreate(&ev_stop_));
     CUDA_CHECK(cudaEventCreate(&ev_inject_start_));
     CUDA_CHECK(cudaEventCreate(&ev_inject_stop_));
     row_ = cfg_.kv_size();
@@ -82,8 +80,7 @@ class CudaBackendImpl final : public CudaBackend {
     kv.cache_slots = num_blocks_ * block_size_;
     kv.scratch_slots = scratch_blocks_ * block_size_;
     kv.pool_slots = num_pool_blocks_ * block_size_;
-    ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_,
-                                            CudaTiming{ev_start_, ev_stop_, &last_gpu_ms_});
+    ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_);
     ops_->set_e4m3_projections(opts.projections_fp8);
     arch_ = make_architecture(cfg_);
     if (weights != nullptr) {
@@ -101,8 +98,6 @@ class CudaBackendImpl final : public CudaBackend {
 
   ~CudaBackendImpl() override {
     cudaStreamSynchronize(stream_);
-    cudaEventDestroy(ev_start_);
-    cudaEventDestroy(ev_stop_);
     cudaEventDestroy(ev_inject_start_);
     cudaEventDestroy(ev_inject_stop_);
     cudaStreamDestroy(stream_);
@@ -133,7 +128,7 @@ class CudaBackendImpl final : public CudaBackend {
   // are recorded without waiting on them, and read here, once.
   float last_gpu_ms() const override {
     ops_->complete();
-    return last_was_inject_ ? last_inject_gpu_ms() : last_gpu_ms_;
+    return last_was_inject_ ? last_inject_gpu_ms() : ops_->last_gpu_ms();
   }
   float last_inject_gpu_ms() const override {
     ops_->complete();
@@ -159,7 +154,9 @@ class CudaBackendImpl final : public CudaBackend {
   bool overlaps_forward() const override { return true; }
   void launch_forward(const ForwardBatch& b, ForwardOutput& out) override;
   bool forward_running() override { return ops_->running(); }
-  void wait_forward() override { ops_->complete(); }
+  void wait_forward() override { ops_->complete_oldest(); }
+  void wait_forwards() override { ops_->complete(); }
+  float last_idle_ms() const override { return ops_->last_idle_ms(); }
   void inject(const InjectBatch& b) override;
   void read_pool(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override {
     ops_->complete();
@@ -226,9 +223,7 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer k_pool_scale_, v_pool_scale_;  // FP8 pool: [L][num_pool_blocks * bs, NKV] f32
 
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ev_start_ = nullptr, ev_stop_ = nullptr;            // forwards (CudaForwardOps)
   cudaEvent_t ev_inject_start_ = nullptr, ev_inject_stop_ = nullptr;
-  float last_gpu_ms_ = 0.0f;          // of the last forward (CudaTiming)
   mutable float inject_ms_ = 0.0f;    // of the last injection, once read
   mutable bool inject_pending_ = false;  // its events are not read yet
   bool last_was_inject_ = false;
@@ -278,7 +273,7 @@ void CudaBackendImpl::inject(const InjectBatch& b) {
 }
 
 void CudaBackendImpl::launch_forward(const ForwardBatch& b, ForwardOutput& out) {
-  ops_->complete();
+  while (ops_->pending() >= CudaForwardOps::kMaxPending) ops_->complete_oldest();
   last_was_inject_ = false;  // last_gpu_ms() becomes this forward's
   runner_->run(b, out);
 }

@@ -77,6 +77,10 @@ class CudaBackend : public Backend {
   virtual float last_gpu_ms() const = 0;
   // GPU time of the last inject(), readable after later forwards (waits for the injection).
   virtual float last_inject_gpu_ms() const = 0;
+  // GPU idle time before the forward completed last, from the end of the one before it to its
+  // first kernel (after its metadata upload), ms: what the host's launch left between them
+  // (CudaForwardOps::last_idle_ms). Read without waiting.
+  virtual float last_idle_ms() const = 0;
   // Bytes of device memory held for weights, KV cache and memory pool.
   virtual int64_t weight_bytes() const = 0;
   virtual int64_t kv_bytes() const = 0;

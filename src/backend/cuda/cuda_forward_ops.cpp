@@ -22,10 +22,15 @@ const T* w(const Weight& x) { return static_cast<const T*>(x.impl); }
 }  // namespace
 
 CudaForwardOps::CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size,
-                               cudaStream_t stream, CudaTiming timing)
-    : cfg_(cfg), kv_(kv), rope_(rope), block_size_(block_size), stream_(stream), timing_(timing),
+                               cudaStream_t stream)
+    : cfg_(cfg), kv_(kv), rope_(rope), block_size_(block_size), stream_(stream),
       decode_attention_(kDefaultDecodeAttention) {
-  CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  for (InFlight& f : slots_) {
+    CUDA_CHECK(cudaEventCreate(&f.start));
+    CUDA_CHECK(cudaEventCreate(&f.computing));
+    CUDA_CHECK(cudaEventCreate(&f.stop));
+    CUDA_CHECK(cudaEventCreateWithFlags(&f.copied, cudaEventDisableTiming));
+  }
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
@@ -85,7 +90,9 @@ CudaForwardOps::GraphState CudaForwardOps::graph_state() const {
 }
 
 CudaForwardOps::~CudaForwardOps() {
-  if (copied_ != nullptr) cudaEventDestroy(copied_);
+  for (InFlight& f : slots_)
+    for (cudaEvent_t e : {f.start, f.computing, f.stop, f.copied})
+      if (e != nullptr) cudaEventDestroy(e);
   if (fork_ != nullptr) cudaEventDestroy(fork_);
   if (join_ != nullptr) cudaEventDestroy(join_);
   if (side_ != nullptr) cudaStreamDestroy(side_);
@@ -112,13 +119,17 @@ void CudaForwardOps::begin_graph(const ForwardBatch& padded, AttnMask mask) {
 
 // A forward's start: the attention plans (step_attention.h) and one upload of the batch's metadata.
 void CudaForwardOps::start(const ForwardBatch& b, Workspace& ws) {
-  IS_CHECK(!pending_, "a forward began before the last one completed (CudaForwardOps::complete)");
+  IS_CHECK(pending() < kMaxPending, "a forward began with {} pending (CudaForwardOps::complete_oldest)", pending());
   batch_ = &b;
   ws_ = &ws;
   row_amax_of_ = nullptr;
   split_attention_ = false;
   facts_ = false;
-  if (b.num_tokens() == 0) return;
+  CUDA_CHECK(cudaEventRecord(slot(finished_).start, stream_));
+  if (b.num_tokens() == 0) {
+    CUDA_CHECK(cudaEventRecord(slot(finished_).computing, stream_));
+    return;
+  }
   int32_t max_pos = 0;
   for (int32_t p : b.positions) max_pos = std::max(max_pos, p);
   rope_.ensure(max_pos);
@@ -171,8 +182,9 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
              MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<AttnWorkItem>(decode_plan.items.size()) +
              MetaUpload::bytes<AttnMergeItem>(decode_plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
              MetaUpload::bytes<int32_t>(2) + MetaUpload::bytes<int32_t>(b.fact_indptr.size()) * 2 +
-             MetaUpload::bytes<int32_t>(b.fact_slots.size()) + 4096);
+             MetaUpload::bytes<int32_t>(b.fact_slots.size()) + MetaUpload::bytes<int32_t>(b.token_src.size()) + 4096);
   o_ids_ = meta.add(b.token_ids);
+  const size_t o_src = meta.add(b.token_src);
   o_pos_ = meta.add(b.positions);
   o_mask_pos_ = mask_ == AttnMask::kBidirectional ? meta.add(mask_pos_) : o_pos_;
   o_slot_ = meta.add(b.slot_mapping);
@@ -203,10 +215,23 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   ws_->part_o.reserve((o.main_rows + decode_rows) * D * 4);
   ws_->part_lse.reserve((o.main_rows + decode_rows) * 4);
 
-  CUDA_CHECK(cudaEventRecord(timing_.start, stream_));
   if (profiling()) profiler_.start("upload", stream_);
   meta.upload(stream_);
+  feed_tokens(b, o_src);
+  CUDA_CHECK(cudaEventRecord(slot(finished_).computing, stream_));
   set_attention_args(attn, o);
+}
+
+// Fed tokens take their ids from the forward before's, which it left in fed_ids_ (finish()); the
+// stream orders the feed after that forward and before this one's embedding.
+void CudaForwardOps::feed_tokens(const ForwardBatch& b, size_t o_src) {
+  if (b.token_src.empty()) return;
+  int32_t max_row = -1;
+  for (const int32_t r : b.token_src) max_row = std::max(max_row, r);
+  if (max_row < 0) return;
+  IS_CHECK(max_row < fed_rows_, "a token is fed row {} of a forward with {} ids", max_row, std::max<int64_t>(fed_rows_, 0));
+  cuda::feed_tokens(ws_->meta.dev<int32_t>(o_ids_), ws_->meta.dev<int32_t>(o_src), fed_ids_.as<int32_t>(), b.num_tokens(),
+                    stream_);
 }
 
 void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o) {
@@ -461,35 +486,53 @@ void CudaForwardOps::sample(Act logits, int64_t n, Act ids) {
 
 void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
   ws_ = &eager_;
+  InFlight& f = slot(finished_);
   const int64_t rows = result.rows;
-  CUDA_CHECK(cudaEventRecord(timing_.stop, stream_));
+  CUDA_CHECK(cudaEventRecord(f.stop, stream_));
   const size_t n = static_cast<size_t>(rows * result.cols), out_bytes = n * 4;  // f32 values or int32 ids
-  out_host_.reserve(std::max<size_t>(out_bytes, 4));
+  f.out_host.reserve(std::max<size_t>(out_bytes, 4));
   if (out_bytes > 0)
-    CUDA_CHECK(cudaMemcpyAsync(out_host_.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaEventRecord(copied_, stream_));
-  pending_ = Pending{&out, n, ids};
+    CUDA_CHECK(cudaMemcpyAsync(f.out_host.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
+  fed_rows_ = -1;
+  if (ids) {  // for the next forward's fed tokens
+    fed_ids_.reserve(std::max<size_t>(out_bytes, 4));  // growing waits for this forward's feed (DeviceBuffer)
+    if (out_bytes > 0)
+      CUDA_CHECK(cudaMemcpyAsync(fed_ids_.data(), result.data, out_bytes, cudaMemcpyDeviceToDevice, stream_));
+    fed_rows_ = rows;
+  }
+  CUDA_CHECK(cudaEventRecord(f.copied, stream_));
+  f.out = &out;
+  f.n = n;
+  f.ids = ids;
+  ++finished_;
 }
 
 bool CudaForwardOps::running() const {
-  if (!pending_) return false;
-  const cudaError_t e = cudaEventQuery(copied_);
+  if (pending() == 0) return false;
+  const cudaError_t e = cudaEventQuery(slots_[completed_ % kSlots].copied);
   if (e == cudaErrorNotReady) return true;
   CUDA_CHECK(e);
   return false;
 }
 
 void CudaForwardOps::complete() {
-  if (!pending_) return;
-  const Pending p = *pending_;
-  pending_.reset();  // a failure below leaves nothing pending: the forward is lost, not retried
-  CUDA_CHECK(cudaEventSynchronize(copied_));
-  CUDA_CHECK(cudaEventElapsedTime(timing_.last_ms, timing_.start, timing_.stop));
-  if (profiler_.enabled()) profiler_.collect(timing_.stop);
-  ForwardOutput& out = *p.out;
-  const size_t n = p.n, out_bytes = n * 4;
-  if (p.ids) {
-    out.ids.assign(out_host_.as<int32_t>(), out_host_.as<int32_t>() + n);
+  while (pending() > 0) complete_oldest();
+}
+
+void CudaForwardOps::complete_oldest() {
+  if (pending() == 0) return;
+  const int64_t num = completed_++;  // a failure below leaves it completed: the forward is lost, not retried
+  InFlight& f = slot(num);
+  CUDA_CHECK(cudaEventSynchronize(f.copied));
+  CUDA_CHECK(cudaEventElapsedTime(&last_gpu_ms_, f.start, f.stop));
+  last_idle_ms_ = 0.0f;
+  if (num > 0) CUDA_CHECK(cudaEventElapsedTime(&last_idle_ms_, slot(num - 1).stop, f.computing));
+  if (profiler_.enabled()) profiler_.collect(f.stop);
+  const PinnedBuffer& staged = f.out_host;
+  ForwardOutput& out = *f.out;
+  const size_t n = f.n, out_bytes = n * 4;
+  if (f.ids) {
+    out.ids.assign(staged.as<int32_t>(), staged.as<int32_t>() + n);
     out.values.clear();
     return;
   }
@@ -500,7 +543,7 @@ void CudaForwardOps::complete() {
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
   for (int64_t c = 0; c < n_chunks; ++c) {
     const size_t off = static_cast<size_t>(c * chunk);
-    std::memcpy(reinterpret_cast<char*>(out.values.data()) + off, out_host_.as<char>() + off,
+    std::memcpy(reinterpret_cast<char*>(out.values.data()) + off, staged.as<char>() + off,
                 std::min<size_t>(static_cast<size_t>(chunk), out_bytes - off));
   }
 }

@@ -53,26 +53,27 @@ struct CudaKv {
   int64_t scratch_slots = 0;  // past cache_slots: the scratch blocks of graph padding (graph_batch.h)
 };
 
-// Where the forward's GPU time goes: events recorded around it on the stream.
-struct CudaTiming {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  float* last_ms = nullptr;
-};
-
-
 class CudaForwardOps final : public ForwardOps {
  public:
-  CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size, cudaStream_t stream,
-                 CudaTiming timing);
+  CudaForwardOps(const ModelConfig& cfg, const CudaKv& kv, RopeTable& rope, int32_t block_size, cudaStream_t stream);
   ~CudaForwardOps() override;
   CudaForwardOps(const CudaForwardOps&) = delete;
   CudaForwardOps& operator=(const CudaForwardOps&) = delete;
 
-  // The forward finish() queued: whether the GPU is still on it (its output not yet copied), and
-  // its end (waits; fills the ForwardOutput given to finish(), its GPU time, the op profile).
-  // complete() with nothing pending does nothing; begin() requires it done.
+  // The forwards finish() queued and not completed, oldest first, at most kMaxPending: whether
+  // the GPU is still on the oldest (its output not yet copied), the oldest's end (waits; fills
+  // the ForwardOutput given to finish(), its GPU time, the op profile), and every one's.
+  // Completing with nothing pending does nothing; begin() requires fewer than kMaxPending.
+  static constexpr int kMaxPending = 2;
+  int pending() const { return static_cast<int>(finished_ - completed_); }
   bool running() const;
+  void complete_oldest();
   void complete();
+  // Of the forward completed last: its GPU time (from its start to its output rows), and the
+  // GPU's idle time before it (from the end of the forward before to its first kernel, after
+  // its metadata's upload: anything queued between them counts, none before the first), ms.
+  float last_gpu_ms() const { return last_gpu_ms_; }
+  float last_idle_ms() const { return last_idle_ms_; }
 
   // Projections loaded after this call are stored in E4M3 where cuBLASLt's FP8 GEMM takes their
   // shape (rows and cols multiples of 16), bf16 otherwise.
@@ -131,7 +132,6 @@ class CudaForwardOps final : public ForwardOps {
   RopeTable& rope_;
   int32_t block_size_;
   cudaStream_t stream_;
-  CudaTiming timing_;
   int num_sms_ = 132;
   DecodeAttention decode_attention_;
   // A mixed step's prefill tiles run on side_, forked after the QKV step and joined before o_proj.
@@ -177,15 +177,28 @@ class CudaForwardOps final : public ForwardOps {
   Workspace* ws_ = &eager_;
   // begin() and begin_graph(): the checks, then begin()'s phases above, in the workspace `ws`.
   void start(const ForwardBatch& b, Workspace& ws);
-  PinnedBuffer out_host_;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
-  // The forward finish() queued and complete() has not yet taken: the caller's output, its size.
-  struct Pending {
-    ForwardOutput* out;
-    size_t n;  // values or ids
-    bool ids;
+  // A forward from its start to its completion, in the ring slot of its number (finished_ when
+  // it began): slot n % kSlots holds forward n while n - 1 and n - 2 may still be pending, and
+  // forward n - 1's end event is intact until n completes (its idle time).
+  struct InFlight {
+    PinnedBuffer out_host;  // staging of the output rows (pinned: a fast copy; then into the caller's vector)
+    cudaEvent_t start = nullptr, computing = nullptr, stop = nullptr;  // begun, metadata uploaded, output rows made
+    cudaEvent_t copied = nullptr;  // after the output's copy to out_host
+    ForwardOutput* out = nullptr;  // the caller's output
+    size_t n = 0;                  // values or ids
+    bool ids = false;
   };
-  std::optional<Pending> pending_;
-  cudaEvent_t copied_ = nullptr;  // after the output's copy to out_host_
+  static constexpr int kSlots = kMaxPending + 1;
+  InFlight slots_[kSlots];
+  int64_t finished_ = 0, completed_ = 0;  // forwards finish() queued; of them, completed
+  InFlight& slot(int64_t n) { return slots_[n % kSlots]; }
+  float last_gpu_ms_ = 0.0f, last_idle_ms_ = 0.0f;
+  // The ids the last forward returned, on the device (ForwardBatch::token_src reads them): its
+  // rows; -1 when it returned values, or none ran.
+  DeviceBuffer fed_ids_;
+  int64_t fed_rows_ = -1;
+  // begin()'s feed: the batch's fed tokens overwrite their ids in the metadata upload.
+  void feed_tokens(const ForwardBatch& b, size_t o_src);
   bool in_graph() const { return ws_ == &graph_ws_; }
   std::vector<int64_t> graph_launch_;  // this forward's launch shape (GraphState::launch)
   // This forward is profiled (op_profile.h): profiling on, the eager workspace.

@@ -107,6 +107,11 @@ bool quantize_e4m3_supports(int64_t K, const void* x, const void* codes);
 void quantize_e4m3_tensor(const bf16* x, int64_t M, int64_t K, float* row_amax, uint8_t* codes, float* scale,
                           cudaStream_t stream, bool row_amax_ready = false);
 
+// Fed tokens (ForwardBatch::token_src; CPU twin feed_tokens): ids[t] = prev_ids[src[t]] where
+// src[t] >= 0, unchanged where -1. src rows are checked on the host against prev_ids' length.
+//   ids, src: [T] (device); prev_ids: the ids output of the forward before
+void feed_tokens(int32_t* ids, const int32_t* src, const int32_t* prev_ids, int64_t T, cudaStream_t stream);
+
 // Greedy sampling: out[r] = the index of the largest of logits[r * ld + 0 .. n), the lowest on ties.
 //   logits: [R, ld] f32; out: [R]
 void argmax_rows(const float* logits, int64_t R, int64_t ld, int64_t n, int32_t* out, cudaStream_t stream);

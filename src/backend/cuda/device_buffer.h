@@ -27,8 +27,11 @@ class DeviceBuffer {
     return *this;
   }
 
-  // Reallocates to exactly `bytes` (contents lost).
+  // Reallocates to exactly `bytes` (contents lost). The old allocation may be read by work still
+  // queued (a forward launched beside another: Backend::launch_forward): the device finishes
+  // that first.
   void resize(size_t bytes) {
+    if (ptr_ != nullptr) CUDA_CHECK(cudaDeviceSynchronize());
     release();
     if (bytes > 0) CUDA_CHECK(cudaMalloc(&ptr_, bytes));
     bytes_ = bytes;
@@ -36,6 +39,7 @@ class DeviceBuffer {
   // resize() that reports a failed allocation (out of device memory) as false, leaving the buffer
   // empty and no CUDA error pending, instead of throwing.
   bool try_resize(size_t bytes) {
+    if (ptr_ != nullptr) CUDA_CHECK(cudaDeviceSynchronize());
     release();
     if (bytes == 0) return true;
     if (cudaMalloc(&ptr_, bytes) != cudaSuccess) {

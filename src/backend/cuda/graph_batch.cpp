@@ -60,6 +60,8 @@ void pad_for_graph(const ForwardBatch& b, GraphShape shape, int32_t scratch_bloc
   copy(out.kv_indices, b.kv_indices);
   copy(out.output_tokens, b.output_tokens);
   out.token_ids.insert(out.token_ids.end(), static_cast<size_t>(n), 0);
+  copy(out.token_src, b.token_src);  // the dummies' ids are their own
+  if (!b.token_src.empty()) out.token_src.insert(out.token_src.end(), static_cast<size_t>(n), -1);
   for (int32_t i = 0; i < n; ++i) {
     const int32_t pos = decode ? 0 : i;
     out.positions.push_back(pos);
