@@ -713,13 +713,20 @@ TEST(CudaBackend, LaunchedForwardEqualsForward) {
   be.read_cache({0, 1, 2}, k, v_rows);
   EXPECT_EQ(pending.values, want) << "the read completed the forward first";
   EXPECT_FALSE(be.forward_running());
-  // Another launch completes the pending one; the GPU time waits for the second.
-  ForwardOutput first, second;
+  // Two launched forwards are both pending; a third completes the oldest first; the waits
+  // complete them in launch order; the GPU time waits for all.
+  ForwardOutput first, second, third;
   be.launch_forward(pre.fb, first);
   be.launch_forward(pre.fb, second);
-  EXPECT_EQ(first.values, want);
-  EXPECT_GT(be.last_gpu_ms(), 0.0f);
+  EXPECT_TRUE(first.values.empty() && second.values.empty()) << "two forwards pending";
+  be.launch_forward(pre.fb, third);
+  EXPECT_EQ(first.values, want) << "the third launch completed the first";
+  EXPECT_TRUE(second.values.empty());
+  be.wait_forward();
   EXPECT_EQ(second.values, want);
+  EXPECT_TRUE(third.values.empty());
+  EXPECT_GT(be.last_gpu_ms(), 0.0f);
+  EXPECT_EQ(third.values, want);
 
   // A decode step through its graph, argmax ids: launched == forward().
   Builder d(v.block_size, &next_block);

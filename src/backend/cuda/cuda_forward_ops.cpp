@@ -158,8 +158,9 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
   return attn;
 }
 
-// One upload of every per-forward array; the block table last, so that for a graph every other
-// offset is the same at any context length (the graph workspace is sized for the whole cache).
+// One upload of every per-forward array; the block table last (then the facts' pool slots and
+// the fed tokens' rows, which no graph reads), so that for a graph every other offset is the same
+// at any context length (the graph workspace is sized for the whole cache).
 // Then the attention arguments that point into it.
 void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAttention& attn) {
   const int64_t T = b.num_tokens();
@@ -184,7 +185,6 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
              MetaUpload::bytes<int32_t>(2) + MetaUpload::bytes<int32_t>(b.fact_indptr.size()) * 2 +
              MetaUpload::bytes<int32_t>(b.fact_slots.size()) + MetaUpload::bytes<int32_t>(b.token_src.size()) + 4096);
   o_ids_ = meta.add(b.token_ids);
-  const size_t o_src = meta.add(b.token_src);
   o_pos_ = meta.add(b.positions);
   o_mask_pos_ = mask_ == AttnMask::kBidirectional ? meta.add(mask_pos_) : o_pos_;
   o_slot_ = meta.add(b.slot_mapping);
@@ -207,6 +207,9 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   }
   o.kv_indices = facts_ ? meta.add(b.kv_indices, kv_room) : meta.add(b.kv_indices);
   if (facts_) o.fact_slots = meta.add(b.fact_slots);
+  // Fed tokens' rows after everything a graph reads: only the feed, launched outside any graph,
+  // reads them, so a batch with them replays the graph of one without.
+  const size_t o_src = meta.add(b.token_src);
   // Partials: [cap.partials, NKV, rows_per_tile] rows of the main plan, then the decode plan's
   // [num_partials, NKV, group] rows.
   const int64_t D = cfg_.head_dim, NKV = cfg_.num_kv_heads;
