@@ -13,10 +13,12 @@
 #include "backend/cpu/cpu_twins.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/resident_upload.h"
 #include "backend/cuda/rope_table.h"
 #include "../fp8_test_util.h"
 #include "../sampling_test_util.h"
 #include "cuda_test_util.h"
+#include "model/forward_batch.h"
 #include "model/rope.h"
 
 namespace inferscale {
@@ -521,6 +523,51 @@ TEST(CudaKernels, GemvSiluMulMatchesReference) {
              compare(test::from_bf16(download<uint16_t>(y, ref.size())), ref), 4e-3);
     }
   }
+}
+
+// Fed tokens: the device's feed against the CPU twin (feed_tokens), 37 tokens of which some read
+// rows of 11 ids and the others keep their own.
+TEST(CudaKernels, FeedTokens) {
+  std::mt19937 rng(7);
+  const int64_t T = 37, R = 11;
+  std::vector<int32_t> prev(R), src(T), ids(T);
+  for (auto& x : prev) x = static_cast<int32_t>(rng() % 50000);
+  for (int64_t t = 0; t < T; ++t) {
+    src[t] = rng() % 3 == 0 ? -1 : static_cast<int32_t>(rng() % R);
+    ids[t] = static_cast<int32_t>(rng() % 50000);
+  }
+  ForwardBatch b;
+  b.token_ids = ids;
+  b.token_src = src;
+  feed_tokens(b, prev);
+  DeviceBuffer d_ids = test::upload(ids), d_src = test::upload(src), d_prev = test::upload(prev);
+  cuda::feed_tokens(d_ids.as<int32_t>(), d_src.as<int32_t>(), d_prev.as<int32_t>(), T, nullptr);
+  EXPECT_EQ(download<int32_t>(d_ids, T), b.token_ids);
+}
+
+// An array kept on the device copies only when it changes, in size or in any element.
+TEST(CudaKernels, ResidentUploadCopiesChangesOnly) {
+  ResidentUpload<int32_t> r;
+  std::vector<int32_t> v(1001);
+  std::iota(v.begin(), v.end(), 5);
+  const int32_t* d = r.update(v, nullptr);
+  const int32_t* again = r.update(v, nullptr);
+  EXPECT_EQ(d, again);
+  EXPECT_EQ(r.uploads(), 1);
+  v[777] = -3;  // same size, one element
+  d = r.update(v, nullptr);
+  EXPECT_EQ(r.uploads(), 2);
+  std::vector<int32_t> got(v.size());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpy(got.data(), d, got.size() * 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, v);
+  v.resize(999);
+  r.update(v, nullptr);
+  EXPECT_EQ(r.uploads(), 3);
+  v.clear();
+  r.update(v, nullptr);
+  r.update(v, nullptr);
+  EXPECT_EQ(r.uploads(), 4);
 }
 
 TEST(CudaKernels, ArgmaxRows) {

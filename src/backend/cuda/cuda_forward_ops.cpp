@@ -83,7 +83,8 @@ void CudaForwardOps::abort_forward() noexcept {
 }
 
 CudaForwardOps::GraphState CudaForwardOps::graph_state() const {
-  GraphState st{{graph_ws_.meta.device_data(), graph_ws_.part_o.data(), graph_ws_.part_lse.data(), rope_.cos(), rope_.sin()},
+  GraphState st{{graph_ws_.meta.device_data(), graph_ws_.part_o.data(), graph_ws_.part_lse.data(), rope_.cos(), rope_.sin(),
+                 fact_slots_.device_data()},
                 graph_launch_};
   for (const DeviceBuffer& a : graph_ws_.acts) st.pointers.push_back(a.data());
   return st;
@@ -158,9 +159,9 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
   return attn;
 }
 
-// One upload of every per-forward array; the block table last (then the facts' pool slots and
-// the fed tokens' rows, which no graph reads), so that for a graph every other offset is the same
-// at any context length (the graph workspace is sized for the whole cache).
+// One upload of every per-forward array; the block table last (then the fed tokens' rows, which
+// no graph reads), so that for a graph every other offset is the same at any context length (the
+// facts' pool slots stay on the device: ResidentUpload) (the graph workspace is sized for the whole cache).
 // Then the attention arguments that point into it.
 void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAttention& attn) {
   const int64_t T = b.num_tokens();
@@ -183,7 +184,7 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
              MetaUpload::bytes<AttnMergeItem>(cap.merges) + MetaUpload::bytes<AttnWorkItem>(decode_plan.items.size()) +
              MetaUpload::bytes<AttnMergeItem>(decode_plan.merges.size()) + MetaUpload::bytes<RowSampling>(b.sampling.size()) +
              MetaUpload::bytes<int32_t>(2) + MetaUpload::bytes<int32_t>(b.fact_indptr.size()) * 2 +
-             MetaUpload::bytes<int32_t>(b.fact_slots.size()) + MetaUpload::bytes<int32_t>(b.token_src.size()) + 4096);
+             MetaUpload::bytes<int32_t>(b.token_src.size()) + 4096);
   o_ids_ = meta.add(b.token_ids);
   o_pos_ = meta.add(b.positions);
   o_mask_pos_ = mask_ == AttnMask::kBidirectional ? meta.add(mask_pos_) : o_pos_;
@@ -198,15 +199,14 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   o.merges = meta.add(plan.merges, static_cast<size_t>(cap.merges));
   o.decode_items = meta.add(decode_plan.items);
   o.decode_merges = meta.add(decode_plan.merges);
-  // Facts read in place: their per-sequence arrays before the block table, which then keeps its
-  // room, so that their pool slots, last, start at the same offset at any context length.
+  // Facts read in place: their per-sequence arrays before the block table; their pool slots stay
+  // on the device between forwards (fact_slots_), uploaded when they change.
   facts_ = b.reads_facts_in_place();
   if (facts_) {
     o.fact_indptr = meta.add(b.fact_indptr);
     o.fact_start = meta.add(b.fact_start);
   }
-  o.kv_indices = facts_ ? meta.add(b.kv_indices, kv_room) : meta.add(b.kv_indices);
-  if (facts_) o.fact_slots = meta.add(b.fact_slots);
+  o.kv_indices = meta.add(b.kv_indices);
   // Fed tokens' rows after everything a graph reads: only the feed, launched outside any graph,
   // reads them, so a batch with them replays the graph of one without.
   const size_t o_src = meta.add(b.token_src);
@@ -219,6 +219,7 @@ void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAtte
   ws_->part_lse.reserve((o.main_rows + decode_rows) * 4);
 
   if (profiling()) profiler_.start("upload", stream_);
+  if (facts_) fact_slots_dev_ = fact_slots_.update(b.fact_slots, stream_);
   meta.upload(stream_);
   feed_tokens(b, o_src);
   CUDA_CHECK(cudaEventRecord(slot(finished_).computing, stream_));
@@ -261,7 +262,7 @@ void CudaForwardOps::set_attention_args(const cuda::StepAttention& attn, const A
   if (facts_) {
     aa_.fact_indptr = meta.dev<int32_t>(o.fact_indptr);
     aa_.fact_start = meta.dev<int32_t>(o.fact_start);
-    aa_.fact_slots = meta.dev<int32_t>(o.fact_slots);
+    aa_.fact_slots = fact_slots_dev_;
     aa_.cos_table = rope_.cos();
     aa_.sin_table = rope_.sin();
     aa_.interleaved = rope_.interleaved();

@@ -35,6 +35,7 @@
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/meta_upload.h"
+#include "backend/cuda/resident_upload.h"
 #include "backend/cuda/op_profile.h"
 #include "backend/cuda/rope_table.h"
 #include "model/config.h"
@@ -147,7 +148,7 @@ class CudaForwardOps final : public ForwardOps {
   // Offsets in the metadata upload of the attention's arrays; main_rows: the main plan's partial rows.
   struct AttentionOffsets {
     size_t kv_indptr = 0, kv_indices = 0, counts = 0, items = 0, merges = 0, decode_items = 0, decode_merges = 0;
-    size_t fact_indptr = 0, fact_start = 0, fact_slots = 0;
+    size_t fact_indptr = 0, fact_start = 0;
     size_t main_rows = 0;
   };
   void set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o);
@@ -193,6 +194,10 @@ class CudaForwardOps final : public ForwardOps {
   int64_t finished_ = 0, completed_ = 0;  // forwards finish() queued; of them, completed
   InFlight& slot(int64_t n) { return slots_[n % kSlots]; }
   float last_gpu_ms_ = 0.0f, last_idle_ms_ = 0.0f;
+  // The pool slots of facts read in place, kept on the device while they do not change (a decode
+  // step's are its step before's); this forward's copy.
+  ResidentUpload<int32_t> fact_slots_;
+  const int32_t* fact_slots_dev_ = nullptr;
   // The ids the last forward returned, on the device (ForwardBatch::token_src reads them): its
   // rows; -1 when it returned values, or none ran.
   DeviceBuffer fed_ids_;
