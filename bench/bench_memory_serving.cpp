@@ -79,6 +79,7 @@ struct Args {
   int users = 100;
   int max_seqs = 256;
   int throughput_text = 1;
+  bool profile_ttft = false;
   int max_tokens = 32;
   int64_t kv_cache_mb = 16384;
   int64_t pool_mb = 4096;
@@ -107,6 +108,8 @@ int main(int argc, char** argv) {
   app.add_option("--window", a.window, "CWE window");
   app.add_option("--questions", a.questions, "questions per k");
   app.add_option("--users", a.users, "concurrent requests in the throughput run");
+  app.add_flag("--profile-ttft", a.profile_ttft,
+               "CUDA: where one inject question's GPU time goes at each k, by op (eager, an event before each op)");
   app.add_option("--throughput-text", a.throughput_text, "1: the throughput run in text mode too (the default); 0: inject only")
       ->check(CLI::Range(0, 1));
   app.add_option("--max-seqs", a.max_seqs, "requests a step may run at most (the scheduler's max_num_seqs)")
@@ -315,6 +318,27 @@ int main(int argc, char** argv) {
                 injected / qs.size(), mi, mt, mt / mi, median(prep), median(retr), median(resid), median(gpu_ti));
   }
 
+#ifdef INFERSCALE_HAS_CUDA
+  // One inject question again per k, eager with an event before each op: where its GPU time goes.
+  if (a.profile_ttft && gpu != nullptr) {
+    gpu->set_cuda_graphs(false);
+    for (int k : a.ks) {
+      one(qs.front(), k, MemoryMode::kInject, 1, nullptr, nullptr);  // warm: its plans and buffers
+      step_all();
+      gpu->set_op_profile(true);
+      one(qs.front(), k, MemoryMode::kInject, 1, nullptr, nullptr);
+      step_all();
+      std::vector<OpTime> ops = gpu->op_profile();
+      gpu->set_op_profile(false);
+      std::sort(ops.begin(), ops.end(), [](const OpTime& x, const OpTime& y) { return x.ms > y.ms; });
+      double total = 0;
+      for (const OpTime& o : ops) total += o.ms;
+      std::printf("\nk = %d, one inject question eagerly, %.3f ms of GPU by op:\n", k, total);
+      for (const OpTime& o : ops) std::printf("  %-40s %8.3f ms  %5lld calls\n", o.op.c_str(), o.ms, static_cast<long long>(o.calls));
+    }
+    gpu->set_cuda_graphs(true);
+  }
+#endif
   std::printf("\nTTFT inject at k = %d / at k = %d: %.3fx\n", a.ks.back(), a.ks.front(), ttft_inject.back() / ttft_inject.front());
   // The limits a forward has on this card: the weights read once (the weight-read floor), and a
   // step's weights, KV entries and FLOPs at the measured ceilings (the throughput roofline below).
