@@ -237,6 +237,7 @@ class Engine {
   struct Pending {
     Request* req;
     int32_t position;
+    int32_t row;  // the output row of the forward computing it that samples it
   };
   bool schedules_ahead() const;
   std::vector<RequestOutput> step_ahead();
@@ -244,9 +245,9 @@ class Engine {
   std::unique_ptr<Launched> prepare_ahead(std::vector<RequestOutput>& outs, const StepClock& clock, bool launched);
   void start(Launched& f);  // inject, launch; its requests are in flight
   void ended(Launched& f);  // after its wait: its requests are no longer in flight, counted
-  std::vector<Pending> advance_ahead(const SchedulerOutput& plan);
-  void fill_pending(const std::vector<Pending>& pending, const Launched& done, const RowResults& res, Launched* next);
-  void feed_pending(const std::vector<Pending>& pending, const Launched& done, Launched& next);
+  std::vector<Pending> advance_ahead(const Launched& f);
+  void fill_pending(const std::vector<Pending>& pending, const RowResults& res, Launched* next);
+  void feed_pending(const std::vector<Pending>& pending, Launched& next);
   // Removes the requests that are leaving and no longer in flight.
   void remove_left();
   // A finished or aborted request leaves live_ (parked in leaving_ while a forward computes it).

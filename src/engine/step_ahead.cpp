@@ -60,14 +60,14 @@ std::vector<RequestOutput> Engine::step_ahead() {
     // plans and arrivals.
     const bool advanced = !cur->batch.need_logits;
     if (advanced) {
-      pending = advance_ahead(cur->plan);
+      pending = advance_ahead(*cur);
       next = prepare_ahead(outs, StepClock{}, true);
     }
     // Queued behind cur unless something must run between them: an injection (it waits for the
     // pending forwards), or KV read from files beside an earlier forward, written once cur ends.
     const bool queued = next && next->batch.inject.src_slots.empty() && !(memory_ && memory_->has_loads());
     if (queued) {
-      feed_pending(pending, *cur, *next);
+      feed_pending(pending, *next);
       start(*next);
       ++stats_.forwards_queued;
     }
@@ -77,7 +77,7 @@ std::vector<RequestOutput> Engine::step_ahead() {
     if (!queued) write_loads(outs);  // no forward runs now; files read beside cur wait for the next such moment
     if (!advanced) scheduler_.finish_step(cur->plan);
     RowResults res = read_rows(cur->batch, cur->fo, backend_->config().vocab_size, sample_vocab_);
-    fill_pending(pending, *cur, res, next.get());
+    fill_pending(pending, res, queued ? nullptr : next.get());  // a queued batch's ids are fed
     if (queued) {  // the device went on from cur to it: no host time before or inside its launch
       StepClock& c = next->clock;
       c.started = c.launched = c.returned = std::max(c.returned, cur->clock.ended);
@@ -130,33 +130,36 @@ void Engine::ended(Launched& f) {
 }
 
 // finish_step for a forward still computing, and a placeholder for each request it samples a
-// token for that goes on after it (emit() finishes the others: max_tokens, max_model_len).
-std::vector<Engine::Pending> Engine::advance_ahead(const SchedulerOutput& plan) {
-  scheduler_.finish_step(plan);
+// token for that goes on after it (emit() finishes the others: max_tokens, max_model_len), with
+// the output row that samples it (batch.rows: one sampling row a request).
+std::vector<Engine::Pending> Engine::advance_ahead(const Launched& f) {
+  scheduler_.finish_step(f.plan);
+  std::unordered_map<const Request*, int32_t> row_of;
+  const std::vector<OutputRow>& rows = f.batch.rows;
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].sample) row_of.emplace(rows[i].req, static_cast<int32_t>(i));
   std::vector<Pending> pending;
-  for (const ScheduledSeq& s : plan.seqs) {
+  for (const ScheduledSeq& s : f.plan.seqs) {
     Request* r = s.req;
     if (!s.samples || r->leaving || r->is_capture() || r->sampling.max_tokens == 0) continue;
     if (r->num_output_tokens() + 1 >= r->sampling.max_tokens || r->num_tokens() + 1 >= max_model_len_) continue;
-    pending.push_back({r, r->num_tokens()});
+    const auto it = row_of.find(r);
+    IS_CHECK(it != row_of.end(), "request {} samples in a forward with no row for it", r->id);
+    pending.push_back({r, r->num_tokens(), it->second});
     r->tokens.push_back(Request::kPendingToken);
   }
   return pending;
 }
 
-// Each placeholder gets the token `done` sampled for its request, in the request and wherever
-// `next`'s batch reads it (BatchBuilder adds tokens in plan order, positions increasing).
-void Engine::fill_pending(const std::vector<Pending>& pending, const Launched& done, const RowResults& res, Launched* next) {
+// Each placeholder gets the token its row sampled, in the request and, when `next` is not
+// launched yet, wherever next's batch reads it (BatchBuilder adds tokens in plan order).
+void Engine::fill_pending(const std::vector<Pending>& pending, const RowResults& res, Launched* next) {
   if (pending.empty()) return;
-  const std::vector<OutputRow>& rows = done.batch.rows;
-  size_t p = 0;
-  for (size_t i = 0; i < rows.size() && p < pending.size(); ++i) {
-    if (!rows[i].sample || rows[i].req != pending[p].req) continue;
-    IS_CHECK(res.sampled[i] >= 0, "no token sampled for request {}", rows[i].req->id);
-    pending[p].req->tokens[static_cast<size_t>(pending[p].position)] = res.sampled[i];
-    ++p;
+  for (const Pending& p : pending) {
+    const int32_t id = res.sampled[static_cast<size_t>(p.row)];
+    IS_CHECK(id >= 0, "no token sampled for request {}", p.req->id);
+    p.req->tokens[static_cast<size_t>(p.position)] = id;
   }
-  IS_CHECK(p == pending.size(), "{} of {} tokens planned ahead were sampled", p, pending.size());
   if (next == nullptr) return;
   std::vector<int32_t>& ids = next->batch.forward.token_ids;
   size_t t = 0;
@@ -164,14 +167,11 @@ void Engine::fill_pending(const std::vector<Pending>& pending, const Launched& d
     for (const int32_t q : s.positions) ids[t++] = s.req->tokens[static_cast<size_t>(q)];
 }
 
-// A queued forward's placeholder tokens read, on the device, the row `done` samples for their
-// request (its ids output: one row a sampling request, in batch.rows' order).
-void Engine::feed_pending(const std::vector<Pending>& pending, const Launched& done, Launched& next) {
+// A queued forward's placeholder tokens read, on the device, the row that samples them.
+void Engine::feed_pending(const std::vector<Pending>& pending, Launched& next) {
   if (pending.empty()) return;
   std::unordered_map<const Request*, int32_t> row_of;
-  const std::vector<OutputRow>& rows = done.batch.rows;
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (rows[i].sample) row_of.emplace(rows[i].req, static_cast<int32_t>(i));
+  for (const Pending& p : pending) row_of.emplace(p.req, p.row);
   ForwardBatch& fb = next.batch.forward;
   fb.token_src.assign(fb.token_ids.size(), -1);
   size_t t = 0;
@@ -179,7 +179,7 @@ void Engine::feed_pending(const std::vector<Pending>& pending, const Launched& d
     for (const int32_t q : s.positions) {
       if (s.req->tokens[static_cast<size_t>(q)] == Request::kPendingToken) {
         const auto it = row_of.find(s.req);
-        IS_CHECK(it != row_of.end(), "request {} reads a token its last forward does not sample", s.req->id);
+        IS_CHECK(it != row_of.end(), "request {} reads a token no placeholder holds", s.req->id);
         fb.token_src[t] = it->second;
         fb.token_ids[t] = 0;  // a valid id until the device's replaces it
       }

@@ -161,8 +161,8 @@ cuda::StepAttention CudaForwardOps::plan_attention_of(const ForwardBatch& b) {
 
 // One upload of every per-forward array; the block table last (then the fed tokens' rows, which
 // no graph reads), so that for a graph every other offset is the same at any context length (the
-// facts' pool slots stay on the device: ResidentUpload) (the graph workspace is sized for the whole cache).
-// Then the attention arguments that point into it.
+// graph workspace is sized for the whole cache). The facts' pool slots stay on the device
+// (ResidentUpload). Then the attention arguments that point into it.
 void CudaForwardOps::upload_metadata(const ForwardBatch& b, const cuda::StepAttention& attn) {
   const int64_t T = b.num_tokens();
   const int32_t S = b.num_seqs();
