@@ -13,6 +13,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libssl-dev zlib1g-dev
   python3 python3-venv unzip
   postgresql-15 haproxy
+  clang libclang-rt-14-dev libomp-14-dev python3-xxhash
 )
 
 # The client venv: a warning, not a failure, when PyPI cannot be reached (the test then skips).

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
-# Builds and runs every test (ctest). Usage: scripts/test.sh [ctest args...]
-# Reuses ./build as configured (CI configures it with the CUDA backend where nvcc exists); GPU
-# tests (label `cuda`) run only where an NVIDIA GPU is present.
+# Builds and runs every test (ctest). Usage: [SANITIZE=address|thread] scripts/test.sh [ctest args...]
+#   no SANITIZE       ./build, Release (gcc). CI configures it with the CUDA backend where nvcc
+#                     exists; GPU tests (label `cuda`) run only where an NVIDIA GPU is present.
+#   SANITIZE=address  ./build-asan: the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#                     (clang; any report aborts its test; leaks count). CI runs this.
+#   SANITIZE=thread   ./build-tsan: ThreadSanitizer (scripts/sanitize.sh thread picks the tests)
+# Server tests start the `inferscale` binary of the same build, so they run sanitized too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null  # ON even after run.sh turned them off
-cmake --build build -j"$(nproc)"
+dir=$(./scripts/configure.sh "${SANITIZE:-release}")
+cmake --build "$dir" -j"$(nproc)"
 GPU_FILTER=(-LE cuda)
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU_FILTER=(); fi
-ctest --test-dir build --output-on-failure --no-tests=error -j"$(nproc)" "${GPU_FILTER[@]}" "$@"
+if [ -z "${SANITIZE:-}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU_FILTER=(); fi
+# Reports abort the process (a failing test) and name the stack.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp}
+# libgomp is not instrumented for TSan: the join at the end of an OpenMP region is invisible, so
+# every read of a region's results after it would be reported. Under TSan, OpenMP regions run on
+# their calling thread (the code is the same; only its worker threads are not checked).
+if [ "${SANITIZE:-}" = thread ]; then export OMP_NUM_THREADS=1; fi
+ctest --test-dir "$dir" --output-on-failure --no-tests=error -j"$(nproc)" "${GPU_FILTER[@]}" "$@"

@@ -74,8 +74,8 @@ TEST(ApiKeys, BadLinesNameTheFileAndLine) {
       {"k\x01y t\n", "keys.txt:1: a key must be printable ASCII"},
       {"k\xc3\xa9 t\n", "keys.txt:1: a key must be printable ASCII"},
   };
-  for (const auto& [text, needle] : cases)
-    expect_error([&] { parse_api_keys(text, "keys.txt"); }, ErrorKind::kInvalidInput, needle);
+  for (const auto& c : cases)
+    expect_error([&] { parse_api_keys(c.first, "keys.txt"); }, ErrorKind::kInvalidInput, c.second);
 }
 
 TEST(ApiKeys, LookupAndReload) {
