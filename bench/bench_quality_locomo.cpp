@@ -1,6 +1,7 @@
 // How close `inject` comes to `text` on a real model and LoCoMo, exactly, in process: for every
 // non-adversarial question of the chosen conversations, the gold answer is teacher-forced after the
-// prompt the server builds (the engine's memory connector: MemoryService, BM25 retrieval,
+// prompt the server builds (the engine's memory connector: MemoryService, the server's retrieval:
+// cli::make_retriever, BM25 with neighbour expansion, or hybrid with --embedder,
 // LoCoMo's short-answer prompt; the engine scores the answer as prompt logprobs with whole
 // distributions), and over the answer tokens it compares the full next-token distributions of
 //   text k          the k retrieved facts prefilled with the question (the reference p)
@@ -17,7 +18,8 @@
 // config.
 //
 //   bench_quality_locomo --model models/SmolLM2-135M-Instruct.Q4_1.gguf --locomo locomo10.json \
-//       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json]
+//       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json] \
+//       [--embedder models/all-MiniLM-L6-v2]   (hybrid retrieval, the default scripts/run.sh serves)
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -37,9 +39,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/memory_options.h"
 #include "engine/engine.h"
 #include "engine/memory_connector.h"
-#include "memory/retrieval/bm25_retriever.h"
 #include "memory/store/fact_store.h"
 #include "memory/formats/locomo.h"
 #include "memory/memory_service.h"
@@ -141,6 +143,7 @@ struct Args {
   std::string kv_cache_dtype = "native";
   std::string quantization = "none";
   bool reference_native = false;
+  cli::EmbedderArgs embedder;  // the server's retrieval options (--embedder, --retrieval, --retrieval-neighbours)
 };
 
 // KL(P || Q) summed over the answer tokens, and how many tokens' argmax agree.
@@ -157,19 +160,21 @@ std::pair<double, int64_t> kl_and_agreement(const Rows& P, const Rows& Q) {
 }
 
 // A conversation's memory on one engine: its turns in a store of their own (fresh, so the same turns
-// get the same ids), BM25 over them, and every turn encoded at each window into the engine's pool.
+// get the same ids), the server's retriever over them (with an embedder, every turn embedded now), and
+// every turn encoded at each window into the engine's pool.
 struct ConversationMemory {
   std::unique_ptr<FactStore> store;
-  std::unique_ptr<Bm25Retriever> retriever;
+  std::unique_ptr<Retriever> retriever;
   std::unique_ptr<MemoryService> svc;
   std::vector<int64_t> ids;
 };
 ConversationMemory open_memory(const std::filesystem::path& dir, const LocomoConversation& c, const Model& model,
-                               Engine& engine, const std::vector<int>& windows) {
+                               Engine& engine, const std::vector<int>& windows, const cli::EmbedderArgs& emb, bool gpu) {
   ConversationMemory m;
   m.store = FactStore::open(dir);
-  m.retriever = std::make_unique<Bm25Retriever>(*m.store);
+  m.retriever = cli::make_retriever(emb, *m.store, gpu);
   m.ids = m.store->add_turns(kDefaultTenant, c.sample_id, c.sample_id, locomo_turns(c));
+  cli::embed_all_missing(*m.retriever, *m.store);
   m.svc = std::make_unique<MemoryService>(*m.store, *m.retriever, model, engine.backend(), engine.blocks(), MemoryOptions{});
   for (int w : windows) m.svc->encode_facts(kDefaultTenant, c.sample_id, m.ids, w);  // the pool keeps them all
   return m;
@@ -218,6 +223,8 @@ int main(int argc, char** argv) {
                "also score every config on native pool and cache: KL(native || x) per config");
   app.add_option("--prompt", a.prompt, "how the question is asked: memory | locomo")->capture_default_str()
       ->check(CLI::IsMember({"memory", "locomo"}));
+  cli::add_embedder_options(app, a.embedder);
+  cli::add_retrieval_option(app, a.embedder);
   CLI11_PARSE(app, argc, argv);
   spdlog::set_level(spdlog::level::warn);
 
@@ -274,12 +281,12 @@ int main(int argc, char** argv) {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("inferscale-quality-" + std::to_string(::getpid()) + "-" + c->sample_id);
     std::filesystem::remove_all(dir);
-    ConversationMemory mem = open_memory(dir, *c, model, engine, a.ws);
+    ConversationMemory mem = open_memory(dir, *c, model, engine, a.ws, a.embedder, cuda);
     MemoryService& svc = *mem.svc;
     // The native reference: the same turns (so the same ids and retrievals) in its own store and pool.
     ConversationMemory ref;
     if (native) {
-      ref = open_memory(dir / "native", *c, model, *native, a.ws);
+      ref = open_memory(dir / "native", *c, model, *native, a.ws, a.embedder, cuda);
       if (ref.ids != mem.ids) throw std::runtime_error("the reference store numbered the turns differently");
     }
     std::vector<const LocomoQa*> qs;
@@ -376,7 +383,8 @@ int main(int argc, char** argv) {
   if (!a.json.empty()) {
     std::ofstream f(a.json);
     f << nlohmann::json{{"model", model.name}, {"backend", be.name()}, {"convs", a.convs}, {"prompt", kPrompts.at(a.prompt)},
-                        {"configs", table}, {"questions", per_question}}
+                        {"retrieval", a.embedder.retrieval}, {"embedder", a.embedder.model},
+                        {"neighbours", a.embedder.neighbours}, {"configs", table}, {"questions", per_question}}
              .dump(1);
   }
   return 0;

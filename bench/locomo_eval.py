@@ -208,14 +208,17 @@ def import_conversation(client, conv):
 def configs(args):
     out = []
     if "off" in args.modes:
-        out.append({"mode": "off", "k": 0, "w": 0, "recompute": 0})
+        out.append({"mode": "off", "k": 0, "w": 0, "recompute": 0, "recompute_last": 0})
     for k in args.k:
         if "text" in args.modes:
-            out.append({"mode": "text", "k": k, "w": 0, "recompute": 0})
+            out.append({"mode": "text", "k": k, "w": 0, "recompute": 0, "recompute_last": 0})
         if "inject" in args.modes:
+            # --recompute-last fractions of k, rounded down to whole facts, each once.
+            lasts = sorted({int(f * k + 1e-9) for f in args.recompute_last})
             for w in args.w:
                 for r in args.recompute:
-                    out.append({"mode": "inject", "k": k, "w": w, "recompute": r})
+                    for m in lasts:
+                        out.append({"mode": "inject", "k": k, "w": w, "recompute": r, "recompute_last": m})
     return out
 
 
@@ -224,17 +227,21 @@ def config_name(c):
         return "off"
     if c["mode"] == "text":
         return "text k=%d" % c["k"]
-    return "inject k=%d w=%d" % (c["k"], c["w"]) + (" r=%g" % c["recompute"] if c["recompute"] else "")
+    return ("inject k=%d w=%d" % (c["k"], c["w"]) + (" r=%g" % c["recompute"] if c["recompute"] else "")
+            + (" m=%d" % c["recompute_last"] if c.get("recompute_last") else ""))
 
 
 def job_key(conv_id, qi, c):
-    return "%s|%d|%s|%d|%d|%g" % (conv_id, qi, c["mode"], c["k"], c["w"], c["recompute"])
+    key = "%s|%d|%s|%d|%d|%g" % (conv_id, qi, c["mode"], c["k"], c["w"], c["recompute"])
+    return key + ("|m%d" % c["recompute_last"] if c.get("recompute_last") else "")
 
 
 def memory_object(user, question, c):
     m = {"user": user, "mode": c["mode"], "k": c["k"], "w": c["w"], "query": question}
     if c["recompute"]:
         m["recompute"] = c["recompute"]
+    if c.get("recompute_last"):
+        m["recompute_last"] = c["recompute_last"]
     return m
 
 
@@ -252,7 +259,8 @@ def run_job(client, args, model, conv_id, qi, q, c):
            "question": question, "gold": str(q["answer"]), "config": config_name(c), **c, "prediction": pred,
            "f1": score_answer(q["category"], pred, q["answer"]), "latency_s": latency,
            "prompt_tokens": r["usage"]["prompt_tokens"], "fallback": mem.get("fallback"),
-           "facts": [f.get("id") for f in mem.get("facts", [])], "injected_tokens": mem.get("injected_tokens", 0)}
+           "facts": [f.get("id") for f in mem.get("facts", [])], "injected_tokens": mem.get("injected_tokens", 0),
+           "recomputed_tokens": mem.get("recomputed_tokens", 0)}
     if args.nll:
         score = dict(body)
         score["messages"] = messages + [{"role": "assistant", "content": str(q["answer"])}]
@@ -294,19 +302,23 @@ def bootstrap_ci(values, iters=1000, seed=0):
 
 def summarize(rows, args):
     by = collections.OrderedDict()
-    for r in sorted(rows, key=lambda r: (r["mode"] != "off", r["mode"] != "text", r["k"], r["w"], r["recompute"])):
+    for r in sorted(rows, key=lambda r: (r["mode"] != "off", r["mode"] != "text", r["k"], r["w"], r["recompute"],
+                                         r.get("recompute_last", 0))):
         by.setdefault(r["config"], []).append(r)
     table = []
     for name, rs in by.items():
         f1s = [r["f1"] for r in rs]
         row = {"config": name, "mode": rs[0]["mode"], "k": rs[0]["k"], "w": rs[0]["w"], "recompute": rs[0]["recompute"],
-               "questions": len(rs), "f1": sum(f1s) / len(f1s), "f1_ci95": bootstrap_ci(f1s),
+               "recompute_last": rs[0].get("recompute_last", 0), "questions": len(rs), "f1": sum(f1s) / len(f1s), "f1_ci95": bootstrap_ci(f1s),
                "fallbacks": sum(1 for r in rs if r.get("fallback")),
                "latency_p50_s": sorted(r["latency_s"] for r in rs)[len(rs) // 2]}
         for cat, cname in CATEGORIES.items():
             cs = [r["f1"] for r in rs if r["category"] == cat]
             row["f1_" + cname] = sum(cs) / len(cs) if cs else None
             row["n_" + cname] = len(cs)
+        fact_tokens = sum(r.get("injected_tokens", 0) + r.get("recomputed_tokens", 0) for r in rs)
+        if row["mode"] == "inject" and fact_tokens:
+            row["recomputed_fraction"] = sum(r.get("recomputed_tokens", 0) for r in rs) / fact_tokens
         if all("nll_sum" in r for r in rs):
             row["nll_per_token"] = sum(r["nll_sum"] for r in rs) / sum(r["answer_tokens"] for r in rs)
         table.append(row)
@@ -344,7 +356,7 @@ def paired_ratio_ci(pairs, iters=1000, seed=0):
 
 def markdown(table):
     cols = ["config", "questions", "f1", "f1_ci95", "f1_multi-hop", "f1_temporal", "f1_open-domain", "f1_single-hop",
-            "nll_per_token", "f1_vs_text", "f1_vs_text_ci95", "nll_vs_text", "fallbacks"]
+            "nll_per_token", "f1_vs_text", "f1_vs_text_ci95", "nll_vs_text", "recomputed_fraction", "fallbacks"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in table:
         cells = []
@@ -403,6 +415,9 @@ def main():
     ap.add_argument("--w", type=int_list, default=[0, 2, 5])
     ap.add_argument("--recompute", type=lambda s: [float(x) for x in s.split(",")], default=[0.0],
                     help="memory.recompute values for inject (0: none)")
+    ap.add_argument("--recompute-last", type=lambda s: [float(x) for x in s.split(",")], default=[0.0],
+                    help="memory.recompute_last for inject as fractions of k, rounded down to whole facts "
+                         "(0.1: the best-ranked tenth of the facts is computed at serving time)")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=["off", "text", "inject"])
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompt", choices=sorted(PROMPTS), default="memory", help="how the question is asked")

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root: issue 7's real-model work on
 # SmolLM2-135M-Instruct. The bundle comes from scripts/gpu_quality_bundle.sh; files written under
-# /root stay while the machine is warm, so the model travels in two parts over two calls:
+# /root stay while the machine is warm, so the files travel over consecutive calls (each within 30 s):
 #   bash scripts/gpu_quality.sh stash                  carry .gpu/m1: model part 1 -> /root/m
-#   bash scripts/gpu_quality.sh STAGE...               carry .gpu/m2 and .gpu/q (the next call, within 30 s)
+#   bash scripts/gpu_quality.sh stash                  carry .gpu/e and .gpu/q: the sentence encoder
+#                                                      -> /root/e, the bundle -> /root/q
+#   bash scripts/gpu_quality.sh STAGE...               carry .gpu/m2 (and .gpu/q if not stashed)
 # Stages (any order, several per call):
 #   parity   every CUDA parity test (test_cuda), SmolLM2 on the GPU vs the CPU included
-#   kl       bench_quality_locomo: KL(text || inject), top-1, NLL over KL_CONVS (default conv-26), grid k x w
+#   kl       bench_quality_locomo: KL(text || inject), top-1, NLL over KL_CONVS (default conv-26), grid
+#            KL_K x KL_W (and KL_EXTRA arguments), retrieving as f1 does
 #   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
-#   f1       the server on the GPU + bench/locomo_eval.py (F1 and NLL over HTTP) for F1_CONVS, resumable
-#            (results in /root/f1, copied to $OUT), stopped after F1_SECONDS (default 400)
+#   f1       the server on the GPU + bench/locomo_eval.py (F1 and NLL over HTTP) for F1_CONVS, F1_K, F1_W
+#            (and F1_EXTRA arguments), resumable (results in /root/f1, copied to $OUT), stopped after
+#            F1_SECONDS (default 400); with the stashed sentence encoder the server retrieves as
+#            scripts/run.sh's does (hybrid: BM25 + all-MiniLM-L6-v2, encoded on the GPU)
 # Outputs go to $OUT (the folder whose files come back from the GPU host).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,8 +23,12 @@ mkdir -p "$OUT" /root/m
 MODEL=/root/m/SmolLM2-135M-Instruct.Q4_1.gguf
 SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 if [ "${1:-}" = stash ]; then
-  cp .gpu/m1/part1 /root/m/part1 && ls -la /root/m
-  exit $?
+  [ -f .gpu/m1/part1 ] && cp .gpu/m1/part1 /root/m/part1
+  untar() { rm -rf "$2" && mkdir -p "$2" && python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"; }
+  [ -f .gpu/e/minilm.tar.xz ] && untar .gpu/e/minilm.tar.xz /root/e
+  [ -f .gpu/q/bundle.tar.xz ] && untar .gpu/q/bundle.tar.xz /root/q
+  ls -la /root/m /root/e /root/q 2>&1 | head -20
+  exit 0
 fi
 if [ ! -f "$MODEL" ]; then
   [ -f /root/m/part1 ] && [ -f .gpu/m2/part2 ] || { echo "model parts missing (stash first, then carry .gpu/m2)"; exit 1; }
@@ -49,8 +58,10 @@ for stage in "$@"; do
       done
       grep -h -E "SmolLM2|chat [0-9]" "$OUT/test_CudaSmolLM2.log" ;;
     kl)
-      timeout 500 "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
-        --k 5,10,20,50 --w 0,2,5 --kv-cache-mb 8192 --pool-mb 16384 --json "$OUT/kl.json" > "$OUT/kl.md" 2> "$OUT/kl.err"
+      timeout "${KL_SECONDS:-500}" "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
+        --k "${KL_K:-5,10,20,50}" --w "${KL_W:-0,2,5}" ${KL_EXTRA:-} --kv-cache-mb 8192 --pool-mb 16384 \
+        $( [ -d /root/e/all-MiniLM-L6-v2 ] && echo --embedder /root/e/all-MiniLM-L6-v2 ) \
+        --json "$OUT/kl.json" > "$OUT/kl.md" 2> "$OUT/kl.err"
       echo "kl rc=$?"; tail -n 25 "$OUT/kl.md" ;;
     recompute)
       timeout 400 "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
@@ -61,11 +72,12 @@ for stage in "$@"; do
       mkdir -p /root/d /root/f1
       if ! curl -sf localhost:8000/health >/dev/null 2>&1; then
         setsid "$Q/bin/inferscale" serve --device cuda --model "$MODEL" --data-dir /root/d --port 8000 --memory-pool-mb 16384 \
-          --max-pending 512 > /root/serve.log 2>&1 < /dev/null &
+          --max-pending 512 $( [ -d /root/e/all-MiniLM-L6-v2 ] && echo --embedder /root/e/all-MiniLM-L6-v2 ) \
+          > /root/serve.log 2>&1 < /dev/null &
         for _ in $(seq 1 120); do curl -sf localhost:8000/health >/dev/null 2>&1 && break; sleep 0.5; done
       fi
       timeout "${F1_SECONDS:-400}" python3 "$Q/locomo_eval.py" --base-url http://127.0.0.1:8000/v1 --data "$D" \
-        --convs "${F1_CONVS:-conv-26}" --k 5,10,20,50 --w 0,2,5 ${F1_EXTRA:-} --concurrency "${F1_CONCURRENCY:-48}" \
+        --convs "${F1_CONVS:-conv-26}" --k "${F1_K:-5,10,20,50}" --w "${F1_W:-0,2,5}" ${F1_EXTRA:-} --concurrency "${F1_CONCURRENCY:-48}" \
         --out /root/f1 > "$OUT/f1.md" 2> "$OUT/f1.err"
       echo "f1 rc=$?"; tail -c 3000 "$OUT/f1.err" | tr '\r' '\n' | tail -n 5; cat "$OUT/f1.md"
       cp /root/f1/summary.json /root/f1/predictions.jsonl "$OUT/" 2>/dev/null

@@ -13,8 +13,10 @@ MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" \
       -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
 cmake --build "$BUILD" -j"${JOBS:-2}" --target test_cuda inferscale bench_quality_locomo
-rm -rf .gpu/m1 .gpu/m2 .gpu/q
-mkdir -p .gpu/m1 .gpu/m2 .gpu/q
+rm -rf .gpu/m1 .gpu/m2 .gpu/q .gpu/e
+mkdir -p .gpu/m1 .gpu/m2 .gpu/q .gpu/e
+# The sentence encoder of hybrid retrieval (scripts/fetch_models.sh), when fetched.
+[ -d models/all-MiniLM-L6-v2 ] && tar -C models -cJf .gpu/e/minilm.tar.xz all-MiniLM-L6-v2
 head -c 56000000 "$MODEL" > .gpu/m1/part1
 tail -c +56000001 "$MODEL" > .gpu/m2/part2
 S=$(mktemp -d)
@@ -32,4 +34,4 @@ mkdir -p "$S/whl"
 .venv/bin/pip download -q --no-deps -d "$S/whl" nltk==3.10.4 defusedxml
 tar -C "$S" -cJf .gpu/q/bundle.tar.xz .
 rm -rf "$S"
-du -sh .gpu/m1 .gpu/m2 .gpu/q
+du -sh .gpu/m1 .gpu/m2 .gpu/q .gpu/e
