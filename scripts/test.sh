@@ -10,7 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 dir=$(./scripts/configure.sh "${SANITIZE:-release}")
+t0=$(date +%s)
 cmake --build "$dir" -j"$(nproc)"
+echo "test.sh: $dir built in $(( $(date +%s) - t0 )) s"
 GPU_FILTER=(-LE cuda)
 if [ -z "${SANITIZE:-}" ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then GPU_FILTER=(); fi
 # Reports abort the process (a failing test) and name the stack.
