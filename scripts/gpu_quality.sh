@@ -22,11 +22,13 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /root/m
 MODEL=/root/m/SmolLM2-135M-Instruct.Q4_1.gguf
 SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+Q=/root/q
+# untar ARCHIVE DIR: DIR holds the archive's files alone (Python's tarfile: xz may be missing here).
+untar() { rm -rf "$2" && mkdir -p "$2" && python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"; }
 if [ "${1:-}" = stash ]; then
   [ -f .gpu/m1/part1 ] && cp .gpu/m1/part1 /root/m/part1
-  untar() { rm -rf "$2" && mkdir -p "$2" && python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"; }
   [ -f .gpu/e/minilm.tar.xz ] && untar .gpu/e/minilm.tar.xz /root/e
-  [ -f .gpu/q/bundle.tar.xz ] && untar .gpu/q/bundle.tar.xz /root/q
+  [ -f .gpu/q/bundle.tar.xz ] && untar .gpu/q/bundle.tar.xz "$Q"
   ls -la /root/m /root/e /root/q 2>&1 | head -20
   exit 0
 fi
@@ -35,10 +37,10 @@ if [ ! -f "$MODEL" ]; then
   cat /root/m/part1 .gpu/m2/part2 > "$MODEL"
 fi
 echo "$SHA  $MODEL" | sha256sum -c - || { rm -f "$MODEL"; exit 1; }
-Q=/root/q
-if [ -f .gpu/q/bundle.tar.xz ]; then
-  rm -rf "$Q" && mkdir -p "$Q" && python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .gpu/q/bundle.tar.xz "$Q"
-fi
+[ -f .gpu/q/bundle.tar.xz ] && untar .gpu/q/bundle.tar.xz "$Q"
+# Retrieval as scripts/run.sh serves it (hybrid) when the sentence encoder was stashed, else BM25.
+EMBEDDER=()
+[ -d /root/e/all-MiniLM-L6-v2 ] && EMBEDDER=(--embedder /root/e/all-MiniLM-L6-v2)
 [ -x "$Q/bin/inferscale" ] || { echo "no bundle in $Q (carry .gpu/q)"; exit 1; }
 python3 -m pip install -q --no-index --no-deps --no-compile --target /root/site "$Q"/whl/*.whl 2>/dev/null
 export PYTHONPATH=/root/site PYTHONUNBUFFERED=1
@@ -60,8 +62,7 @@ for stage in "$@"; do
     kl)
       timeout "${KL_SECONDS:-500}" "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
         --k "${KL_K:-5,10,20,50}" --w "${KL_W:-0,2,5}" ${KL_EXTRA:-} --kv-cache-mb 8192 --pool-mb 16384 \
-        $( [ -d /root/e/all-MiniLM-L6-v2 ] && echo --embedder /root/e/all-MiniLM-L6-v2 ) \
-        --json "$OUT/kl.json" > "$OUT/kl.md" 2> "$OUT/kl.err"
+        "${EMBEDDER[@]}" --json "$OUT/kl.json" > "$OUT/kl.md" 2> "$OUT/kl.err"
       echo "kl rc=$?"; tail -n 25 "$OUT/kl.md" ;;
     recompute)
       timeout 400 "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
@@ -72,8 +73,7 @@ for stage in "$@"; do
       mkdir -p /root/d /root/f1
       if ! curl -sf localhost:8000/health >/dev/null 2>&1; then
         setsid "$Q/bin/inferscale" serve --device cuda --model "$MODEL" --data-dir /root/d --port 8000 --memory-pool-mb 16384 \
-          --max-pending 512 $( [ -d /root/e/all-MiniLM-L6-v2 ] && echo --embedder /root/e/all-MiniLM-L6-v2 ) \
-          > /root/serve.log 2>&1 < /dev/null &
+          --max-pending 512 "${EMBEDDER[@]}" > /root/serve.log 2>&1 < /dev/null &
         for _ in $(seq 1 120); do curl -sf localhost:8000/health >/dev/null 2>&1 && break; sleep 0.5; done
       fi
       timeout "${F1_SECONDS:-400}" python3 "$Q/locomo_eval.py" --base-url http://127.0.0.1:8000/v1 --data "$D" \

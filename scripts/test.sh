@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test (ctest). Usage: [SANITIZE=address|thread] scripts/test.sh [ctest args...]
-#   no SANITIZE       ./build, Release (gcc). CI configures it with the CUDA backend where nvcc
-#                     exists; GPU tests (label `cuda`) run only where an NVIDIA GPU is present.
+#   no SANITIZE       ./build, Release (gcc); a folder configured with the CUDA backend keeps it,
+#                     and its GPU tests (label `cuda`) run only where an NVIDIA GPU is present.
 #   SANITIZE=address  ./build-asan: the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #                     (clang; any report aborts its test; leaks count). CI runs this.
 #   SANITIZE=thread   ./build-tsan: ThreadSanitizer (scripts/sanitize.sh thread picks the tests)
