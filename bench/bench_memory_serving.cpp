@@ -80,6 +80,7 @@ struct Args {
   int max_seqs = 256;
   int throughput_text = 1;
   bool profile_ttft = false;
+  std::vector<double> recompute_attention;  // TTFT at the largest k with these memory.recompute_attention
   int max_tokens = 32;
   int64_t kv_cache_mb = 16384;
   int64_t pool_mb = 4096;
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
   app.add_option("--k", a.ks, "facts per request")->delimiter(',');
   app.add_option("--window", a.window, "CWE window");
   app.add_option("--questions", a.questions, "questions per k");
+  app.add_option("--recompute-attention", a.recompute_attention,
+                 "TTFT of inject at the largest k with these memory.recompute_attention fractions (a probe pass, then "
+                 "that share of the facts' tokens recomputed)")
+      ->delimiter(',')->check(CLI::Range(0.0, 1.0));
   app.add_option("--users", a.users, "concurrent requests in the throughput run");
   app.add_flag("--profile-ttft", a.profile_ttft,
                "CUDA: where one inject question's GPU time goes at each k, by op (eager, an event before each op)");
@@ -232,11 +237,12 @@ int main(int argc, char** argv) {
   // own: no request is served from another's prefix-cache blocks (the runs below repeat prompts).
   uint64_t salt = 0;
   auto one = [&](const std::string& question, int k, MemoryMode mode, int max_tokens, double* prepare_ms,
-                 std::shared_ptr<RequestMemory>* keep) {
+                 std::shared_ptr<RequestMemory>* keep, double recompute_attention = -1) {
     MemoryRequest r;
     r.user = c.sample_id;
     r.k = k;
     r.mode = mode;
+    r.recompute_attention = recompute_attention;
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = max_tokens;
@@ -316,6 +322,33 @@ int main(int argc, char** argv) {
     ttft_inject.push_back(mi);
     std::printf("| %d | %.0f | %.0f | %.2f | %.2f | %.2fx | %.2f | %.2f | %.2f | %.2f |\n", k, prompt / qs.size(),
                 injected / qs.size(), mi, mt, mt / mi, median(prep), median(retr), median(resid), median(gpu_ti));
+  }
+
+  // 2b. TTFT of inject at the largest k with the attention selector: its probe pass (the prompt
+  // with every fact injected, computed to measure the question's attention), then the chosen
+  // share of the facts' tokens recomputed with the question; "probe + recompute" is the cost over
+  // none (0).
+  if (!a.recompute_attention.empty()) {
+    const int k = a.ks.back();
+    std::printf("\n| k | memory.recompute_attention | recomputed / fact tokens | TTFT inject (ms) | over none (ms) | inject: GPU (ms) |\n");
+    std::printf("|---|---|---|---|---|---|\n");
+    double none = 0;
+    for (const double f : a.recompute_attention) {
+      std::vector<double> t_all, gpu_all;
+      double recomputed = 0, facts = 0;
+      for (const auto& q : qs) {
+        std::shared_ptr<RequestMemory> t;
+        const auto t0 = one(q, k, MemoryMode::kInject, 1, nullptr, &t, f);
+        gpu_all.push_back(step_all());
+        t_all.push_back(ms(t0, Clock::now()));
+        recomputed += t->served.recomputed;
+        facts += t->served.injected ? t->served.injected->end - t->served.injected->start : 0;
+      }
+      const double mt = median(t_all);
+      if (f == 0) none = mt;
+      std::printf("| %d | %.2f | %.1f%% | %.2f | %s | %.2f |\n", k, f, facts > 0 ? 100 * recomputed / facts : 0.0, mt,
+                  f > 0 && none > 0 ? fmt::format("{:+.2f}", mt - none).c_str() : "", median(gpu_all));
+    }
   }
 
 #ifdef INFERSCALE_HAS_CUDA

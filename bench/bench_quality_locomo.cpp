@@ -6,8 +6,9 @@
 // distributions), and over the answer tokens it compares the full next-token distributions of
 //   text k          the k retrieved facts prefilled with the question (the reference p)
 //   inject k w r    the same tokens, the facts' KV encoded after w preceding turns and injected,
-//                   the first r tokens of each fact recomputed (memory.recompute) and the last m
-//                   facts recomputed whole (memory.recompute_last)
+//                   the first r tokens of each fact recomputed (memory.recompute), the last m
+//                   facts recomputed whole (memory.recompute_last) and the fraction a of the facts'
+//                   tokens the question attends to most (memory.recompute_attention)
 //   off             no facts
 // Prints, per configuration, mean KL(text || x) per answer token, top-1 agreement with text, and
 // the gold answer's mean negative log-likelihood per token, as a markdown table; --json writes
@@ -121,10 +122,12 @@ Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const st
 struct Config {
   MemoryMode mode;
   int32_t k = 0, w = 0, r = 0, m = 0;
+  double att = 0;  // memory.recompute_attention
   std::string name() const {
     if (mode == MemoryMode::kOff) return "off";
     if (mode == MemoryMode::kText) return fmt::format("text k={}", k);
-    return fmt::format("inject k={} w={}{}{}", k, w, r ? fmt::format(" r={}", r) : "", m ? fmt::format(" m={}", m) : "");
+    return fmt::format("inject k={} w={}{}{}{}", k, w, r ? fmt::format(" r={}", r) : "", m ? fmt::format(" m={}", m) : "",
+                       att > 0 ? fmt::format(" a={:g}", att) : "");
   }
 };
 
@@ -137,6 +140,7 @@ struct Acc {
 struct Args {
   std::string model, device = "cpu", locomo, convs = "conv-26", json, prompt = "memory";
   std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0}, ms{0};
+  std::vector<double> atts{0};
   int max_questions = 0;
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
   std::string memory_kv_dtype = "native";
@@ -206,6 +210,9 @@ int main(int argc, char** argv) {
   app.add_option("--w", a.ws, "CWE windows")->delimiter(',');
   app.add_option("--recompute", a.rs, "memory.recompute values (first r tokens of each fact)")->delimiter(',');
   app.add_option("--recompute-last", a.ms, "memory.recompute_last values (the last m facts whole)")->delimiter(',');
+  app.add_option("--recompute-attention", a.atts,
+                 "memory.recompute_attention values (the fraction of fact tokens the question attends to most)")
+      ->delimiter(',')->check(CLI::Range(0.0, 1.0));
   app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app.add_option("--kv-cache-mb", a.kv_cache_mb, "paged KV cache")->capture_default_str();
   app.add_option("--pool-mb", a.pool_mb, "memory pool")->capture_default_str();
@@ -271,7 +278,8 @@ int main(int argc, char** argv) {
     configs.push_back({MemoryMode::kText, k});
     for (int w : a.ws)
       for (int r : a.rs)
-        for (int m : a.ms) configs.push_back({MemoryMode::kInject, k, w, r, m});
+        for (int m : a.ms)
+          for (double att : a.atts) configs.push_back({MemoryMode::kInject, k, w, r, m, att});
   }
   std::map<std::string, Acc> acc;
   nlohmann::json per_question = nlohmann::json::array();
@@ -310,6 +318,7 @@ int main(int argc, char** argv) {
         mr.window = cf.w;
         mr.recompute = cf.r;
         mr.recompute_last = cf.m;
+        mr.recompute_attention = cf.att;
         mr.query = q->question;
         MemoryPrompt p;
         Rows rows = score(engine, svc, mr, msgs, gold, p);
@@ -371,6 +380,7 @@ int main(int argc, char** argv) {
                 cf.mode == MemoryMode::kInject ? fmt::format("{:.1f}%", 100 * frac).c_str() : "",
                 native ? fmt::format(" {:.5f} | {:.1f}% |", kl_native, 100 * agree_native).c_str() : "");
     table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w}, {"recompute", cf.r}, {"recompute_last", cf.m},
+                     {"recompute_attention", cf.att},
                      {"questions", x.questions}, {"answer_tokens", x.tokens},
                      {"kl_per_token", has_kl ? nlohmann::json(kl) : nlohmann::json(nullptr)},
                      {"top1_agreement", has_kl ? nlohmann::json(agree) : nlohmann::json(nullptr)},

@@ -218,7 +218,9 @@ def configs(args):
             for w in args.w:
                 for r in args.recompute:
                     for m in lasts:
-                        out.append({"mode": "inject", "k": k, "w": w, "recompute": r, "recompute_last": m})
+                        for a in args.recompute_attention:
+                            out.append({"mode": "inject", "k": k, "w": w, "recompute": r, "recompute_last": m,
+                                        "recompute_attention": a})
     return out
 
 
@@ -228,12 +230,14 @@ def config_name(c):
     if c["mode"] == "text":
         return "text k=%d" % c["k"]
     return ("inject k=%d w=%d" % (c["k"], c["w"]) + (" r=%g" % c["recompute"] if c["recompute"] else "")
-            + (" m=%d" % c["recompute_last"] if c.get("recompute_last") else ""))
+            + (" m=%d" % c["recompute_last"] if c.get("recompute_last") else "")
+            + (" a=%g" % c["recompute_attention"] if c.get("recompute_attention") else ""))
 
 
 def job_key(conv_id, qi, c):
     key = "%s|%d|%s|%d|%d|%g" % (conv_id, qi, c["mode"], c["k"], c["w"], c["recompute"])
-    return key + ("|m%d" % c["recompute_last"] if c.get("recompute_last") else "")
+    key += "|m%d" % c["recompute_last"] if c.get("recompute_last") else ""
+    return key + ("|a%g" % c["recompute_attention"] if c.get("recompute_attention") else "")
 
 
 def memory_object(user, question, c):
@@ -242,6 +246,8 @@ def memory_object(user, question, c):
         m["recompute"] = c["recompute"]
     if c.get("recompute_last"):
         m["recompute_last"] = c["recompute_last"]
+    if c.get("recompute_attention"):
+        m["recompute_attention"] = c["recompute_attention"]
     return m
 
 
@@ -303,13 +309,14 @@ def bootstrap_ci(values, iters=1000, seed=0):
 def summarize(rows, args):
     by = collections.OrderedDict()
     for r in sorted(rows, key=lambda r: (r["mode"] != "off", r["mode"] != "text", r["k"], r["w"], r["recompute"],
-                                         r.get("recompute_last", 0))):
+                                         r.get("recompute_last", 0), r.get("recompute_attention", 0))):
         by.setdefault(r["config"], []).append(r)
     table = []
     for name, rs in by.items():
         f1s = [r["f1"] for r in rs]
         row = {"config": name, "mode": rs[0]["mode"], "k": rs[0]["k"], "w": rs[0]["w"], "recompute": rs[0]["recompute"],
-               "recompute_last": rs[0].get("recompute_last", 0), "questions": len(rs), "f1": sum(f1s) / len(f1s), "f1_ci95": bootstrap_ci(f1s),
+               "recompute_last": rs[0].get("recompute_last", 0),
+               "recompute_attention": rs[0].get("recompute_attention", 0), "questions": len(rs), "f1": sum(f1s) / len(f1s), "f1_ci95": bootstrap_ci(f1s),
                "fallbacks": sum(1 for r in rs if r.get("fallback")),
                "latency_p50_s": sorted(r["latency_s"] for r in rs)[len(rs) // 2]}
         for cat, cname in CATEGORIES.items():
@@ -418,6 +425,8 @@ def main():
     ap.add_argument("--recompute-last", type=lambda s: [float(x) for x in s.split(",")], default=[0.0],
                     help="memory.recompute_last for inject as fractions of k, rounded down to whole facts "
                          "(0.1: the best-ranked tenth of the facts is computed at serving time)")
+    ap.add_argument("--recompute-attention", type=lambda s: [float(x) for x in s.split(",")], default=[0.0],
+                    help="memory.recompute_attention for inject: the fraction of fact tokens the question attends to most")
     ap.add_argument("--modes", type=lambda s: s.split(","), default=["off", "text", "inject"])
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompt", choices=sorted(PROMPTS), default="memory", help="how the question is asked")

@@ -11,6 +11,8 @@
 #   kl       bench_quality_locomo: KL(text || inject), top-1, NLL over KL_CONVS (default conv-26), grid
 #            KL_K x KL_W (and KL_EXTRA arguments), retrieving as f1 does
 #   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
+#   ttft     bench_memory_serving at Llama-3.1-8B shapes (random weights), k = 50: TTFT of inject with
+#            memory.recompute_attention 0, 0.05, 0.1, 0.15, 0.2 (the probe pass and the recompute)
 #   f1       the server on the GPU + bench/locomo_eval.py (F1 and NLL over HTTP) for F1_CONVS, F1_K, F1_W
 #            (and F1_EXTRA arguments), resumable (results in /root/f1, copied to $OUT), stopped after
 #            F1_SECONDS (default 400); with the stashed sentence encoder the server retrieves as
@@ -69,6 +71,11 @@ for stage in "$@"; do
         --k 10,20 --w 0,2 --recompute 0,1,2,4,8 --recompute-last 0,1,2,3 --kv-cache-mb 8192 --pool-mb 16384 \
         --json "$OUT/recompute.json" > "$OUT/recompute.md" 2> "$OUT/recompute.err"
       echo "recompute rc=$?"; tail -n 50 "$OUT/recompute.md" ;;
+    ttft)
+      timeout "${TTFT_SECONDS:-300}" "$Q/bin/bench_memory_serving" --device cuda --config "$Q/Llama-3.1-8B.json" \
+        --tokenizer "$Q/tokenizer.model.v3" --locomo "$D" --k 50 --questions "${TTFT_QUESTIONS:-20}" --users 4 --max-tokens 4 \
+        --recompute-attention 0,0.05,0.1,0.15,0.2 --kv-cache-mb 16384 > "$OUT/ttft.md" 2> "$OUT/ttft.err"
+      echo "ttft rc=$?"; cat "$OUT/ttft.md" ;;
     f1)
       mkdir -p /root/d /root/f1
       if ! curl -sf localhost:8000/health >/dev/null 2>&1; then

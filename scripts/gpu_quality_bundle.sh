@@ -12,7 +12,7 @@ MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$MODEL" ] || { echo "no $MODEL (scripts/fetch_models.sh)"; exit 1; }
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_CUDA_COMPILER="${NVCC:-/usr/local/cuda/bin/nvcc}" \
       -DINFERSCALE_TESTS=ON -DINFERSCALE_BENCH=ON >/dev/null
-cmake --build "$BUILD" -j"${JOBS:-2}" --target test_cuda inferscale bench_quality_locomo
+cmake --build "$BUILD" -j"${JOBS:-2}" --target test_cuda inferscale bench_quality_locomo bench_memory_serving
 rm -rf .gpu/m1 .gpu/m2 .gpu/q .gpu/e
 mkdir -p .gpu/m1 .gpu/m2 .gpu/q .gpu/e
 # The sentence encoder of hybrid retrieval (scripts/fetch_models.sh), when fetched.
@@ -21,15 +21,19 @@ head -c 56000000 "$MODEL" > .gpu/m1/part1
 tail -c +56000001 "$MODEL" > .gpu/m2/part2
 S=$(mktemp -d)
 mkdir -p "$S/bin"
-for b in "$BUILD/inferscale" "$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_quality_locomo"; do strip -o "$S/bin/$(basename "$b")" "$b"; done
+for b in "$BUILD/inferscale" "$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_quality_locomo" "$BUILD/bench/bench_memory_serving"; do
+  strip -o "$S/bin/$(basename "$b")" "$b"
+done
 # The libraries the GPU machine has, or that come from its driver/toolkit, stay behind (as gpu_bundle.sh).
 SKIP='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libcudart|libsqlite3|libpcre2-8|libxxhash|libzstd|libopenblas|libgfortran|libquadmath|libgomp)'
-for b in "$S"/bin/inferscale "$S"/bin/test_cuda "$S"/bin/bench_quality_locomo; do
+for b in "$S"/bin/inferscale "$S"/bin/test_cuda "$S"/bin/bench_quality_locomo "$S"/bin/bench_memory_serving; do
   ldd "$b" | awk '/=> \// {print $1, $3}' | while read -r name path; do
     if ! [[ "$name" =~ $SKIP ]] && [ ! -e "$S/bin/$name" ]; then cp -L "$path" "$S/bin/$name"; fi
   done
 done
 cp ../shared/data/locomo/locomo10.json bench/locomo_eval.py "$S/"
+# The ttft stage's model shape and tokenizer (random weights: only the shapes and token counts matter).
+cp ../shared/data/configs/Llama-3.1-8B.json ../shared/data/tokenizers/mistral-v3/tokenizer.model.v3 "$S/"
 mkdir -p "$S/whl"
 .venv/bin/pip download -q --no-deps -d "$S/whl" nltk==3.10.4 defusedxml
 tar -C "$S" -cJf .gpu/q/bundle.tar.xz .

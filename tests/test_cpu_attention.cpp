@@ -109,3 +109,61 @@ TEST(CpuAttention, MatchesTheDefinitionAtOddShapes) {
     EXPECT_LT(check(shifted, 4, p), 2e-5);
   }
 }
+
+// cpu::attention_mass (the probe's weights, memory/compose/recompute.h) against paged_attention
+// itself: with each entry's value the one-hot vector of its index (head_dim >= entries), a head's
+// attention output is its weight vector, so the weights summed over heads are the mass. Odd
+// shapes: GQA 3, block size 5, a chunk that skips a range, kv_start > 0, keys [7, 19).
+TEST(CpuAttention, ProbeMassIsTheAttentionWeights) {
+  const int32_t NH = 6, NKV = 2, D = 40, bs = 5;
+  std::vector<int32_t> positions{2, 3, 4, 21, 22, 23, 29};  // one sequence: 5..20 skipped
+  const int32_t kv_start = 2, T = static_cast<int32_t>(positions.size()), L = 30;
+  std::vector<int32_t> blocks{5, 0, 3, 1, 4, 2};  // entries 0..29 over scattered blocks
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t row = static_cast<int64_t>(NKV) * D;
+  std::vector<float> kc(static_cast<size_t>(6 * bs * row)), vc(kc.size(), 0.0f), q(static_cast<size_t>(T * NH * D));
+  for (auto& x : kc) x = nd(rng);
+  for (auto& x : q) x = 2.0f * nd(rng);
+  for (int32_t j = 0; j < L; ++j)
+    for (int32_t g = 0; g < NKV; ++g) {
+      const int64_t slot = static_cast<int64_t>(blocks[j / bs]) * bs + j % bs;
+      vc[static_cast<size_t>(slot * row + g * D + j)] = 1.0f;
+    }
+  std::vector<float> out(q.size(), NAN);
+  const std::vector<int32_t> q_indptr{0, T}, kv_indptr{0, 6};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  cpu::PagedAttentionArgs a{q.data(), kc.data(), vc.data(), out.data(), positions.data(), q_indptr.data(), kv_indptr.data(),
+                            blocks.data(), &kv_start, 1, NH, NKV, D, bs, scale};
+  cpu::paged_attention(a);
+  // Rows from token 3 (position 21) on, keys [7, 19).
+  const int32_t first = 3, kb = 7, ke = 19, rows = T - first;
+  cpu::AttentionMassArgs m;
+  m.q = q.data() + first * NH * D;
+  m.cache = {kc.data(), vc.data()};
+  m.positions = positions.data() + first;
+  m.blocks = blocks.data();
+  m.s.kv_start = kv_start;
+  m.s.rows = rows;
+  m.s.num_heads = NH;
+  m.s.num_kv_heads = NKV;
+  m.s.head_dim = D;
+  m.s.block_size = bs;
+  m.s.key_begin = kb;
+  m.s.key_end = ke;
+  m.s.scale = scale;
+  std::vector<float> mass(static_cast<size_t>(rows * (ke - kb)), 0.5f);  // added to
+  cpu::attention_mass(m, mass.data());
+  double worst = 0, total = 0;
+  for (int32_t r = 0; r < rows; ++r)
+    for (int32_t j = kb; j < ke; ++j) {
+      double want = 0.5;
+      for (int32_t h = 0; h < NH; ++h) want += out[static_cast<size_t>(((first + r) * NH + h) * D + j)];
+      const double got = mass[static_cast<size_t>(r * (ke - kb) + j - kb)];
+      worst = std::max(worst, std::fabs(got - want));
+      total += got - 0.5;
+    }
+  EXPECT_LT(worst, 1e-5);
+  EXPECT_GT(total, 0.05);  // the range holds a real share of the weights
+  EXPECT_LT(total, rows * NH);
+}

@@ -10,12 +10,14 @@
 #include <memory>
 #include <set>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "backend/backend.h"
 #include "engine/engine.h"
 #include "memory/retrieval/bm25_retriever.h"
 #include "memory/kv/fact_encoder.h"
+#include "memory/compose/recompute.h"
 #include "memory/memory_service.h"
 #include "model/model.h"
 #include "tokenizer/byte_tokenizer.h"
@@ -64,18 +66,23 @@ struct Stack {
   std::unique_ptr<MemoryService> service;
 };
 
-// The stack's engine and service again, the engine stepping at most `budget` tokens.
-void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}, SchedulerOptions so = {}, int64_t cache_blocks = 512) {
+// The stack's engine (with `eo`) and service again.
+void with_engine(Stack& s, const EngineOptions& eo, MemoryOptions mo = {}, int64_t cache_blocks = 512) {
   s.service.reset();
-  EngineOptions eo;
-  eo.scheduler = so;
-  eo.scheduler.max_num_batched_tokens = budget;
   BackendOptions bo;
   bo.num_cache_blocks = cache_blocks;
   bo.num_pool_blocks = 256;
   s.engine = std::make_unique<Engine>(make_cpu_backend(demo().config, demo().weights, bo), demo().tokenizer, eo);
   s.service = std::make_unique<MemoryService>(*s.store, *s.retriever, demo(), s.engine->backend(), s.engine->blocks(), mo);
   s.engine->set_memory(s.service.get());
+}
+
+// The stack's engine and service again, the engine stepping at most `budget` tokens.
+void with_budget(Stack& s, int32_t budget, MemoryOptions mo = {}, SchedulerOptions so = {}, int64_t cache_blocks = 512) {
+  EngineOptions eo;
+  eo.scheduler = so;
+  eo.scheduler.max_num_batched_tokens = budget;
+  with_engine(s, eo, std::move(mo), cache_blocks);
 }
 
 std::vector<int64_t> add_alice(FactStore& s) {
@@ -906,6 +913,9 @@ TEST(MemoryService, ValuesPastTheLimitsAreRefused) {
   r = req(MemoryMode::kInject, 3);
   r.recompute_last = MemoryRequest::kMaxRecomputeLast + 1;
   refused(r, "memory.recompute_last");
+  r = req(MemoryMode::kInject, 3);
+  r.recompute_attention = 1.01;
+  refused(r, "memory.recompute_attention");
   r = req(MemoryMode::kInject, MemoryRequest::kMaxK, MemoryRequest::kMaxWindow);
   r.recompute = MemoryRequest::kMaxRecompute;
   r.recompute_last = MemoryRequest::kMaxRecomputeLast;
@@ -1671,6 +1681,93 @@ TEST(MemoryService, RecomputeChunkedAndPreemptedEqualOneShot) {
   for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i].new_tokens, alone[i]) << "preempted " << i;
   for (const auto& p : ps) small.service->release(p);
   EXPECT_EQ(small.engine->blocks().num_free(), small.engine->blocks().num_blocks());
+}
+
+// The selectors of recompute.h: first r and last m by fact, then the attention selector's budget
+// over the tokens still injected, heaviest first, the earlier on equal weight.
+TEST(RecomputeSelect, FirstLastAndAttention) {
+  std::vector<uint8_t> mask = fact_recompute_mask({0, 3, 5, 9}, 1, 1);
+  EXPECT_EQ(mask, (std::vector<uint8_t>{1, 0, 0, 1, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(fact_recompute_mask({0, 3, 5}, 0, 0), std::vector<uint8_t>(5, 0));
+  EXPECT_EQ(fact_recompute_mask({0, 3, 5}, 9, 0), std::vector<uint8_t>(5, 1));
+  const std::vector<float> mass{0.9f, 0.1f, 0.5f, 0.0f, 0.2f, 0.7f, 0.3f, 0.3f, 0.3f};
+  // floor(0.34 * 9) = 3 among tokens 1, 2, 4: all three.
+  std::vector<uint8_t> m = mask;
+  EXPECT_EQ(add_attention_choice(m, mass, 0.34), 3);
+  EXPECT_EQ(m, std::vector<uint8_t>(9, 1));
+  std::vector<uint8_t> none(9, 0);
+  EXPECT_EQ(add_attention_choice(none, mass, 0.45), 4);  // 0.9, 0.7, 0.5, then 0.3 at index 6
+  EXPECT_EQ(none, (std::vector<uint8_t>{1, 0, 1, 0, 0, 1, 1, 0, 0}));
+  std::vector<uint8_t> zero(9, 0);
+  EXPECT_EQ(add_attention_choice(zero, mass, 0.0), 0);
+  EXPECT_EQ(zero, std::vector<uint8_t>(9, 0));
+}
+
+// memory.recompute_attention: a probe pass measures the question's attention on each injected
+// token, and the heaviest fraction of them is recomputed. Every token recomputed is exactly text
+// mode; a part recomputes floor(fraction * span) tokens, the probe's heaviest, and serves the same
+// answer as that mask given directly.
+TEST(MemoryService, AttentionRecomputeOfEveryTokenIsTextMode) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryRequest all = req(MemoryMode::kInject, 3, 2);
+  all.recompute_attention = 1.0;
+  const MemoryRun got = run_with_memory(s, all, 12);
+  ASSERT_TRUE(got.prompt.injected.has_value());
+  const InjectedSpan& span = *got.prompt.injected;
+  EXPECT_EQ(got.prompt.recomputed, span.end - span.start);
+  EXPECT_EQ(span.num_injected(), 0);
+  EXPECT_EQ(s.engine->stats().probes, 1);
+  const MemoryRun text = run_with_memory(s, req(MemoryMode::kText, 3, 2), 12);
+  EXPECT_EQ(got.prompt.tokens, text.prompt.tokens);
+  EXPECT_EQ(got.tokens, text.tokens);
+}
+
+TEST(MemoryService, AttentionRecomputeTakesTheProbesHeaviestTokens) {
+  TempDir dir;
+  Stack s(dir.path());
+  add_alice(*s.store);
+  MemoryRequest part = req(MemoryMode::kInject, 4, 2);
+  part.recompute_attention = 0.2;
+  const MemoryRun got = run_with_memory(s, part, 12);
+  ASSERT_TRUE(got.prompt.injected.has_value() && got.memory->probe);
+  const InjectedSpan& span = *got.prompt.injected;
+  const int32_t n = span.end - span.start;
+  EXPECT_EQ(got.prompt.recomputed, n / 5);
+  const std::vector<float>& mass = got.memory->probe->mass;
+  ASSERT_EQ(static_cast<int32_t>(mass.size()), n);
+  // Weights: each probed row spreads, per layer and head, at most 1 over the span.
+  const int64_t rows = static_cast<int64_t>(got.prompt.tokens.size()) - span.end;
+  const double total = std::accumulate(mass.begin(), mass.end(), 0.0);
+  EXPECT_GT(total, 0.0);
+  EXPECT_LT(total, static_cast<double>(rows * demo().config.num_layers * demo().config.num_heads));
+  float least_chosen = INFINITY, most_left = -INFINITY;
+  for (int32_t i = 0; i < n; ++i) {
+    EXPECT_GE(mass[static_cast<size_t>(i)], 0.0f);
+    if (span.recompute[static_cast<size_t>(i)]) least_chosen = std::min(least_chosen, mass[static_cast<size_t>(i)]);
+    else most_left = std::max(most_left, mass[static_cast<size_t>(i)]);
+  }
+  EXPECT_GE(least_chosen, most_left);
+  // The same prompt and mask, given directly, answer the same.
+  EXPECT_EQ(s.run(got.prompt, 12), got.tokens);
+  // The probe measured in chunks of 7 tokens (its rows split over forwards) finds the same weights.
+  with_budget(s, 7);
+  const MemoryRun chunked = run_with_memory(s, part, 12);
+  ASSERT_TRUE(chunked.memory->probe);
+  const std::vector<float>& again = chunked.memory->probe->mass;
+  ASSERT_EQ(again.size(), mass.size());
+  for (size_t i = 0; i < mass.size(); ++i) EXPECT_NEAR(again[i], mass[i], 1e-4f * std::max(1.0f, mass[i])) << i;
+  EXPECT_EQ(chunked.prompt.injected->recompute, span.recompute);
+  EXPECT_EQ(chunked.tokens, got.tokens);
+  // Scheduling a step ahead (the GPU's way, on the CPU): the probe's forward, then the request's.
+  EngineOptions eo;
+  eo.schedule_ahead = ScheduleAhead::kAlways;
+  with_engine(s, eo);
+  const MemoryRun ahead = run_with_memory(s, part, 12);
+  EXPECT_EQ(ahead.prompt.injected->recompute, span.recompute);
+  EXPECT_EQ(ahead.tokens, got.tokens);
+  EXPECT_EQ(s.engine->stats().probes, 1);
 }
 
 // Every chat family frames a block of facts: Llama 3 / 3.1 and Mistral trim each message's content

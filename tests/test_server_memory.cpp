@@ -185,13 +185,16 @@ TEST_F(ServerMemory, EveryBadInputGetsItsStatus) {
     json completion = {{"model", "demo"}, {"prompt", "fact"}, {"max_tokens", 2}, {"memory", mem}};
     EXPECT_EQ(param(a.post("/v1/completions", completion), 400), std::string("memory.") + field);
   }
-  for (const double over : {1.5, -0.1})
+  for (const double over : {1.5, -0.1}) {
     EXPECT_EQ(param(a.post("/v1/chat/completions", chat("fact?", json{{"user", "errs"}, {"neighbours", over}})), 400),
               "memory.neighbours");
+    EXPECT_EQ(param(a.post("/v1/chat/completions", chat("fact?", json{{"user", "errs"}, {"recompute_attention", over}})), 400),
+              "memory.recompute_attention");
+  }
   {
     const json at_limits = {{"user", "errs"}, {"k", MemoryRequest::kMaxK}, {"w", MemoryRequest::kMaxWindow},
                             {"recompute", MemoryRequest::kMaxRecompute}, {"recompute_last", MemoryRequest::kMaxRecomputeLast},
-                            {"neighbours", 1.0}};
+                            {"recompute_attention", 1.0}, {"neighbours", 1.0}};
     EXPECT_EQ(Api::ok(a.post("/v1/chat/completions", chat("fact?", at_limits, 2)))["memory"]["facts"].size(), 1u);
   }
   EXPECT_EQ(param(a.get("/v1/memory/users/" + std::string(300, 'u') + "/facts"), 400), "user");

@@ -172,6 +172,10 @@ void add_memory_options(CLI::App& cmd, MemoryArgs& a, bool required) {
   cmd.add_option("--memory-recompute-last", a.recompute_last,
                  "inject: recompute the last M placed facts (nearest the question) whole (default for memory.recompute_last)")
       ->capture_default_str()->check(CLI::Range(0, MemoryRequest::kMaxRecomputeLast));
+  cmd.add_option("--memory-recompute-attention", a.recompute_attention,
+                 "inject: recompute this fraction of the facts' tokens, those the question attends to most in a probe "
+                 "pass (default for memory.recompute_attention)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   cmd.add_flag("--kv-files", a.kv_files, "also keep fact KV in files under DATA_DIR/kv, so a restart need not re-encode");
   cmd.add_option("--kv-dir", a.kv_dir,
                  "keep fact KV files in this directory (implies --kv-files): one that replicas share lets a user's "
@@ -199,6 +203,7 @@ MemoryOptions memory_options(const MemoryArgs& a, const FactStore& store) {
   }
   o.default_recompute = a.recompute;
   o.default_recompute_last = a.recompute_last;
+  o.default_recompute_attention = a.recompute_attention;
   o.sink = a.sink;
   if (!a.kv_dir.empty()) {
     o.kv_dir = a.kv_dir;

@@ -60,6 +60,7 @@ struct MemoryArgs {
   int32_t window = -1;  // -1: the data dir's kv.window setting, else MemoryOptions' default
   int32_t recompute = 0;  // memory.recompute when a request gives none
   int32_t recompute_last = 0;  // memory.recompute_last when a request gives none
+  double recompute_attention = 0;  // memory.recompute_attention when a request gives none
   bool kv_files = false;
   std::string kv_dir;  // --kv-dir: fact KV files here (a directory replicas may share); implies kv_files
   std::string fact_template = MemoryOptions{}.fact_template;

@@ -145,21 +145,41 @@ void Engine::add_background_capture(CaptureSeq c) { add_capture(std::move(c), nu
 void Engine::add_capture(CaptureSeq c, const Request* before, bool background) {
   IS_CHECK(!c.tokens.empty() && c.capture_slots.size() == c.tokens.size(), "capture of {} tokens with {} slots",
            c.tokens.size(), c.capture_slots.size());
+  Request* r = add_internal(std::move(c.tokens), std::nullopt, before, background);
+  r->capture_slots = std::move(c.capture_slots);
+  r->capture_job = c.job;
+}
+
+void Engine::add_probe(ProbeSeq p, const Request* before) {
+  const InjectedSpan& s = p.injected;
+  const int32_t n = static_cast<int32_t>(p.tokens.size());
+  IS_CHECK(p.result != nullptr && s.recompute.empty() && s.start < s.end && s.end <= p.score_from && p.score_from < n &&
+               static_cast<int32_t>(s.pool_slots.size()) == s.end - s.start,
+           "probe of {} tokens: span [{}, {}), rows from {}", n, s.start, s.end, p.score_from);
+  const int32_t span = s.end - s.start;
+  Request* r = add_internal(std::move(p.tokens), std::move(p.injected), before, false);
+  r->probe = std::move(p.result);
+  r->probe_from = p.score_from;
+  r->probe_rows.assign(static_cast<size_t>(n - p.score_from) * static_cast<size_t>(span), 0.0f);
+}
+
+Request* Engine::add_internal(std::vector<int32_t> tokens, std::optional<InjectedSpan> injected, const Request* before,
+                              bool background) {
   const ModelConfig& cfg = backend_->config();
-  for (int32_t id : c.tokens)
-    IS_CHECK(id >= 0 && id < cfg.vocab_size, "capture token id {} outside the vocabulary of {}", id, cfg.vocab_size);
-  IS_REQUIRE(scheduler_.blocks_for(static_cast<int64_t>(c.tokens.size())) <= blocks_.num_blocks(), kResource,
-             "a capture of {} tokens needs more KV blocks than the cache holds ({})", c.tokens.size(), blocks_.num_blocks());
+  for (int32_t id : tokens)
+    IS_CHECK(id >= 0 && id < cfg.vocab_size, "internal token id {} outside the vocabulary of {}", id, cfg.vocab_size);
+  IS_REQUIRE(scheduler_.blocks_for(static_cast<int64_t>(tokens.size())) <= blocks_.num_blocks(), kResource,
+             "internal prefill work of {} tokens needs more KV blocks than the cache holds ({})", tokens.size(),
+             blocks_.num_blocks());
   SamplingParams sp;
   sp.max_tokens = 0;
   auto req = new_request(next_id_++, sp, 0);
-  set_prompt(*req, std::move(c.tokens), std::nullopt);
-  req->capture_slots = std::move(c.capture_slots);
-  req->capture_job = c.job;
+  set_prompt(*req, std::move(tokens), std::move(injected));
   req->background = background;
   Request* r = req.get();
-  captures_.emplace(r->id, std::move(req));
+  internal_.emplace(r->id, std::move(req));
   scheduler_.add(r, before);
+  return r;
 }
 
 void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_t from) {
@@ -188,6 +208,7 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
         continue;
       }
       for (CaptureSeq& c : plan.encode) add_capture(std::move(c), r);
+      if (plan.probe) add_probe(std::move(*plan.probe), r);
       waits = waits || plan.state == MemoryPlan::State::kWait;
       still.push_back(r->id);
     } catch (...) {
@@ -211,12 +232,13 @@ void Engine::resolve_memory(std::vector<RequestOutput>& outs, Resolve how, size_
 }
 
 void Engine::drop_captures() {
-  auto captures = std::move(captures_);
-  captures_.clear();
+  auto internal = std::move(internal_);
+  internal_.clear();
   std::vector<int64_t> dropped;
-  for (auto& [id, req] : captures) {
+  for (auto& [id, req] : internal) {
     scheduler_.remove(req.get());
-    dropped.push_back(req->capture_job);
+    if (req->is_probe()) req->probe->state = ProbeResult::State::kDropped;
+    else dropped.push_back(req->capture_job);
   }
   if (memory_ && !dropped.empty()) memory_->captures_finished({}, dropped);
 }
@@ -393,6 +415,7 @@ void Engine::update(const SchedulerOutput& plan, const StepBatch& batch, Forward
 
 void Engine::emit_rows(const SchedulerOutput& plan, const StepBatch& batch, RowResults& res,
                        std::vector<RequestOutput>& outs) {
+  store_probe_rows(batch, res);
   const std::vector<OutputRow>& rows = batch.rows;
   size_t i = 0;
   for (const ScheduledSeq& s : plan.seqs) {
@@ -406,6 +429,10 @@ void Engine::emit_rows(const SchedulerOutput& plan, const StepBatch& batch, RowR
     if (!s.samples) continue;
     if (r->is_capture()) {
       finish_capture(r);
+      continue;
+    }
+    if (r->is_probe()) {
+      finish_probe(r);
       continue;
     }
     Live& live = live_.at(r->id);
@@ -430,7 +457,35 @@ void Engine::finish_capture(Request* r) {
   ++stats_.captures;
   stats_.tokens_captured += r->num_tokens();
   captures_done_.push_back(r->capture_job);
-  auto owned = captures_.extract(r->id);  // keeps *r alive to the end of this function
+  auto owned = internal_.extract(r->id);  // keeps *r alive to the end of this function
+  scheduler_.remove(r);
+}
+
+// Probe p's rows are [rows][keys] floats of res.probe_mass, after the probes before it; its first
+// row is the token at position first_position, row i of the request's probe_rows is position
+// probe_from + i.
+void Engine::store_probe_rows(const StepBatch& batch, const RowResults& res) {
+  IS_CHECK(static_cast<int64_t>(res.probe_mass.size()) == batch.forward.probe_mass_size(),
+           "the backend returned {} probe weights for {}", res.probe_mass.size(), batch.forward.probe_mass_size());
+  size_t at = 0;
+  for (const ProbedRows& p : batch.probes) {
+    Request* r = p.req;
+    const size_t n = static_cast<size_t>(p.rows) * static_cast<size_t>(p.keys);
+    const size_t to = static_cast<size_t>(p.first_position - r->probe_from) * static_cast<size_t>(p.keys);
+    IS_CHECK(to + n <= r->probe_rows.size(), "probe rows of request {} out of range", r->id);
+    std::copy_n(res.probe_mass.begin() + static_cast<std::ptrdiff_t>(at), n, r->probe_rows.begin() + static_cast<std::ptrdiff_t>(to));
+    at += n;
+  }
+}
+
+void Engine::finish_probe(Request* r) {
+  ++stats_.probes;
+  const size_t keys = static_cast<size_t>(r->injected->end - r->injected->start);
+  std::vector<float> mass(keys, 0.0f);
+  for (size_t i = 0; i < r->probe_rows.size(); ++i) mass[i % keys] += r->probe_rows[i];
+  r->probe->mass = std::move(mass);
+  r->probe->state = ProbeResult::State::kDone;
+  auto owned = internal_.extract(r->id);  // keeps *r alive to the end of this function
   scheduler_.remove(r);
 }
 

@@ -114,6 +114,7 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t captures = 0;          // capture sequences computed (memory facts encoded in steps)
+  int64_t probes = 0;            // probes computed (ProbeSeq: attention-chosen recompute)
   int64_t tokens_captured = 0;   // their tokens (in tokens_computed too)
   int64_t memory_plans_overlapped = 0;  // memory plans asked while a forward ran on the device
   int64_t requests_taken_beside = 0;  // requests the intake added while a forward ran (set_intake)
@@ -166,7 +167,8 @@ class Engine {
   // ordinary work as soon as a request's memory waits for a fact being encoded.
   void add_background_capture(CaptureSeq c);
   size_t num_background() const { return scheduler_.num_background(); }
-  // Drops every capture not yet computed (the connector hears of them: captures_finished): after
+  // Drops every capture and probe not yet computed (the connector hears of them: captures_finished,
+  // ProbeResult::kDropped): after
   // a failed step, so work that may have caused it is not retried. Requests waiting for them
   // resolve again.
   void drop_captures();
@@ -263,6 +265,10 @@ class Engine {
   void emit_rows(const SchedulerOutput& plan, const StepBatch& batch, RowResults& res, std::vector<RequestOutput>& outs);
   // A capture whose last token went through: it leaves the engine, its job to be saved.
   void finish_capture(Request* r);
+  // Each probe's rows of this forward's attention weights (RowResults::probe_mass) into its request.
+  void store_probe_rows(const StepBatch& batch, const RowResults& res);
+  // A probe whose last token went through: its rows summed into its result; it leaves the engine.
+  void finish_probe(Request* r);
   // The save phase: the connector hears of the captures this step finished.
   void save_captures();
   // Removes a live request or a capture from the scheduler; the connector hears of a request with
@@ -277,6 +283,10 @@ class Engine {
   // background cap for the next ones (EngineOptions::background_step_seconds).
   void adapt_background(const SchedulerOutput& plan, double seconds);
   void add_capture(CaptureSeq c, const Request* before, bool background = false);
+  void add_probe(ProbeSeq p, const Request* before);
+  // An internal request (a capture or a probe) of `tokens`, max_tokens 0, queued before `before`.
+  Request* add_internal(std::vector<int32_t> tokens, std::optional<InjectedSpan> injected, const Request* before,
+                        bool background);
   // One sampled (or, with max_tokens 0, scored-only) position of a request: the output it yields.
   RequestOutput emit(Live& live, std::optional<int32_t> token, std::optional<LogprobEntry> lp);
 
@@ -291,7 +301,7 @@ class Engine {
   std::vector<int64_t> resolving_;  // requests whose memory has not resolved, in arrival order
   std::vector<int64_t> captures_done_;  // jobs of the captures this step finished (save phase)
   Intake intake_;
-  std::unordered_map<int64_t, std::unique_ptr<Request>> captures_;  // internal: not in live_
+  std::unordered_map<int64_t, std::unique_ptr<Request>> internal_;  // captures and probes: not in live_
   std::vector<int32_t> eos_;
   int64_t sample_vocab_ = 0;  // min(model vocab, tokenizer vocab): the ids sampling may return
   int64_t next_id_ = 1;

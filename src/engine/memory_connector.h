@@ -19,6 +19,9 @@
 //              are prefill work inside the step's token budget, batched with every other
 //              request's tokens; plan() is asked again later
 //     kWait    not yet (facts being encoded, its own or another request's): asked again next step
+//     kProbe   a probe to run first (ProbeSeq: the composed prompt with every fact injected, the
+//              attention its question pays to each fact token measured): queued as an internal
+//              request just before this one; plan() is asked again once it is done
 //   plan() throws: the request ends with RequestOutput::error, nothing computed
 //   request_finished(m): once, when the request leaves the engine (finished, aborted, rejected):
 //              what the connector holds for it (memory-pool pins) goes
@@ -60,16 +63,38 @@ struct CaptureSeq {
   int64_t job = 0;                     // the connector's name for it (captures_finished)
 };
 
+// What a probe measured (ProbeSeq), shared by the engine, which fills it, and the connector.
+struct ProbeResult {
+  enum class State { kRunning, kDone, kDropped } state = State::kRunning;
+  // kDone: [injected span tokens] the attention weight on each injected token, summed over the
+  // probed rows, every layer and every query head.
+  std::vector<float> mass;
+};
+
+// Prefill-only work that measures attention: `tokens` with the span `injected` (every token
+// injected, copied into the probe's temporary blocks) computed as a request would compute them,
+// and the attention weights of the rows [score_from, tokens) on the span's tokens summed into
+// `result` (ForwardBatch::probes). The blocks are released when done, never offered to the prefix
+// cache. A question-aware recompute selector reads the result (memory/compose/recompute.h).
+struct ProbeSeq {
+  std::vector<int32_t> tokens;
+  InjectedSpan injected;  // no recompute mask
+  int32_t score_from = 0;  // >= injected.end
+  std::shared_ptr<ProbeResult> result;
+};
+
 struct MemoryPlan {
-  enum class State { kReady, kEncode, kWait } state = State::kReady;
+  enum class State { kReady, kEncode, kWait, kProbe } state = State::kReady;
   // kReady:
   std::vector<int32_t> prompt;
   std::optional<InjectedSpan> injected;
   std::optional<int32_t> max_tokens;  // replaces the request's (it may depend on the prompt's length)
   // kEncode:
   std::vector<CaptureSeq> encode;
+  // kProbe: run first; plan() is asked again until the result is in (then kReady), or dropped.
+  std::optional<ProbeSeq> probe;
 
-  static MemoryPlan wait() { return MemoryPlan{State::kWait, {}, {}, {}, {}}; }
+  static MemoryPlan wait() { return MemoryPlan{State::kWait, {}, {}, {}, {}, {}}; }
 };
 
 class MemoryConnector {

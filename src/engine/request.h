@@ -21,6 +21,7 @@
 namespace inferscale {
 
 struct RequestMemory;  // engine/memory_connector.h
+struct ProbeResult;    // engine/memory_connector.h
 
 struct SamplingParams {
   float temperature = 1.0f;   // 0 = greedy
@@ -121,6 +122,14 @@ struct Request {
   // Low-priority capture work (background encoding): scheduled only in the budget the step's
   // other work leaves, capped (SchedulerOptions::background_tokens_*), and preempted first.
   bool background = false;
+  // A probe (internal prefill work: ProbeSeq): the prompt computed with every injected token, and
+  // the attention weights its rows from probe_from on pay to each injected token kept in
+  // probe_rows [num_prompt_tokens - probe_from][injected span], each row as its latest forward
+  // measured it (a preempted probe measures again). Never sampled, never offered to or served from
+  // the prefix cache; `probe` gets their sum when the last row is computed.
+  std::shared_ptr<ProbeResult> probe;
+  int32_t probe_from = 0;
+  std::vector<float> probe_rows;
 
   // Scheduling a step ahead (Engine, EngineOptions::schedule_ahead): how many launched forwards
   // that have not ended compute this request (0-2; its blocks, its pins and *this stay until they
@@ -135,6 +144,9 @@ struct Request {
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
   bool is_capture() const { return !capture_slots.empty(); }
+  bool is_probe() const { return probe != nullptr; }
+  // Internal work the connector asked for (a capture or a probe), not a client's request.
+  bool is_internal() const { return is_capture() || is_probe(); }
   bool is_injected(int32_t i) const { return injected && injected->injects(i); }
   // The prompt's logprobs are still to be computed: its prefix must not come from the prefix cache
   // (a cached position has no logits), as in vLLM.

@@ -30,7 +30,7 @@ uint64_t Scheduler::extra_key(const Request* r, int32_t block_index) const {
 
 void Scheduler::admit_prefix_hits(Request* r) {
   if (!r->block_table.empty()) return;
-  if (!opts_.enable_prefix_caching || r->wants_prompt_logprobs() || r->is_capture()) {
+  if (!opts_.enable_prefix_caching || r->wants_prompt_logprobs() || r->is_internal()) {
     r->num_cached_tokens = 0;
     return;
   }
@@ -227,7 +227,7 @@ void Scheduler::finish_step(const SchedulerOutput& out) {
     if (r->injected && r->injection_done)
       while (r->num_computed_tokens < r->injected->end && r->injected->injects(r->num_computed_tokens))
         ++r->num_computed_tokens;
-    if (!opts_.enable_prefix_caching || r->is_capture()) continue;
+    if (!opts_.enable_prefix_caching || r->is_internal()) continue;
     // A hole of facts read in place (kNoBlock) is chained through, not published: a later
     // request reading the same facts in place passes it the same way (admit_prefix_hits).
     while ((r->num_published_blocks + 1) * bs <= r->num_computed_tokens) {

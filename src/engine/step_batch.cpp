@@ -42,6 +42,17 @@ void choose_output(StepBatch& b, int64_t sample_vocab) {
     for (const OutputRow& w : b.rows) fb.sampling.push_back(row_sampling(w.req->sampling, w.req->rng));
 }
 
+// A probe's rows among the positions this forward computes for it (those from probe_from on, the
+// last ones of the sequence so far: bb's current sequence ends with them).
+void add_probe(Request& r, const std::vector<int32_t>& positions, BatchBuilder& bb, std::vector<ProbedRows>& probes) {
+  const auto first = std::lower_bound(positions.begin(), positions.end(), r.probe_from);
+  if (first == positions.end()) return;
+  const int32_t rows = static_cast<int32_t>(positions.end() - first);
+  const InjectedSpan& span = *r.injected;
+  bb.probe_last(rows, span.start, span.end);
+  probes.push_back({&r, *first, rows, span.end - span.start});
+}
+
 }  // namespace
 
 StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t sample_vocab) {
@@ -74,6 +85,7 @@ StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t 
       if (r->sampling.logprobs >= 0) b.need_logits = true;
     }
     if (r->facts_in_place) bb.read_facts_in_place(r->injected->start, r->injected->pool_slots);
+    if (r->is_probe()) add_probe(*r, s.positions, bb, b.probes);
     bb.end_sequence(r->block_table);
   }
   b.forward = std::move(bb.batch());
@@ -83,7 +95,7 @@ StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t 
 
 RowResults read_rows(const StepBatch& batch, ForwardOutput& out, int64_t vocab, int64_t sample_vocab) {
   const size_t R = batch.rows.size();
-  RowResults res{std::vector<int32_t>(R, -1), std::vector<std::optional<LogprobEntry>>(R)};
+  RowResults res{std::vector<int32_t>(R, -1), std::vector<std::optional<LogprobEntry>>(R), std::move(out.probe_mass)};
   if (!batch.need_logits) {
     IS_CHECK(out.ids.size() == R, "the backend returned {} ids for {} rows", out.ids.size(), R);
     res.sampled = std::move(out.ids);

@@ -23,10 +23,20 @@ struct OutputRow {
   bool sample;       // the request's next token (else: a prompt row, scored only)
 };
 
+// A probe's rows in this forward (ForwardBatch::probes, in the same order): positions
+// [first_position, first_position + rows), each measured over `keys` injected tokens.
+struct ProbedRows {
+  Request* req;
+  int32_t first_position;
+  int32_t rows;
+  int32_t keys;
+};
+
 struct StepBatch {
   InjectBatch inject;
   ForwardBatch forward;
   std::vector<OutputRow> rows;
+  std::vector<ProbedRows> probes;
   bool need_logits = false;  // some row needs the full logits, not just a sampled id
 };
 
@@ -37,6 +47,7 @@ StepBatch prepare_step(const SchedulerOutput& plan, int32_t block_size, int64_t 
 struct RowResults {
   std::vector<int32_t> sampled;                   // [rows] the token of a sampled row, else -1
   std::vector<std::optional<LogprobEntry>> scored;  // [rows] logprobs where the request asked
+  std::vector<float> probe_mass;                  // ForwardOutput::probe_mass
 };
 
 // `vocab`: the model's (the width of a logits row); only the first `sample_vocab` ids are sampled

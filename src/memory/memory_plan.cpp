@@ -8,12 +8,20 @@
 //               pending     -> kWait  (its own captures, or another request's, still in flight)
 //               all written -> kReady (prepare() composes over the same retrieval)
 //               no room     -> kReady as text (MemoryPrompt::fallback)
+//             with memory.recompute_attention > 0, composed -> kProbe (ProbeSeq: the prompt with every
+//               fact injected; the question's attention on each fact token measured)
+//   plan #n   the probe running -> kWait; dropped -> kProbe again; done -> its choice added to the
+//               recompute mask (recompute.h) -> kReady
+#include <xxhash.h>
+
+#include "memory/compose/recompute.h"
 #include "memory/memory_service.h"
 #include "util/check.h"
 
 namespace inferscale {
 
 MemoryPlan MemoryService::plan(RequestMemory& m) {
+  if (m.probe) return probed(m);
   if (!m.retrieved) {
     store_.refresh();  // other processes' writes reach the retriever's indexes and the pool first
     sync();
@@ -61,6 +69,48 @@ MemoryPlan MemoryService::ready(RequestMemory& m) {
   }
   p.encoded += m.encoded;
   p.loaded += m.loaded;
+  const double attention = m.request.recompute_attention < 0 ? opts_.default_recompute_attention : m.request.recompute_attention;
+  // A span with nothing after it but the last token has no question to probe with.
+  if (attention > 0 && p.injected && p.injected->end + 1 < static_cast<int32_t>(p.tokens.size())) return probe(m);
+  return admit(m);
+}
+
+MemoryPlan MemoryService::probe(RequestMemory& m) {
+  const MemoryPrompt& p = m.served;
+  m.probe = std::make_shared<ProbeResult>();
+  MemoryPlan plan;
+  plan.state = MemoryPlan::State::kProbe;
+  ProbeSeq probe{p.tokens, *p.injected, p.injected->end, m.probe};
+  probe.injected.recompute.clear();
+  plan.probe = std::move(probe);
+  return plan;
+}
+
+MemoryPlan MemoryService::probed(RequestMemory& m) {
+  MemoryPrompt& p = m.served;
+  InjectedSpan& span = *p.injected;
+  switch (m.probe->state) {
+    case ProbeResult::State::kRunning: return MemoryPlan::wait();
+    case ProbeResult::State::kDropped: return probe(m);
+    case ProbeResult::State::kDone: {
+      const double fraction =
+          m.request.recompute_attention < 0 ? opts_.default_recompute_attention : m.request.recompute_attention;
+      std::vector<uint8_t> mask =
+          span.recompute.empty() ? std::vector<uint8_t>(static_cast<size_t>(span.end - span.start), 0) : span.recompute;
+      add_attention_choice(mask, m.probe->mass, fraction);
+      // The blocks from the span on hold KV that depends on which tokens were recomputed.
+      const uint64_t mask_hash = XXH3_64bits(mask.data(), mask.size());
+      span.cache_key = (span.cache_key ^ (mask_hash * 0x9E3779B97F4A7C15ull)) | 1;
+      span.recompute = std::move(mask);
+      p.recomputed = span.end - span.start - span.num_injected();
+      return admit(m);
+    }
+  }
+  return MemoryPlan::wait();
+}
+
+MemoryPlan MemoryService::admit(RequestMemory& m) {
+  const MemoryPrompt& p = m.served;
   MemoryPlan plan;
   plan.prompt = p.tokens;
   plan.injected = p.injected;

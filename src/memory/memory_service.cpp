@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "memory/compose/recompute.h"
 #include "util/check.h"
 #include "util/progress.h"
 
@@ -323,6 +324,8 @@ FactRetrieval MemoryService::retrieve(const MemoryRequest& req, const PromptSour
   const int32_t recompute_last = req.recompute_last < 0 ? opts_.default_recompute_last : req.recompute_last;
   check_memory_limits(k, window_of(req), recompute, recompute_last);
   IS_REQUIRE(req.neighbours <= 1.0, kInvalidInput, "memory.neighbours must be in [0, 1], got {}", req.neighbours);
+  IS_REQUIRE(req.recompute_attention <= 1.0, kInvalidInput, "memory.recompute_attention must be in [0, 1], got {}",
+             req.recompute_attention);
   IS_REQUIRE(!prompt.chat || !prompt.messages.empty(), kInvalidInput, "a request with memory needs at least one message");
   std::vector<ScoredFact> hits;
   FactRetrieval r;
@@ -445,15 +448,9 @@ MemoryPrompt MemoryService::prepare(const MemoryRequest& req, const PromptSource
   span.cache_key = XXH3_64bits_digest(st) | 1;  // never 0: 0 means "no injected KV"
   XXH3_freeState(st);
   if (recompute > 0 || recompute_last > 0) {
-    // Tokens computed in the request's own context instead of injected: each fact's first
-    // `recompute` tokens (EPIC-style), and the whole of the last `recompute_last` facts.
-    span.recompute.assign(static_cast<size_t>(span.end - span.start), 0);
-    const size_t n = c.fact_offsets.size() - 1;
-    for (size_t f = 0; f < n; ++f) {
-      const int32_t len = c.fact_offsets[f + 1] - c.fact_offsets[f];
-      const int32_t upto = f + static_cast<size_t>(recompute_last) >= n ? len : std::min(len, recompute);
-      for (int32_t i = 0; i < upto; ++i) span.recompute[static_cast<size_t>(c.fact_offsets[f] + i)] = 1;
-    }
+    // Tokens computed in the request's own context instead of injected (recompute.h); the
+    // attention selector adds its own once the probe has run (memory_plan.cpp).
+    span.recompute = fact_recompute_mask(c.fact_offsets, recompute, recompute_last);
     out.recomputed = span.end - span.start - span.num_injected();
   }
   IS_CHECK(static_cast<int32_t>(span.pool_slots.size()) == span.end - span.start, "span and pool slots differ");

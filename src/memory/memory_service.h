@@ -60,6 +60,7 @@ struct MemoryOptions {
   int32_t default_window = 5;
   int32_t default_recompute = 0;          // MemoryRequest::recompute when the request gives none
   int32_t default_recompute_last = 0;     // MemoryRequest::recompute_last when the request gives none
+  double default_recompute_attention = 0;  // MemoryRequest::recompute_attention when the request gives none
   std::filesystem::path kv_dir;           // KV files; empty = keep KV in the pool only
   int32_t encode_batch_tokens = 2048;
   bool sink = false;                      // encode each fact after a BOS token (its KV discarded)
@@ -206,8 +207,17 @@ class MemoryService final : public MemoryConnector, private FactStoreListener {
     bool background = false;
   };
   void finish_capture(Encoding& e, bool ok);
-  // kReady: the prompt composed over the request's retrieval (prepare()), into m.served.
+  // The prompt composed over the request's retrieval (prepare()), into m.served; then kProbe when
+  // the attention selector is asked for (memory.recompute_attention > 0), else admit().
   MemoryPlan ready(RequestMemory& m);
+  // kProbe: the probe of the composed m.served (a fresh m.probe): its prompt with every fact
+  // injected, the rows after the span measured.
+  MemoryPlan probe(RequestMemory& m);
+  // A composed request whose probe is out: kWait while it runs, the probe again if the engine
+  // dropped it, else its attention choice added to the recompute mask and admit().
+  MemoryPlan probed(RequestMemory& m);
+  // kReady with m.served.
+  MemoryPlan admit(RequestMemory& m);
   // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
   // Returns how many were encoded.
   int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w);

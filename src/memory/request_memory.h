@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/memory_connector.h"
 #include "engine/request.h"
 #include "memory/compose/compose.h"
 #include "memory/compose/prompt_layout.h"
@@ -68,6 +69,9 @@ struct RequestMemory {
   int32_t encoded = 0;
   int32_t loaded = 0;
   std::string fallback;  // why mode inject is served as text, once known
+  // The attention selector's probe (memory/compose/recompute.h): set once m.served is composed
+  // and the probe is asked for; its result is in once the engine has run it.
+  std::shared_ptr<ProbeResult> probe;
 
   RequestMemory(MemoryRequest req, PromptSource src) : request(std::move(req)), source(std::move(src)) {}
 };

@@ -12,6 +12,10 @@ std::unique_ptr<Architecture> make_architecture(const ModelConfig& cfg) {
 void run_forward(Architecture& arch, ForwardOps& ops, const ForwardBatch& b, ForwardOutput& out) {
   ops.begin(b, arch.mask());
   const ForwardResult r = arch.forward(ops, b);
+  if (r.empty() && !b.probes.empty()) {  // no output rows, but the probes' weights leave the backend
+    ops.finish(Act{}, false, out);
+    return;
+  }
   if (r.empty()) {
     out.values.clear();
     out.ids.clear();

@@ -48,6 +48,16 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   IS_CHECK(output != Output::kSample || sampling.size() == output_tokens.size(), "kSample needs one RowSampling per output row");
   for (const RowSampling& r : sampling) check_row_sampling(r);
   for (int32_t c : capture_tokens) IS_CHECK(c >= 0 && static_cast<size_t>(c) < T, "capture token {} out of range", c);
+  for (const Probe& p : probes) {
+    IS_CHECK(p.seq >= 0 && p.seq < num_seqs(), "probe of sequence {} out of range", p.seq);
+    IS_CHECK(p.first_token >= q_indptr[p.seq] && p.first_token < q_indptr[p.seq + 1], "probe's first token {} outside seq {}",
+             p.first_token, p.seq);
+    const int32_t start = kv_start.empty() ? 0 : kv_start[static_cast<size_t>(p.seq)];
+    IS_CHECK(p.key_begin >= start && p.key_begin <= p.key_end && p.key_end <= positions[p.first_token],
+             "probe keys [{}, {}) of seq {} not before its rows", p.key_begin, p.key_end, p.seq);
+    const auto [fa, fb] = fact_range(p.seq);
+    IS_CHECK(fa == fb, "probe of seq {}, which reads facts in place", p.seq);
+  }
 }
 
 void check_forward_batch(const ForwardBatch& b, int64_t num_cache_slots, int32_t block_size, int64_t num_pool_slots,

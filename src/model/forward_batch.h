@@ -75,6 +75,28 @@ struct ForwardBatch {
     return {a, a + fact_indptr[s + 1] - fact_indptr[s]};
   }
 
+  // Attention probes (a question-aware choice of the injected tokens to recompute): probe p
+  // measures how much the tokens [first_token, the end of sequence seq's tokens in this batch)
+  // attend to the sequence's entries [key_begin, key_end). ForwardOutput::probe_mass gets, probe
+  // after probe, [rows][key_end - key_begin]: each row's attention weights (the softmax over all
+  // the entries it attends to) on those entries, summed over every layer and query head. The
+  // probed sequence's entries are in its cache blocks (none read in place).
+  struct Probe {
+    int32_t seq = 0;
+    int32_t first_token = 0;  // index into token_ids, inside the sequence's rows
+    int32_t key_begin = 0;
+    int32_t key_end = 0;
+    int32_t rows(const ForwardBatch& b) const { return b.q_indptr[seq + 1] - first_token; }
+    int32_t keys() const { return key_end - key_begin; }
+  };
+  std::vector<Probe> probes;
+  // Floats of ForwardOutput::probe_mass: sum over probes of rows x keys.
+  int64_t probe_mass_size() const {
+    int64_t n = 0;
+    for (const Probe& p : probes) n += static_cast<int64_t>(p.rows(*this)) * p.keys();
+    return n;
+  }
+
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return q_indptr.empty() ? 0 : static_cast<int32_t>(q_indptr.size()) - 1; }
   // Throws kInternal when sizes, ranges or ordering are inconsistent.
@@ -95,6 +117,7 @@ int64_t argmax_span(const ForwardBatch& b, int64_t vocab);
 struct ForwardOutput {
   std::vector<float> values;  // [R, vocab] or [R, hidden]
   std::vector<int32_t> ids;   // [R]
+  std::vector<float> probe_mass;  // ForwardBatch::probes' attention weights (probe_mass_size())
 };
 
 // validate(), plus what every backend checks before it runs a forward: capture slots inside its

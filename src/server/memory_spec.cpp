@@ -33,7 +33,7 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (!j.is_object()) throw bad_request(fmt::format("'memory' must be an object, got {}", json_type_name(j)), "memory");
   const JsonFields f(j, "memory.");
   f.only({"user", "user_id", "tenant", "query", "query_vector", "k", "top_k", "w", "mode", "order", "recompute",
-          "recompute_last", "neighbours", "name", "store", "conversation"});
+          "recompute_last", "recompute_attention", "neighbours", "name", "store", "conversation"});
   // Mem0's names for two fields: either name, not both.
   const char* user_key = f.get("user_id") ? "user_id" : "user";
   const char* k_key = f.get("top_k") ? "top_k" : "k";
@@ -57,6 +57,7 @@ MemorySpec parse_memory_spec(const nlohmann::json& j) {
   if (auto w = f.integer("w", 0, MemoryRequest::kMaxWindow)) s.window = static_cast<int32_t>(*w);
   if (auto r = f.integer("recompute", 0, MemoryRequest::kMaxRecompute)) s.recompute = static_cast<int32_t>(*r);
   if (auto r = f.integer("recompute_last", 0, MemoryRequest::kMaxRecomputeLast)) s.recompute_last = static_cast<int32_t>(*r);
+  if (auto a = f.number("recompute_attention", 0.0, 1.0)) s.recompute_attention = *a;
   if (auto n = f.number("neighbours", 0.0, 1.0)) s.neighbours = *n;
   // The memory module owns the names; its kInvalidInput message becomes a 400 naming the field.
   auto named = [&f](const char* key, auto parse) {

@@ -17,6 +17,9 @@
 //              "recompute": 2,           inject: the first r tokens of each fact are computed at
 //                                        serving time instead of injected, 0..128 (default: the server's)
 //              "recompute_last": 1,      inject: the last m placed facts are computed whole, 0..256
+//              "recompute_attention": 0.1, inject: this fraction of the facts' tokens, those the
+//                                        question attends to most in a probe pass, is computed at
+//                                        serving time, 0..1 (default: the server's)
 //              "name": "Alice",          how the memory block names the user (default: the user id)
 //              "store": true,            chat: the user's last message is appended to the user's memory
 //                                        as a turn (memory_writeback.h); "all": the reply too (the

@@ -224,3 +224,77 @@ TEST(CudaAttention, DecodeOddShapes) {
 
 }  // namespace
 }  // namespace inferscale
+
+namespace inferscale {
+namespace {
+
+// cuda::attention_mass (the probe's weights) against cpu::attention_mass over the same bf16- (or
+// FP8-) rounded q and cache, at odd shapes: GQA 3 and 4, block sizes 16 and 7, rows whose
+// positions jump, kv_start > 0, a key range that starts inside a block, mass added to.
+void run_mass_case(int32_t D, int32_t NH, int32_t NKV, int32_t bs, int32_t kv_start, bool fp8, uint64_t seed) {
+  const std::vector<int32_t> positions{301, 302, 303, 340, 341, 342, 343};  // 304..339 skipped
+  const int32_t rows = static_cast<int32_t>(positions.size()), L = positions.back() + 1, kb = 13, ke = 290;
+  const int32_t nblocks = (L + bs - 1) / bs + 3;
+  std::vector<int32_t> blocks(static_cast<size_t>(nblocks));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(static_cast<uint32_t>(seed)));
+  const int64_t row = static_cast<int64_t>(NKV) * D, slots = static_cast<int64_t>(nblocks) * bs;
+  const std::vector<float> q = test::round_bf16(test::randn(static_cast<size_t>(rows * NH * D), seed + 1, 1.5f));
+  std::vector<float> k = test::randn(static_cast<size_t>(slots * row), seed + 2);
+  const std::vector<float> v(k.size(), 0.0f);
+  const std::vector<float> mass0 = test::randn(static_cast<size_t>(rows * (ke - kb)), seed + 3, 0.1f);
+  cpu::AttentionMassArgs c;
+  c.q = q.data();
+  c.positions = positions.data();
+  c.blocks = blocks.data();
+  c.s.kv_start = kv_start;
+  c.s.rows = rows;
+  c.s.num_heads = NH;
+  c.s.num_kv_heads = NKV;
+  c.s.head_dim = D;
+  c.s.block_size = bs;
+  c.s.key_begin = kb;
+  c.s.key_end = ke;
+  c.s.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  cuda::AttentionMassArgs g;
+  DeviceBuffer dq = upload(test::to_bf16(q)), dk, dscale, dpos = upload(positions), dblocks = upload(blocks);
+  test::Fp8Rows f8;
+  if (fp8) {
+    f8 = test::fp8_quantize(k, D);
+    k = test::fp8_dequantize(f8.codes, f8.scales, D);
+    dk = upload(f8.codes);
+    dscale = upload(f8.scales);
+    c.cache = {k.data(), v.data()};
+    g.cache.k = dk.data();
+    g.cache.k_scale = dscale.as<float>();
+    g.cache.fp8 = true;
+  } else {
+    k = test::round_bf16(k);
+    dk = upload(test::to_bf16(k));
+    c.cache = {k.data(), v.data()};
+    g.cache.k = dk.data();
+  }
+  std::vector<float> want = mass0;
+  cpu::attention_mass(c, want.data());
+  g.q = dq.as<bf16>();
+  g.positions = dpos.as<int32_t>();
+  g.blocks = dblocks.as<int32_t>();
+  g.s = c.s;
+  DeviceBuffer dmass = upload(mass0);
+  cuda::attention_mass(g, dmass.as<float>(), nullptr);
+  const std::vector<float> got = download<float>(dmass, want.size());
+  test::record("attention_mass/D" + std::to_string(D) + "/g" + std::to_string(NH / NKV) + "/bs" + std::to_string(bs) +
+                   (fp8 ? "/fp8" : ""),
+               test::compare(got, want), 2e-5);
+}
+
+TEST(CudaAttention, ProbeMassMatchesTheCpuTwin) {
+  REQUIRE_GPU();
+  run_mass_case(64, 9, 3, 16, 0, false, 9100);
+  run_mass_case(128, 8, 2, 7, 5, false, 9200);
+  run_mass_case(64, 9, 3, 7, 0, true, 9300);
+  run_mass_case(128, 12, 3, 16, 11, true, 9400);
+}
+
+}  // namespace
+}  // namespace inferscale

@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/cpu_twins.h"
 #include "backend/fp8_projections.h"
+#include "backend/probe_shape.h"
 #include "tensor/fp8.h"
 #include "tensor/quant.h"
 #include "util/check.h"
@@ -126,6 +127,7 @@ void CpuForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
   check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool.slots(), cfg_.vocab_size);
   batch_ = &b;
   mask_ = mask;
+  probe_mass_.assign(static_cast<size_t>(b.probe_mass_size()), 0.0f);
   const int64_t T = b.num_tokens(), half = cfg_.head_dim / 2;
   cos_.resize(static_cast<size_t>(T * half));
   sin_.resize(cos_.size());
@@ -313,6 +315,24 @@ void CpuForwardOps::attention(Act q, int32_t layer, Act out) {
                 table_cos_.data(), table_sin_.data(), &rope_};
   }
   cpu::paged_attention(pa, &threads_);
+  probe_attention(q, layer);
+}
+
+// This layer's share of each probe's attention weights (ForwardBatch::probes), into probe_mass_.
+void CpuForwardOps::probe_attention(Act q, int32_t layer) {
+  const ForwardBatch& b = *batch_;
+  const CpuKvStore& c = kv_.cache;
+  float* mass = probe_mass_.data();
+  for (const ForwardBatch::Probe& p : b.probes) {
+    cpu::AttentionMassArgs a;
+    a.s = probe_mass_shape(b, p, cfg_, block_size_);
+    a.q = f(q) + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
+    a.cache = {c.f32_rows(layer, 0), c.f32_rows(layer, 1), c.codes(layer, 0), c.codes(layer, 1), c.scales(layer, 0), c.scales(layer, 1)};
+    a.positions = b.positions.data() + p.first_token;
+    a.blocks = b.kv_indices.data() + b.kv_indptr[p.seq];
+    cpu::attention_mass(a, mass);
+    mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
+  }
 }
 
 void CpuForwardOps::silu_mul(Act gu, Act out) {
@@ -343,6 +363,7 @@ void CpuForwardOps::sample(Act logits, int64_t n, Act ids) {
 }
 
 void CpuForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
+  out.probe_mass = probe_mass_;
   const size_t n = static_cast<size_t>(result.rows * result.cols);
   if (ids) {
     const auto* p = static_cast<const int32_t*>(result.data);

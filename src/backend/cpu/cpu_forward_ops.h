@@ -98,7 +98,9 @@ class CpuForwardOps final : public ForwardOps {
   // fact entry a forward reads: their keys are rotated as attention reads them.
   std::vector<float> table_cos_, table_sin_;
   void ensure_rope_table(int64_t positions);
+  void probe_attention(Act q, int32_t layer);
   std::vector<float> capture_;      // [C, NKV D] staging of captured rows
+  std::vector<float> probe_mass_;   // [ForwardBatch::probe_mass_size()] summed over the layers so far
 };
 
 }  // namespace inferscale

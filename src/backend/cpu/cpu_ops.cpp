@@ -220,4 +220,33 @@ void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool) {
   }
 }
 
+void attention_mass(const AttentionMassArgs& a, float* mass) {
+  const AttentionMassShape& s = a.s;
+  const int64_t D = s.head_dim, nk = s.keys();
+  const int32_t group = s.num_heads / s.num_kv_heads;
+  std::vector<float> k(static_cast<size_t>(D)), v(static_cast<size_t>(D)), logits;
+  for (int32_t r = 0; r < s.rows; ++r) {
+    const int64_t last = a.positions[r];  // entries [kv_start, last]
+    logits.resize(static_cast<size_t>(last + 1 - s.kv_start));
+    for (int32_t h = 0; h < s.num_heads; ++h) {
+      const float* q = a.q + (static_cast<int64_t>(r) * s.num_heads + h) * D;
+      float mx = -INFINITY;
+      for (int64_t i = s.kv_start; i <= last; ++i) {
+        const int64_t slot = static_cast<int64_t>(a.blocks[i / s.block_size]) * s.block_size + i % s.block_size;
+        read_kv_row(a.cache, slot, h / group, s.num_kv_heads, D, k.data(), v.data());
+        float dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += q[d] * k[static_cast<size_t>(d)];
+        float& l = logits[static_cast<size_t>(i - s.kv_start)];
+        l = dot * s.scale;
+        mx = std::max(mx, l);
+      }
+      double sum = 0;
+      for (float& l : logits) sum += std::exp(static_cast<double>(l - mx));
+      for (int64_t j = s.key_begin; j < std::min<int64_t>(s.key_end, last + 1); ++j)
+        mass[r * nk + (j - s.key_begin)] +=
+            static_cast<float>(std::exp(static_cast<double>(logits[static_cast<size_t>(j - s.kv_start)] - mx)) / sum);
+    }
+  }
+}
+
 }  // namespace inferscale::cpu

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/attention_mass_shape.h"
 #include "model/rope.h"
 #include "util/thread_pool.h"
 
@@ -87,5 +88,21 @@ struct PagedAttentionArgs {
 };
 // Parallel over (token, head) pairs on `pool` (serial when null).
 void paged_attention(const PagedAttentionArgs& a, ThreadPool* pool = nullptr);
+
+// One layer's attention weights of a sequence's query rows on a range of its entries
+// (ForwardBatch::Probe), added into mass [rows, key_end - key_begin]. Row r is the query q[r]
+// [num_heads, head_dim] at position positions[r]; for each head h,
+//   w_j = softmax_i(q[r, h] . K[i, h / group] * scale)_j,   i in [kv_start, positions[r]]
+//   mass[r, j - key_begin] += w_j                            j in [key_begin, key_end)
+// with entry i in slot blocks[i / block_size] * block_size + i % block_size of `cache` (f32 or
+// FP8 rows, as paged_attention reads them). The CUDA twin is cuda::attention_mass.
+struct AttentionMassArgs {
+  const float* q = nullptr;  // [rows, num_heads, head_dim]
+  KvLayerRows cache;
+  const int32_t* positions = nullptr;  // [rows]
+  const int32_t* blocks = nullptr;     // the sequence's block table
+  AttentionMassShape s;
+};
+void attention_mass(const AttentionMassArgs& a, float* mass);
 
 }  // namespace inferscale::cpu

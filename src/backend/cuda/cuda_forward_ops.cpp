@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/probe_shape.h"
 #include "util/check.h"
 
 namespace inferscale {
@@ -103,6 +104,8 @@ void CudaForwardOps::check(const ForwardBatch& b) const {
   check_forward_batch(b, kv_.cache_slots, block_size_, kv_.pool_slots, cfg_.vocab_size);
   IS_CHECK(!b.reads_facts_in_place() || (!kv_.cache.fp8 && !kv_.pool.fp8 && kv_.pool.k != nullptr),
            "facts are read in place from a bf16 pool into a bf16 cache's attention only");
+  IS_CHECK(b.probes.empty() || cfg_.head_dim % 8 == 0, "attention probes need a head_dim that is a multiple of 8, not {}",
+           cfg_.head_dim);
 }
 
 void CudaForwardOps::begin(const ForwardBatch& b, AttnMask mask) {
@@ -127,6 +130,12 @@ void CudaForwardOps::start(const ForwardBatch& b, Workspace& ws) {
   split_attention_ = false;
   facts_ = false;
   CUDA_CHECK(cudaEventRecord(slot(finished_).start, stream_));
+  InFlight& f = slot(finished_);
+  f.probe_n = static_cast<size_t>(b.probe_mass_size());
+  if (f.probe_n > 0) {
+    f.probe_dev.reserve(f.probe_n * sizeof(float));
+    CUDA_CHECK(cudaMemsetAsync(f.probe_dev.data(), 0, f.probe_n * sizeof(float), stream_));
+  }
   if (b.num_tokens() == 0) {
     CUDA_CHECK(cudaEventRecord(slot(finished_).computing, stream_));
     return;
@@ -428,6 +437,7 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   if (facts_) aa_.pool = kv_.pool.layer(layer, kv_.pool_layer_stride, cfg_.head_dim);
   if (!split_attention_) {
     cuda::attention(aa_, attn_kernel_, stream_);
+    probe_attention();
     return;
   }
   // A mixed batch (begin()): the prefills' tiles on side_ (from the QKV step's end to before
@@ -444,6 +454,25 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   cuda::attention(decode_aa_, decode_kernel_, stream_);
   CUDA_CHECK(cudaEventRecord(join_, side_));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, join_));
+  probe_attention();
+}
+
+void CudaForwardOps::probe_attention() {
+  const ForwardBatch& b = *batch_;
+  if (b.probes.empty()) return;
+  IS_CHECK(!in_graph(), "a forward with attention probes runs eagerly");
+  mark("attention probes");
+  float* mass = slot(finished_).probe_dev.as<float>();
+  for (const ForwardBatch::Probe& p : b.probes) {
+    cuda::AttentionMassArgs a;
+    a.s = probe_mass_shape(b, p, cfg_, block_size_);
+    a.q = aa_.q + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
+    a.cache = aa_.cache;
+    a.positions = aa_.positions + p.first_token;  // a causal mask's positions are the tokens'
+    a.blocks = aa_.kv_indices + b.kv_indptr[p.seq];
+    cuda::attention_mass(a, mass, stream_);
+    mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
+  }
 }
 
 cuda::AttnKernel CudaForwardOps::decode_kernel_for(int32_t num_seqs) const {
@@ -497,6 +526,10 @@ void CudaForwardOps::finish(Act result, bool ids, ForwardOutput& out) {
   f.out_host.reserve(std::max<size_t>(out_bytes, 4));
   if (out_bytes > 0)
     CUDA_CHECK(cudaMemcpyAsync(f.out_host.as<char>(), result.data, out_bytes, cudaMemcpyDeviceToHost, stream_));
+  if (f.probe_n > 0) {
+    f.probe_host.reserve(f.probe_n * sizeof(float));
+    CUDA_CHECK(cudaMemcpyAsync(f.probe_host.as<char>(), f.probe_dev.data(), f.probe_n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
   fed_rows_ = -1;
   if (ids) {  // for the next forward's fed tokens
     fed_ids_.reserve(std::max<size_t>(out_bytes, 4));  // growing waits for this forward's feed (DeviceBuffer)
@@ -534,6 +567,7 @@ void CudaForwardOps::complete_oldest() {
   if (profiler_.enabled()) profiler_.collect(f.stop);
   const PinnedBuffer& staged = f.out_host;
   ForwardOutput& out = *f.out;
+  out.probe_mass.assign(f.probe_host.as<float>(), f.probe_host.as<float>() + f.probe_n);
   const size_t n = f.n, out_bytes = n * 4;
   if (f.ids) {
     out.ids.assign(staged.as<int32_t>(), staged.as<int32_t>() + n);

@@ -152,6 +152,8 @@ class CudaForwardOps final : public ForwardOps {
     size_t main_rows = 0;
   };
   void set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o);
+  // This layer's share of the batch's probes' weights (ForwardBatch::probes; eager forwards only).
+  void probe_attention();
   DeviceWeightStore weights_;
   bool e4m3_projections_ = false;
   Gemm gemm_;
@@ -188,6 +190,10 @@ class CudaForwardOps final : public ForwardOps {
     ForwardOutput* out = nullptr;  // the caller's output
     size_t n = 0;                  // values or ids
     bool ids = false;
+    // ForwardBatch::probes' weights: summed on the device over the layers, then staged.
+    DeviceBuffer probe_dev;
+    PinnedBuffer probe_host;
+    size_t probe_n = 0;
   };
   static constexpr int kSlots = kMaxPending + 1;
   InFlight slots_[kSlots];

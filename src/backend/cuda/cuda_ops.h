@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "backend/attention_mass_shape.h"
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/step_attention.h"
 #include "model/sampling.h"
@@ -208,6 +209,20 @@ struct AttentionArgs {
   const float* sin_table = nullptr;
   bool interleaved = false;
 };
+// One layer's attention weights of a probe (ForwardBatch::Probe; attention_probe.cu): row r is
+// q[r] at positions[r]; for each head, the softmax weights over entries [kv_start, positions[r]]
+// on the entries [key_begin, key_end), summed over the heads, are added into mass [rows, keys].
+// Entry i is slot blocks[i / block_size] * block_size + i % block_size of `cache`, bf16 or FP8.
+// head_dim a multiple of 8. The CPU twin is cpu::attention_mass.
+struct AttentionMassArgs {
+  const bf16* q = nullptr;            // [rows, NH, D]
+  KvCache cache;                      // this layer's
+  const int32_t* positions = nullptr; // [rows], device
+  const int32_t* blocks = nullptr;    // the sequence's block table, device
+  AttentionMassShape s;
+};
+void attention_mass(const AttentionMassArgs& a, float* mass, cudaStream_t stream);
+
 // Tensor-core (mma.sync bf16, f32 accumulate) tiles of 64 packed rows x 64 kv entries; plan with
 // kPrefillRowsPerTile / kPrefillKvChunk. Head dims 32 (bf16 caches), 64 and 128.
 void attention_prefill(const AttentionArgs& a, cudaStream_t stream);

@@ -16,7 +16,7 @@ int32_t bucket_for(const std::array<int32_t, N>& buckets, int32_t n) {
 
 GraphShape graph_shape(const ForwardBatch& b, int32_t max_position) {
   const int32_t T = b.num_tokens(), S = b.num_seqs();
-  if (T == 0 || !b.capture_tokens.empty()) return {};
+  if (T == 0 || !b.capture_tokens.empty() || !b.probes.empty()) return {};
   for (int32_t s = 0; s < S; ++s)
     if (!b.kv_start.empty() && b.kv_start[s] != 0) return {};
   if (b.output == ForwardBatch::Output::kHidden) {  // encode: one whole sequence, every row out

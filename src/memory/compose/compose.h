@@ -43,6 +43,9 @@ struct MemoryRequest {
                                   // time (EPIC-style) instead of injected; -1: MemoryOptions::default_recompute
   int32_t recompute_last = -1;    // inject: the last m placed facts (nearest the question; the best-ranked
                                   // in rank order) are recomputed whole; -1: MemoryOptions::default_recompute_last
+  double recompute_attention = -1;  // inject: this fraction of the injected tokens, those the question
+                                    // attends to most in a probe pass (recompute.h), is recomputed;
+                                    // in [0, 1]; -1: MemoryOptions::default_recompute_attention
   double neighbours = -1;         // the weight a retrieved turn lends its neighbours (retrieval/
                                   // neighbour_retriever.h), in [0, 1]; -1: the retriever's default
   std::string query;              // retrieval query; empty: the last user message
