@@ -9,7 +9,7 @@
 //               all written -> kReady (prepare() composes over the same retrieval)
 //               no room     -> kReady as text (MemoryPrompt::fallback)
 //             with memory.recompute_attention > 0, composed -> kProbe (ProbeSeq: the prompt with every
-//               fact injected; the question's attention on each fact token measured)
+//               fact injected; the attention its last token pays each fact token measured)
 //   plan #n   the probe running -> kWait; dropped -> kProbe again; done -> its choice added to the
 //               recompute mask (recompute.h) -> kReady
 #include <xxhash.h>
@@ -69,9 +69,8 @@ MemoryPlan MemoryService::ready(RequestMemory& m) {
   }
   p.encoded += m.encoded;
   p.loaded += m.loaded;
-  const double attention = m.request.recompute_attention < 0 ? opts_.default_recompute_attention : m.request.recompute_attention;
   // A span with nothing after it but the last token has no question to probe with.
-  if (attention > 0 && p.injected && p.injected->end + 1 < static_cast<int32_t>(p.tokens.size())) return probe(m);
+  if (attention_of(m.request) > 0 && p.injected && p.injected->end + 1 < static_cast<int32_t>(p.tokens.size())) return probe(m);
   return admit(m);
 }
 
@@ -80,7 +79,8 @@ MemoryPlan MemoryService::probe(RequestMemory& m) {
   m.probe = std::make_shared<ProbeResult>();
   MemoryPlan plan;
   plan.state = MemoryPlan::State::kProbe;
-  ProbeSeq probe{p.tokens, *p.injected, p.injected->end, m.probe};
+  // The probed row is the prompt's last token: its logits give the answer's first token.
+  ProbeSeq probe{p.tokens, *p.injected, static_cast<int32_t>(p.tokens.size()) - 1, m.probe};
   probe.injected.recompute.clear();
   plan.probe = std::move(probe);
   return plan;
@@ -93,8 +93,7 @@ MemoryPlan MemoryService::probed(RequestMemory& m) {
     case ProbeResult::State::kRunning: return MemoryPlan::wait();
     case ProbeResult::State::kDropped: return probe(m);
     case ProbeResult::State::kDone: {
-      const double fraction =
-          m.request.recompute_attention < 0 ? opts_.default_recompute_attention : m.request.recompute_attention;
+      const double fraction = attention_of(m.request);
       std::vector<uint8_t> mask =
           span.recompute.empty() ? std::vector<uint8_t>(static_cast<size_t>(span.end - span.start), 0) : span.recompute;
       add_attention_choice(mask, m.probe->mass, fraction);

@@ -211,13 +211,17 @@ class MemoryService final : public MemoryConnector, private FactStoreListener {
   // the attention selector is asked for (memory.recompute_attention > 0), else admit().
   MemoryPlan ready(RequestMemory& m);
   // kProbe: the probe of the composed m.served (a fresh m.probe): its prompt with every fact
-  // injected, the rows after the span measured.
+  // injected, its last token's attention measured.
   MemoryPlan probe(RequestMemory& m);
   // A composed request whose probe is out: kWait while it runs, the probe again if the engine
   // dropped it, else its attention choice added to the recompute mask and admit().
   MemoryPlan probed(RequestMemory& m);
   // kReady with m.served.
   MemoryPlan admit(RequestMemory& m);
+  // memory.recompute_attention, the server's default where the request gives none.
+  double attention_of(const MemoryRequest& r) const {
+    return r.recompute_attention < 0 ? opts_.default_recompute_attention : r.recompute_attention;
+  }
   // make_resident, then unpinned again: resident (until evicted) and in files when kept there.
   // Returns how many were encoded.
   int32_t encode_unpinned(const std::vector<Fact>& facts, int32_t w);

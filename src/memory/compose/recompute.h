@@ -8,10 +8,11 @@
 //               best-ranked)                                                   memory.recompute_last
 //   attention   a fraction of the span's tokens: those the question attends to most. A probe
 //               pass computes the prompt once with every fact injected (ProbeSeq) and sums, over
-//               the rows after the span (the memory block's footer, the conversation, the
-//               question), every layer and every head, the attention weight each injected token
-//               receives (ProphetKV, arXiv 2602.02579: the question's own attention is the
-//               cheapest estimate of which cached tokens its answer depends on)
+//               every layer and head, the attention weight each injected token receives from the
+//               prompt's last token, the one whose logits give the answer's first token
+//               (ProphetKV, arXiv 2602.02579: the query's own attention is the cheapest estimate of
+//               which cached tokens its answer depends on). Probing that row alone beat probing
+//               every row after the span (footer, conversation, question): docs/QUALITY.md
 //                                                                              memory.recompute_attention
 //
 //   span:    [ f_3 ........ ][ f_2 ...... ][ f_1 ......... ]      fact_offsets = {0, 14, 25, 39}
