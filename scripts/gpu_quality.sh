@@ -7,7 +7,8 @@
 #                                                      -> /root/e, the bundle -> /root/q
 #   bash scripts/gpu_quality.sh STAGE...               carry .gpu/m2 (and .gpu/q if not stashed)
 # Stages (any order, several per call):
-#   parity   every CUDA parity test (test_cuda), SmolLM2 on the GPU vs the CPU included
+#   parity   every CUDA parity test (test_cuda), SmolLM2 on the GPU vs the CPU included; PARITY_FILTER
+#            (a gtest filter) runs those tests only
 #   kl       bench_quality_locomo: KL(text || inject), top-1, NLL over KL_CONVS (default conv-26), grid
 #            KL_K x KL_W (and KL_EXTRA arguments), retrieving as f1 does
 #   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
@@ -56,6 +57,13 @@ for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
     parity)
+      if [ -n "${PARITY_FILTER:-}" ]; then
+        PARITY_OUT="$OUT/parity.txt" timeout 150 "$Q/bin/test_cuda" --gtest_filter="$PARITY_FILTER" > "$OUT/test_filtered.log" 2>&1
+        echo "parity $PARITY_FILTER rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_filtered.log" | tr '\n' ' ')"
+        grep -E "attention_mass" "$OUT/test_filtered.log" | head -8
+        echo "stage $stage: $(( $(date +%s) - t0 )) s"
+        continue
+      fi
       for suite in CudaKernels CudaAttention CudaBackend CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
         PARITY_OUT="$OUT/parity.txt" timeout 150 "$Q/bin/test_cuda" --gtest_filter="$suite.*" > "$OUT/test_$suite.log" 2>&1
         echo "parity $suite rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$suite.log" | tr '\n' ' ')"
