@@ -7,11 +7,12 @@
 //              the KV its plans read from files (MemoryConnector::write_loads; when it did, plan
 //              them all again), then the scheduler picks the step's tokens
 //   prepare    prepare_step (step_batch.h): the memory injection and one ForwardBatch over every
-//              scheduled token, captures included
+//              scheduled token, captures and probes included (a probe's rows: ForwardBatch::probes)
 //   execute    inject, launch the forward, plan unresolved requests' memory and take arrivals
 //              while the device computes (work_beside_forward), wait
 //   update     read_rows (sample, score), then per request: append, stream text (stop strings,
-//              EOS, max tokens), finish and free
+//              EOS, max tokens), finish and free; a probe's attention weights kept, and at its
+//              last token summed into its ProbeResult (the connector reads it at its next plan)
 //   save       the memory connector's captures_finished: the captures this forward completed
 //              (their pool entries become servable; KV files are written)
 //
