@@ -112,15 +112,15 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n, ThreadP
 
 namespace {
 
-// K and V of (slot, kv head g) of one layer into kd, vd [D].
+// K and V of (slot, kv head g) of one layer into kd, vd [D] (vd null: K only).
 void read_kv_row(const KvLayerRows& r, int64_t slot, int32_t g, int32_t num_kv_heads, int64_t D, float* kd, float* vd) {
   const int64_t row = slot * num_kv_heads + g;
   if (r.k != nullptr) {
     std::memcpy(kd, r.k + row * D, static_cast<size_t>(D) * 4);
-    std::memcpy(vd, r.v + row * D, static_cast<size_t>(D) * 4);
+    if (vd) std::memcpy(vd, r.v + row * D, static_cast<size_t>(D) * 4);
   } else {
     dequantize_e4m3_row(r.k_codes + row * D, D, r.k_scales[row], kd);
-    dequantize_e4m3_row(r.v_codes + row * D, D, r.v_scales[row], vd);
+    if (vd) dequantize_e4m3_row(r.v_codes + row * D, D, r.v_scales[row], vd);
   }
 }
 
@@ -224,7 +224,7 @@ void attention_mass(const AttentionMassArgs& a, float* mass) {
   const AttentionMassShape& s = a.s;
   const int64_t D = s.head_dim, nk = s.keys();
   const int32_t group = s.num_heads / s.num_kv_heads;
-  std::vector<float> k(static_cast<size_t>(D)), v(static_cast<size_t>(D)), logits;
+  std::vector<float> k(static_cast<size_t>(D)), logits;
   for (int32_t r = 0; r < s.rows; ++r) {
     const int64_t last = a.positions[r];  // entries [kv_start, last]
     logits.resize(static_cast<size_t>(last + 1 - s.kv_start));
@@ -233,7 +233,7 @@ void attention_mass(const AttentionMassArgs& a, float* mass) {
       float mx = -INFINITY;
       for (int64_t i = s.kv_start; i <= last; ++i) {
         const int64_t slot = static_cast<int64_t>(a.blocks[i / s.block_size]) * s.block_size + i % s.block_size;
-        read_kv_row(a.cache, slot, h / group, s.num_kv_heads, D, k.data(), v.data());
+        read_kv_row(a.cache, slot, h / group, s.num_kv_heads, D, k.data(), nullptr);
         float dot = 0;
         for (int64_t d = 0; d < D; ++d) dot += q[d] * k[static_cast<size_t>(d)];
         float& l = logits[static_cast<size_t>(i - s.kv_start)];

@@ -129,15 +129,15 @@ void CudaForwardOps::start(const ForwardBatch& b, Workspace& ws) {
   row_amax_of_ = nullptr;
   split_attention_ = false;
   facts_ = false;
-  CUDA_CHECK(cudaEventRecord(slot(finished_).start, stream_));
   InFlight& f = slot(finished_);
+  CUDA_CHECK(cudaEventRecord(f.start, stream_));
   f.probe_n = static_cast<size_t>(b.probe_mass_size());
   if (f.probe_n > 0) {
     f.probe_dev.reserve(f.probe_n * sizeof(float));
     CUDA_CHECK(cudaMemsetAsync(f.probe_dev.data(), 0, f.probe_n * sizeof(float), stream_));
   }
   if (b.num_tokens() == 0) {
-    CUDA_CHECK(cudaEventRecord(slot(finished_).computing, stream_));
+    CUDA_CHECK(cudaEventRecord(f.computing, stream_));
     return;
   }
   int32_t max_pos = 0;
