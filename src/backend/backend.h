@@ -68,6 +68,12 @@ struct BackendOptions {
   // per-tensor scheme), so a request's logits may move with its batchmates at FP8's rounding.
   // The CPU backend emulates the numbers in f32 (for measuring quality; no faster, no smaller).
   bool projections_fp8 = false;
+  // Ranks the model is split over (--tensor-parallel-size; model/tensor_parallel.h): each rank
+  // holds 1/N of the heads and of the MLP, its kv heads' share of the cache and the pool, and
+  // adds its partial products through an all-reduce. The CPU runs the ranks as threads of one
+  // backend, a sum in rank order standing in for the all-reduce (to check the split; not faster).
+  // The sizes above are the whole model's: every rank has every block, with its kv heads' rows.
+  int32_t tensor_parallel_size = 1;
 };
 
 class Backend {

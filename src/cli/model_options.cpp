@@ -31,6 +31,12 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
       ->capture_default_str()
       ->check(CLI::Range(-1, 1 << 22));
   cmd.add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  cmd.add_option("--tensor-parallel-size,--tp", a.tensor_parallel_size,
+                 "ranks the model is split over, Megatron-style (heads and MLP; one all-reduce after o_proj and "
+                 "down): on the CPU backend they run as threads with a sum for the all-reduce, to check the split "
+                 "(not faster); the CUDA backend serves one GPU")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--max-batched-tokens", a.max_batched_tokens, "tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--max-num-seqs", a.max_num_seqs, "requests per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 16));
   cmd.add_option("--max-model-len", a.max_model_len, "longest request in tokens (0 = the model's limit)")->capture_default_str();
@@ -161,6 +167,7 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.cache_fp8 = a.kv_cache_fp8();
   bo.projections_fp8 = a.quantization == "fp8";
   bo.num_threads = a.threads;
+  bo.tensor_parallel_size = a.tensor_parallel_size;
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;
   return bo;
@@ -191,8 +198,10 @@ std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
   if (bo.projections_fp8)
     spdlog::warn("--quantization fp8 on the CPU backend: the projections' numbers are rounded as the GPU's FP8 path "
                  "rounds them, computed in f32 (to measure quality; not faster, not smaller)");
-  spdlog::info("backend: cpu (f32 reference)");
-  return make_cpu_backend(m.config, m.weights, bo);
+  auto be = make_cpu_backend(m.config, m.weights, bo);
+  spdlog::info("backend: cpu (f32 reference){}",
+               bo.tensor_parallel_size > 1 ? fmt::format(", {} tensor-parallel ranks on threads", bo.tensor_parallel_size) : "");
+  return be;
 }
 
 std::unique_ptr<Backend> make_helper_backend(bool cuda, const Model& m, const BackendOptions& opts) {

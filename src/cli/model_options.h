@@ -22,6 +22,7 @@ struct ModelArgs {
   int64_t kv_cache_mb = 0;      // 0: 512 on the CPU, 32768 on a GPU
   int64_t memory_pool_mb = -1;  // -1: 256 on the CPU, 8192 on a GPU
   int32_t threads = 0;
+  int32_t tensor_parallel_size = 1;  // --tensor-parallel-size: ranks the model is split over (CPU: threads)
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
   bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
   std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8

@@ -102,6 +102,11 @@ class ForwardOps {
   virtual void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) = 0;
   // y (+)= x w^T (+ bias)                      x: [M, K]; w: [N, K]; y: [M, N]
   virtual void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) = 0;
+  // A row-parallel projection into the residual stream: y += x w^T, where under tensor
+  // parallelism (model/tensor_parallel.h) x and w hold this rank's columns only, so each rank's
+  // product is a partial sum and y receives the sum over the ranks (an all-reduce), the same on
+  // every rank. One rank (this default): the linear itself.
+  virtual void linear_reduce(Act x, const Weight& w, Act y) { linear(x, w, {}, y, /*accumulate=*/true); }
   virtual void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) = 0;
   // out[t, h] = softmax(q[t, h] . K / sqrt(D)) V over layer `layer`'s cache, masked as begin() said.
   virtual void attention(Act q, int32_t layer, Act out) = 0;

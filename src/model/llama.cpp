@@ -6,6 +6,10 @@
 //               h = rmsnorm(x) ; x += (silu(h Wgate^T) * h Wup^T) Wdown^T
 //   out = rmsnorm(x[output rows]) [-> LM head -> logits | argmax]
 //
+// Both residual adds of a layer are row-parallel projections (ForwardOps::linear_reduce): under
+// tensor parallelism each rank runs this forward over its heads and its part of the MLP
+// (model/tensor_parallel.h), and the two adds are the layer's all-reduces.
+//
 // The differences inside the family are flags of ModelConfig: attention_bias (Qwen2: q/k/v
 // biases), qk_norm (Qwen3), the RoPE scaling type, tied embeddings.
 #include <memory>
@@ -109,10 +113,10 @@ class Llama final : public Architecture {
       ops.linear(h, L.wqkv, {}, qkv, false);
       ops.qkv(qkv, L.qkv, static_cast<int32_t>(l), q);
       ops.attention(q, static_cast<int32_t>(l), attn);
-      ops.linear(attn, L.wo, {}, x, /*accumulate=*/true);
+      ops.linear_reduce(attn, L.wo, x);
       ops.rms_norm(x, L.ffn_norm, h, eps, false);
       ops.linear_silu_mul(h, L.w_gate_up, gate_up, ffn);
-      ops.linear(ffn, L.w_down, {}, x, /*accumulate=*/true);
+      ops.linear_reduce(ffn, L.w_down, x);
     }
 
     // Output rows: the final norm of the rows asked for, then the LM head unless hidden states were.

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/kv_rows.h"
 #include "backend/cpu/cpu_forward_ops.h"
 #include "backend/cpu/cpu_ops.h"
@@ -20,7 +21,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts)
+  CpuBackend(const ModelConfig& cfg, const ModelWeights& w, const BackendOptions& opts, CpuRank rank)
       : cfg_(cfg), block_size_(opts.block_size), cache_fp8_(opts.cache_fp8) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
     const int64_t bytes_per_block = kv_store_bytes_per_token(cfg_, false, opts.cache_fp8) * block_size_;
@@ -30,7 +31,7 @@ class CpuBackend final : public Backend {
     kv_.cache = CpuKvStore(cfg_.num_layers, kv_.cache_slots, cfg_.num_kv_heads, cfg_.head_dim, opts.cache_fp8);
     kv_.pool = CpuKvStore(cfg_.num_layers, num_pool_blocks_ * block_size_, cfg_.num_kv_heads, cfg_.head_dim, opts.pool_fp8);
     ops_ = std::make_unique<CpuForwardOps>(cfg_, kv_, block_size_, opts.num_threads, opts.cpu_linear_rows,
-                                           opts.cpu_quant_linears, opts.projections_fp8);
+                                           opts.cpu_quant_linears, opts.projections_fp8, rank);
     arch_ = make_architecture(cfg_);
     arch_->load(*ops_, w);
   }
@@ -124,8 +125,14 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> make_cpu_rank_backend(const ModelConfig& cfg, const ModelWeights& weights, const BackendOptions& opts,
+                                               CpuRank rank) {
+  return std::make_unique<CpuBackend>(cfg, weights, opts, rank);
+}
+
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, const ModelWeights& weights, const BackendOptions& opts) {
-  return std::make_unique<CpuBackend>(cfg, weights, opts);
+  if (opts.tensor_parallel_size != 1) return make_cpu_tensor_parallel_backend(cfg, weights, opts);
+  return std::make_unique<CpuBackend>(cfg, weights, opts, CpuRank{});
 }
 
 }  // namespace inferscale

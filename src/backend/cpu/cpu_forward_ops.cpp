@@ -25,7 +25,7 @@ const float* vec(const Weight& w) { return w.empty() ? nullptr : static_cast<con
 }  // namespace
 
 CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads,
-                             bool linear_rows, bool quant_linears, bool e4m3_projections)
+                             bool linear_rows, bool quant_linears, bool e4m3_projections, CpuRank rank)
     : cfg_(cfg),
       kv_(kv),
       rope_(cfg),
@@ -33,7 +33,8 @@ CpuForwardOps::CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_si
       threads_(num_threads),
       linear_rows_(linear_rows && cpu::linear_rows_available()),
       quant_linears_(quant_linears && cpu::linear_rows_available()),
-      e4m3_projections_(e4m3_projections) {
+      e4m3_projections_(e4m3_projections),
+      rank_(rank) {
   if (num_threads > 0) openblas_set_num_threads(num_threads);
 }
 
@@ -203,6 +204,14 @@ void CpuForwardOps::linear_parts(const Matrix& m, int64_t K, float* y, const Row
       base += n;
     }
   });
+}
+
+// Under tensor parallelism rank 0 adds its partial product to y (the residual stream every rank
+// holds) and the other ranks overwrite y with theirs, so the ranks' sum is y + every partial.
+void CpuForwardOps::linear_reduce(Act x, const Weight& w, Act y) {
+  if (rank_.reduce == nullptr) return linear(x, w, {}, y, /*accumulate=*/true);
+  linear(x, w, {}, y, /*accumulate=*/rank_.rank == 0);
+  rank_.reduce->sum(rank_.rank, f(y), y.rows * y.cols);
 }
 
 void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) {

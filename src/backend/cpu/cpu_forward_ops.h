@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kv_store.h"
+#include "backend/cpu/rank_reduce.h"
 #include "model/config.h"
 #include "model/forward_ops.h"
 #include "model/rope.h"
@@ -33,8 +34,10 @@ class CpuForwardOps final : public ForwardOps {
   // e4m3_projections (--quantization fp8): the projections' numbers as the GPU's FP8 path makes
   // them (backend/fp8_projections.h), computed in f32: each matrix rounded to E4M3 with one scale,
   // and x rounded the same way (the GPU runs W8A8). For measuring quality; no faster.
+  // rank: this ops' place among tensor-parallel ranks (cfg then one rank's shard_config): its
+  // linear_reduce adds the ranks' partial products through rank.reduce.
   CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true,
-                bool quant_linears = true, bool e4m3_projections = false);
+                bool quant_linears = true, bool e4m3_projections = false, CpuRank rank = {});
 
   Weight matrix(std::initializer_list<const HostTensor*> parts) override;
   Weight vector(std::initializer_list<const HostTensor*> parts) override;
@@ -49,6 +52,7 @@ class CpuForwardOps final : public ForwardOps {
   void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) override;
   void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) override;
   void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) override;
+  void linear_reduce(Act x, const Weight& w, Act y) override;
   void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
   void attention(Act q, int32_t layer, Act out) override;
   void silu_mul(Act gu, Act out) override;
@@ -85,6 +89,7 @@ class CpuForwardOps final : public ForwardOps {
   int32_t block_size_;
   ThreadPool threads_;  // attention, norms, activations, linears of a few rows; other GEMMs use OpenBLAS's threads
   bool linear_rows_, quant_linears_, e4m3_projections_;
+  CpuRank rank_;
   std::vector<float> x_e4m3_;  // a linear's x rounded to E4M3 (emulated W8A8)
   std::deque<Matrix> matrices_;     // Weight::impl of matrices points here (stable addresses)
   std::deque<HostTensor> vectors_;  // ... of vectors here

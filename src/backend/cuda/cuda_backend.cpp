@@ -381,6 +381,9 @@ void require_supported(const ModelConfig& cfg) {
 std::unique_ptr<CudaBackend> make_cuda_backend(const ModelConfig& cfg, const ModelWeights& weights,
                                                const BackendOptions& opts) {
   require_supported(cfg);
+  IS_REQUIRE(opts.tensor_parallel_size == 1, kUnsupported,
+             "the CUDA backend serves a model on one GPU; tensor parallelism ({} ranks) runs on the CPU backend only",
+             opts.tensor_parallel_size);
   return std::make_unique<CudaBackendImpl>(cfg, &weights, 0, opts);
 }
 

@@ -1,0 +1,249 @@
+// Tensor parallelism on the CPU (model/tensor_parallel.h, backend/cpu/cpu_tensor_parallel.cpp):
+// the model split over 2, 3 or 4 ranks, each a thread with 1/N of the heads and of the MLP and a
+// sum in rank order for the all-reduce, gives the logits of one rank within f32 rounding:
+//   - a prefill and a decode step with facts injected from the memory pool, copied into the cache
+//     and read in place, at GQA 1, 2 and 4, with q/k/v biases and with q/k norms;
+//   - greedy tokens through the engine;
+//   - SmolLM2-135M-Instruct (Q4_1 blocks sliced whole) at 3 ranks, when fetched.
+// Pool rows keep the whole-head layout at any N; a size that does not split the model is refused;
+// a rank that fails fails the forward, and the next one runs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/rank_reduce.h"
+#include "engine/engine.h"
+#include "engine_test_util.h"
+#include "facts_in_place_util.h"
+#include "model/model.h"
+#include "model/tensor_parallel.h"
+#include "util/check.h"
+
+using namespace inferscale;
+using namespace inferscale::facts_test;
+
+namespace {
+
+BackendOptions options(int32_t tp) {
+  BackendOptions o;
+  o.block_size = kBs;
+  o.num_cache_blocks = 64;
+  o.num_pool_blocks = 16;
+  o.num_threads = 2;
+  o.tensor_parallel_size = tp;
+  return o;
+}
+
+// Largest |a - b| over the largest |a|: f32 rounding of sums taken in another order is ~1e-6.
+float relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float scale = 0;
+  for (float x : a) scale = std::max(scale, std::fabs(x));
+  return max_abs_diff(a, b) / std::max(scale, 1e-6f);
+}
+
+struct Served {
+  Logits copy, in_place;
+};
+
+// The facts_in_place_util sequence on `tp` ranks: the same pool rows (one seed), the facts copied
+// in, then read in place.
+Served serve_on(const ModelConfig& c, const ModelWeights& w, int32_t tp) {
+  auto be = make_cpu_backend(c, w, options(tp));
+  const Layout l;
+  const std::vector<int64_t> pool = fact_pool_slots(l);
+  fill_pool(*be, pool, 11);
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(static_cast<size_t>(l.total() + 1));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(c.vocab_size));
+  return {serve(*be, l, tokens, pool, false, 0), serve(*be, l, tokens, pool, true, 32)};
+}
+
+void expect_same(const Served& one, const Served& n, const std::string& what) {
+  EXPECT_LE(relative_diff(one.copy.prefill, n.copy.prefill), 2e-5f) << what << ", facts copied, prefill";
+  EXPECT_LE(relative_diff(one.copy.decode, n.copy.decode), 2e-5f) << what << ", facts copied, decode";
+  EXPECT_LE(relative_diff(one.in_place.prefill, n.in_place.prefill), 2e-5f) << what << ", facts in place, prefill";
+  EXPECT_LE(relative_diff(one.in_place.decode, n.in_place.decode), 2e-5f) << what << ", facts in place, decode";
+}
+
+}  // namespace
+
+TEST(TensorParallel, LogitsWithInjectedFactsEqualOneRank) {
+  struct Case {
+    Shape shape;
+    bool bias, qk_norm;
+    std::vector<int32_t> tps;
+  };
+  const Case cases[] = {{{4, 4, 64}, false, false, {2, 4}},
+                        {{8, 4, 64}, true, false, {2, 4}},
+                        {{8, 2, 128}, false, true, {2}},
+                        {{12, 3, 64}, true, true, {3}}};
+  for (const Case& k : cases) {
+    ModelConfig c = config(k.shape);
+    c.intermediate_size = 192;
+    c.attention_bias = k.bias;
+    c.qk_norm = k.qk_norm;
+    const ModelWeights w = make_random_weights(c, 7);
+    const Served one = serve_on(c, w, 1);
+    for (int32_t tp : k.tps) {
+      const std::string what = std::to_string(k.shape.heads) + "/" + std::to_string(k.shape.kv_heads) + " heads, tp " +
+                               std::to_string(tp) + (k.bias ? ", biases" : "") + (k.qk_norm ? ", qk norm" : "");
+      expect_same(one, serve_on(c, w, tp), what);
+    }
+  }
+}
+
+TEST(TensorParallel, GreedyTokensThroughTheEngineEqualOneRank) {
+  const Model demo = load_model("demo");
+  std::vector<std::vector<int32_t>> answers;
+  for (int32_t tp : {1, 2, 4}) {
+    BackendOptions o = options(tp);
+    o.num_cache_blocks = 128;
+    Engine e(make_cpu_backend(demo.config, demo.weights, o), demo.tokenizer, EngineOptions{});
+    for (uint32_t seed : {1u, 2u, 3u}) e.add_request(test::byte_prompt(20 + static_cast<int>(seed) * 7, seed), test::greedy(32));
+    std::vector<int32_t> all;
+    for (const auto& r : e.run_to_completion()) all.insert(all.end(), r.new_tokens.begin(), r.new_tokens.end());
+    ASSERT_EQ(all.size(), 3u * 32u);
+    answers.push_back(all);
+  }
+  EXPECT_EQ(answers[1], answers[0]) << "tp 2";
+  EXPECT_EQ(answers[2], answers[0]) << "tp 4";
+}
+
+TEST(TensorParallel, PoolRowsKeepTheWholeHeadLayout) {
+  const ModelConfig c = config({8, 4, 64});
+  const ModelWeights w = make_random_weights(c, 3);
+  auto one = make_cpu_backend(c, w, options(1));
+  auto four = make_cpu_backend(c, w, options(4));
+  const std::vector<int64_t> slots{0, 5, 17, 40, 255};
+  fill_pool(*one, slots, 9);
+  HostTensor k, v, k4, v4;
+  one->read_pool(slots, k, v);
+  four->write_pool(slots, k, v);  // what a KV file written by one rank holds
+  four->read_pool(slots, k4, v4);
+  ASSERT_EQ(k4.shape, k.shape);
+  EXPECT_EQ(0, std::memcmp(k4.data, k.data, k.nbytes()));
+  EXPECT_EQ(0, std::memcmp(v4.data, v.data, v.nbytes()));
+  // The cache after injecting those rows: the same rows, rotated, at every N.
+  InjectBatch inj{slots, {3, 4, 20, 33, 70}, {0, 1, 2, 3, 4}};
+  one->inject(inj);
+  four->inject(inj);
+  one->read_cache(inj.dst_slots, k, v);
+  four->read_cache(inj.dst_slots, k4, v4);
+  EXPECT_EQ(0, std::memcmp(k4.data, k.data, k.nbytes()));
+  EXPECT_EQ(0, std::memcmp(v4.data, v.data, v.nbytes()));
+}
+
+TEST(TensorParallel, SizesThatDoNotSplitTheModelAreRefused) {
+  ModelConfig c = config({8, 4, 64});
+  c.intermediate_size = 150;
+  const ModelWeights w = make_random_weights(c, 3);
+  // 0 and -2 are no size, 3 splits no head count, 4 not the intermediate size, 8 not the kv heads.
+  for (int32_t tp : {0, -2, 3, 4, 8}) {
+    try {
+      make_cpu_backend(c, w, options(tp));
+      ADD_FAILURE() << "tp " << tp << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidInput) << tp << ": " << e.what();
+    }
+  }
+  const ModelConfig s = shard_config(c, 2);
+  EXPECT_EQ(s.num_heads, 4);
+  EXPECT_EQ(s.num_kv_heads, 2);
+  EXPECT_EQ(s.intermediate_size, 75);
+  EXPECT_EQ(s.head_dim, c.head_dim);
+  EXPECT_EQ(s.hidden_size, c.hidden_size);
+  EXPECT_NO_THROW(make_cpu_backend(c, w, options(2)));
+}
+
+// Columns of a block-quantized matrix cut on whole blocks stay blocks; a cut inside a block is f32;
+// both hold the values of the same columns of the whole.
+TEST(TensorParallel, ColumnSlicesKeepTheirValues) {
+  // A [3, 128] Q8_0 matrix (4 blocks a row: an f16 scale and 32 int8 codes each).
+  const int64_t rows = 3, cols = 128, per_row = cols / 32;
+  HostTensor q = HostTensor::zeros(DType::kQ8_0, {rows, cols});
+  std::mt19937 rng(1);
+  for (int64_t b = 0; b < rows * per_row; ++b) {
+    unsigned char* block = q.as<unsigned char>() + b * 34;
+    const uint16_t d = f32_to_f16(0.01f * static_cast<float>(1 + b));
+    std::memcpy(block, &d, 2);
+    for (int i = 0; i < 32; ++i) block[2 + i] = static_cast<unsigned char>(rng());
+  }
+  const HostTensor full = q.to_f32();
+  for (const auto& [first, count, dtype] : {std::tuple{int64_t{64}, int64_t{64}, DType::kQ8_0}, std::tuple{int64_t{40}, int64_t{72}, DType::kF32}}) {
+    const HostTensor s = column_slice(q, first, count);
+    EXPECT_EQ(s.dtype, dtype);
+    const HostTensor f = s.to_f32();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < count; ++j)
+        ASSERT_EQ(f.as<float>()[r * count + j], full.as<float>()[r * cols + first + j]) << r << ", " << j;
+  }
+}
+
+// A rank that fails releases the others from the all-reduce; the next sums run.
+TEST(TensorParallel, AFailedRankAbortsTheReduce) {
+  RankReduce reduce(3);
+  std::atomic<int> failed{0};
+  std::vector<std::thread> ts;
+  for (int32_t r = 1; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      float x = 1;
+      try {
+        reduce.sum(r, &x, 1);
+      } catch (const Error&) {
+        ++failed;
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  reduce.abort();  // rank 0 failed before its sum
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failed.load(), 2);
+  reduce.reset();
+  std::vector<float> x{1, 2, 3};
+  ts.clear();
+  for (int32_t r = 1; r < 3; ++r) ts.emplace_back([&, r] { std::vector<float> y{float(r), 0, 0}; reduce.sum(r, y.data(), 3); });
+  reduce.sum(0, x.data(), 3);
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(x, (std::vector<float>{4, 2, 3}));
+}
+
+// A batch every rank refuses (a token past the vocabulary) fails the forward; the next runs.
+TEST(TensorParallel, ABadBatchFailsAndTheNextRuns) {
+  const Model demo = load_model("demo");
+  auto be = make_cpu_backend(demo.config, demo.weights, options(2));
+  ForwardBatch bad = test::seqs_in_blocks({{1, 2, 100000}}, {0});
+  std::vector<float> logits;
+  EXPECT_THROW(be->forward(bad, logits), Error);
+  ForwardBatch good = test::seqs_in_blocks({{1, 2, 3}}, {0});
+  be->forward(good, logits);
+  auto one = make_cpu_backend(demo.config, demo.weights, options(1));
+  std::vector<float> ref;
+  one->forward(good, ref);
+  EXPECT_LE(relative_diff(ref, logits), 2e-5f);
+}
+
+TEST(TensorParallel, SmolLM2LogitsAtThreeRanksEqualOne) {
+  const std::string path = std::string(INFERSCALE_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent (scripts/setup.sh fetches it)";
+  const Model m = load_model(path);
+  const std::vector<int32_t> ids = m.tokenizer->encode("The capital of France is Paris, and of Italy");
+  ASSERT_LE(ids.size(), 16u);  // one cache block
+  ForwardBatch b = test::seqs_in_blocks({ids}, {0});
+  std::vector<float> one, three;
+  BackendOptions o = options(1);
+  make_cpu_backend(m.config, m.weights, o)->forward(b, one);
+  o.tensor_parallel_size = 3;
+  make_cpu_backend(m.config, m.weights, o)->forward(b, three);
+  EXPECT_LE(relative_diff(one, three), 2e-5f);
+  EXPECT_EQ(std::max_element(one.begin(), one.end()) - one.begin(), std::max_element(three.begin(), three.end()) - three.begin());
+}
