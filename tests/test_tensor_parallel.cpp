@@ -6,7 +6,7 @@
 //   - greedy tokens through the engine;
 //   - SmolLM2-135M-Instruct (Q4_1 blocks sliced whole) at 3 ranks, when fetched.
 // Pool rows keep the whole-head layout at any N; a size that does not split the model is refused;
-// a rank that fails fails the forward, and the next one runs.
+// a batch every rank would refuse fails alone, a rank failing mid-forward ends the group.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,10 +22,12 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/rank_reduce.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/rank_group.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
 #include "facts_in_place_util.h"
+#include "forwarding_backend.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 #include "util/check.h"
@@ -190,31 +192,48 @@ TEST(TensorParallel, ColumnSlicesKeepTheirValues) {
   }
 }
 
-// A rank that fails releases the others from the all-reduce; the next sums run.
-TEST(TensorParallel, AFailedRankAbortsTheReduce) {
-  RankReduce reduce(3);
-  std::atomic<int> failed{0};
-  std::vector<std::thread> ts;
-  for (int32_t r = 1; r < 3; ++r)
-    ts.emplace_back([&, r] {
-      float x = 1;
-      try {
-        reduce.sum(r, &x, 1);
-      } catch (const Error&) {
-        ++failed;
-      }
-    });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  reduce.abort();  // rank 0 failed before its sum
-  for (auto& t : ts) t.join();
-  EXPECT_EQ(failed.load(), 2);
-  reduce.reset();
-  std::vector<float> x{1, 2, 3};
-  ts.clear();
-  for (int32_t r = 1; r < 3; ++r) ts.emplace_back([&, r] { std::vector<float> y{float(r), 0, 0}; reduce.sum(r, y.data(), 3); });
-  reduce.sum(0, x.data(), 3);
-  for (auto& t : ts) t.join();
-  EXPECT_EQ(x, (std::vector<float>{4, 2, 3}));
+// A rank whose forward fails mid-way (after rank 0 sent it, before its first all-reduce) ends the
+// group: rank 0's forward throws instead of waiting for it, so does every later call, and the
+// group stops without hanging.
+TEST(TensorParallel, ARankThatFailsEndsTheGroup) {
+  struct Failing final : test_support::ForwardingBackend {
+    using ForwardingBackend::ForwardingBackend;
+    using Backend::forward;
+    void forward(const ForwardBatch&, ForwardOutput&) override { IS_THROW(kResource, "out of memory (planted)"); }
+  };
+  const Model demo = load_model("demo");
+  const ModelConfig rank_cfg = shard_config(demo.config, 2);
+  auto [root_end, rank_end] = ByteChannel::pair();
+  auto [cmd0, cmd1] = ByteChannel::pair();
+  std::vector<ByteChannel> root_ends;
+  root_ends.push_back(std::move(root_end));
+  auto root = std::make_shared<RootReduce>(std::move(root_ends));
+  auto reduce = std::make_shared<RankReduce>(std::move(rank_end));
+  RankGroup g;
+  BackendOptions o = options(1);
+  g.local = make_cpu_rank_backend(rank_cfg, shard_weights(demo.weights, demo.config, {0, 2}), o, {root.get(), 0});
+  g.commands.push_back(std::move(cmd0));
+  auto failing = std::make_shared<Failing>(
+      make_cpu_rank_backend(rank_cfg, shard_weights(demo.weights, demo.config, {1, 2}), o, {reduce.get(), 1}));
+  g.workers.threads.emplace_back([failing, reduce, commands = std::move(cmd1)]() mutable {
+    serve_rank(*failing, commands, [&] { reduce->shutdown(); });
+  });
+  g.abort_reduce = [r = root.get()] { r->shutdown(); };
+  g.reduce = root;
+  {
+    RankGroupBackend be(demo.config, std::move(g));
+    std::vector<float> logits;
+    const ForwardBatch b = test::seqs_in_blocks({{1, 2, 3}}, {0});
+    try {
+      be.forward(b, logits);
+      ADD_FAILURE() << "the forward succeeded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor-parallel rank failed"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(be.forward(b, logits), Error);
+    HostTensor k, v;
+    EXPECT_THROW(be.read_pool({0}, k, v), Error);
+  }  // joins the rank's thread
 }
 
 // A batch every rank refuses (a token past the vocabulary) fails the forward; the next runs.

@@ -211,7 +211,7 @@ void CpuForwardOps::linear_parts(const Matrix& m, int64_t K, float* y, const Row
 void CpuForwardOps::linear_reduce(Act x, const Weight& w, Act y) {
   if (rank_.reduce == nullptr) return linear(x, w, {}, y, /*accumulate=*/true);
   linear(x, w, {}, y, /*accumulate=*/rank_.rank == 0);
-  rank_.reduce->sum(rank_.rank, f(y), y.rows * y.cols);
+  rank_.reduce->sum(f(y), y.rows * y.cols);
 }
 
 void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) {

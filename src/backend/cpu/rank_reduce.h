@@ -1,45 +1,50 @@
-// The all-reduce of tensor-parallel ranks simulated on the CPU: each rank is a thread with its own
-// CpuForwardOps (model/tensor_parallel.h), and sum() stands in for NCCL's all-reduce. The sum is
-// taken in rank order (rank 0's values + rank 1's + ...), the same numbers on every rank.
-//
-// Every rank calls sum() the same number of times with the same n. A rank that fails calls
-// abort(): the others' pending and later sum() calls throw instead of waiting for it, until
-// reset() (with no rank inside sum()).
+// The all-reduce of tensor-parallel ranks on the CPU: sum() leaves on every rank the sum over the
+// ranks of their data[0 .. n), taken in rank order (rank 0's values + rank 1's + ...), so every
+// rank holds the same numbers. Ranks 1.. send their values to rank 0 over a channel
+// (util/byte_channel.h) and read the sum back; rank 0 adds them up in order and sends it out.
+// Every rank calls sum() the same number of times with the same n. shutdown() ends it: a rank
+// waiting in sum() on the other side throws (kUnavailable) instead of waiting on.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
+
+#include "util/byte_channel.h"
 
 namespace inferscale {
 
-class RankReduce {
+class HostAllReduce {
  public:
-  explicit RankReduce(int32_t ranks);
-  int32_t ranks() const { return ranks_; }
+  virtual ~HostAllReduce() = default;
+  virtual void sum(float* data, int64_t n) = 0;
+  virtual void shutdown() = 0;
+};
 
-  // data[0 .. n) on every rank := the sum over the ranks of their data[0 .. n).
-  void sum(int32_t rank, float* data, int64_t n);
-  void abort();
-  void reset();
+// Rank 0's side: channels to ranks 1.. in order.
+class RootReduce final : public HostAllReduce {
+ public:
+  explicit RootReduce(std::vector<ByteChannel> ranks) : ranks_(std::move(ranks)) {}
+  void sum(float* data, int64_t n) override;
+  void shutdown() override;
 
  private:
-  // Waits until every rank has arrived (kInternal once aborted).
-  void arrive_and_wait(std::unique_lock<std::mutex>& lock);
+  std::vector<ByteChannel> ranks_;
+  std::vector<float> part_;
+};
 
-  int32_t ranks_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int32_t arrived_ = 0;
-  uint64_t generation_ = 0;
-  bool aborted_ = false;
-  std::vector<float*> data_;  // each rank's buffer, posted before the first barrier
-  std::vector<float> total_;  // the sum, written between the barriers
+// Rank r's side (r >= 1): its channel to rank 0.
+class RankReduce final : public HostAllReduce {
+ public:
+  explicit RankReduce(ByteChannel root) : root_(std::move(root)) {}
+  void sum(float* data, int64_t n) override;
+  void shutdown() override { root_.shutdown(); }
+
+ private:
+  ByteChannel root_;
 };
 
 // A CPU backend's place among tensor-parallel ranks: none (reduce null), or `rank` of reduce's.
 struct CpuRank {
-  RankReduce* reduce = nullptr;
+  HostAllReduce* reduce = nullptr;
   int32_t rank = 0;
 };
 
