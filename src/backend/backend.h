@@ -70,9 +70,9 @@ struct BackendOptions {
   bool projections_fp8 = false;
   // Ranks the model is split over (--tensor-parallel-size; model/tensor_parallel.h): each rank
   // holds 1/N of the heads and of the MLP, its kv heads' share of the cache and the pool, and
-  // adds its partial products through an all-reduce. The CPU runs the ranks as threads of one
-  // backend, a sum in rank order standing in for the all-reduce (to check the split; not faster).
-  // The sizes above are the whole model's: every rank has every block, with its kv heads' rows.
+  // adds its partial products through an all-reduce. make_cpu_backend runs the ranks as threads
+  // of one backend, a sum in rank order for the all-reduce (to check the split; not faster). The
+  // sizes above are each rank's (every rank has every block, with its kv heads' rows).
   int32_t tensor_parallel_size = 1;
 };
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/rank_processes.h"
 #include "util/check.h"
 
 int main(int argc, char** argv) {
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   inferscale::cli::register_memory(app);
   inferscale::cli::register_chat(app);
   inferscale::cli::register_serve(app);
+  inferscale::cli::register_rank_worker(app);
+  inferscale::cli::set_command_line(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <string>
 
+#include "cli/rank_processes.h"
+#include "model/tensor_parallel.h"
 #include "util/check.h"
 
 #ifdef INFERSCALE_HAS_CUDA
@@ -32,9 +34,9 @@ void add_model_options(CLI::App& cmd, ModelArgs& a) {
       ->check(CLI::Range(-1, 1 << 22));
   cmd.add_option("--threads", a.threads, "CPU threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
   cmd.add_option("--tensor-parallel-size,--tp", a.tensor_parallel_size,
-                 "ranks the model is split over, Megatron-style (heads and MLP; one all-reduce after o_proj and "
-                 "down): on the CPU backend they run as threads with a sum for the all-reduce, to check the split "
-                 "(not faster); the CUDA backend serves one GPU")
+                 "ranks the model is split over, Megatron-style (heads and MLP; an all-reduce after o_proj and "
+                 "after down): one process per rank, on GPUs 0..N-1 with NCCL (libnccl.so.2), on the CPU with a "
+                 "channel sum (to check the split: not faster); --kv-cache-mb and --memory-pool-mb are per rank")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd.add_option("--max-batched-tokens", a.max_batched_tokens, "tokens per engine step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -153,9 +155,6 @@ bool picks_cuda(const ModelArgs& a, const ModelConfig& cfg) {
   return why.empty();
 }
 
-namespace {
-
-// Sizes for the device make_backend() picked (`gpu`).
 BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool gpu) {
   BackendOptions bo;
   bo.block_size = a.block_size;
@@ -167,13 +166,10 @@ BackendOptions backend_options(const ModelArgs& a, const ModelConfig& cfg, bool 
   bo.cache_fp8 = a.kv_cache_fp8();
   bo.projections_fp8 = a.quantization == "fp8";
   bo.num_threads = a.threads;
-  bo.tensor_parallel_size = a.tensor_parallel_size;
   bo.cuda_graphs = !a.enforce_eager;
   bo.programmatic_launch = !a.no_programmatic_launch;
   return bo;
 }
-
-}  // namespace
 
 EngineOptions engine_options(const ModelArgs& a) {
   EngineOptions eo;
@@ -185,6 +181,8 @@ EngineOptions engine_options(const ModelArgs& a) {
 
 std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
   const bool gpu = picks_cuda(a, m.config);  // throws what --device cuda lacks, CPU-only builds included
+  if (a.tensor_parallel_size > 1)
+    return make_rank_processes(a, m, backend_options(a, shard_config(m.config, a.tensor_parallel_size), gpu), gpu);
   const BackendOptions bo = backend_options(a, m.config, gpu);
 #ifdef INFERSCALE_HAS_CUDA
   if (gpu) {
@@ -198,10 +196,8 @@ std::unique_ptr<Backend> make_backend(const ModelArgs& a, const Model& m) {
   if (bo.projections_fp8)
     spdlog::warn("--quantization fp8 on the CPU backend: the projections' numbers are rounded as the GPU's FP8 path "
                  "rounds them, computed in f32 (to measure quality; not faster, not smaller)");
-  auto be = make_cpu_backend(m.config, m.weights, bo);
-  spdlog::info("backend: cpu (f32 reference){}",
-               bo.tensor_parallel_size > 1 ? fmt::format(", {} tensor-parallel ranks on threads", bo.tensor_parallel_size) : "");
-  return be;
+  spdlog::info("backend: cpu (f32 reference)");
+  return make_cpu_backend(m.config, m.weights, bo);
 }
 
 std::unique_ptr<Backend> make_helper_backend(bool cuda, const Model& m, const BackendOptions& opts) {

@@ -22,7 +22,7 @@ struct ModelArgs {
   int64_t kv_cache_mb = 0;      // 0: 512 on the CPU, 32768 on a GPU
   int64_t memory_pool_mb = -1;  // -1: 256 on the CPU, 8192 on a GPU
   int32_t threads = 0;
-  int32_t tensor_parallel_size = 1;  // --tensor-parallel-size: ranks the model is split over (CPU: threads)
+  int32_t tensor_parallel_size = 1;  // --tensor-parallel-size: ranks the model is split over (cli/rank_processes.h)
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs
   bool no_programmatic_launch = false;  // --no-programmatic-launch: plain stream order between kernels
   std::string memory_kv_dtype = "native";  // --memory-kv-dtype: native (f32 CPU, bf16 GPU) | fp8
@@ -55,6 +55,9 @@ bool gpu_selected(const ModelArgs& args);
 // Whether make_backend() picks the CUDA backend for this model: the GPU is selected and the
 // backend runs the model's shape (--device cuda throws when it does not; auto falls back).
 bool picks_cuda(const ModelArgs& args, const ModelConfig& cfg);
+// The backend options of ModelArgs for a model of config `cfg` (one rank's, under tensor
+// parallelism: sizes are per rank) on the GPU or the CPU.
+BackendOptions backend_options(const ModelArgs& args, const ModelConfig& cfg, bool gpu);
 // A backend for a helper model (the embedding model): CUDA when `cuda` and the CUDA backend runs
 // its shape, else the CPU (logged).
 std::unique_ptr<Backend> make_helper_backend(bool cuda, const Model& model, const BackendOptions& opts);

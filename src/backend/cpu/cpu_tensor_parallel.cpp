@@ -20,9 +20,6 @@ std::unique_ptr<Backend> make_cpu_tensor_parallel_backend(const ModelConfig& cfg
   ro.tensor_parallel_size = 1;
   const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   ro.num_threads = std::max(1, (opts.num_threads > 0 ? opts.num_threads : cores) / tp);
-  // Every rank has every block, holding its kv heads of it: the blocks are the whole model's.
-  const int64_t block_bytes = kv_store_bytes_per_token(cfg, false, opts.cache_fp8) * opts.block_size;
-  if (ro.num_cache_blocks <= 0) ro.num_cache_blocks = std::max<int64_t>(1, opts.cache_memory_bytes / block_bytes);
 
   std::vector<ByteChannel> root_ends;
   std::vector<std::unique_ptr<RankReduce>> rank_reduces;

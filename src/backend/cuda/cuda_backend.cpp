@@ -33,7 +33,9 @@ using bf16 = __nv_bfloat16;
 class CudaBackendImpl final : public CudaBackend {
  public:
   // Weights: `weights`, or seeded random ones made on the GPU when null (benchmarks).
-  CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts)
+  // comm: a tensor-parallel rank's group (cfg and weights that rank's shard), or null.
+  CudaBackendImpl(const ModelConfig& cfg, const ModelWeights* weights, uint64_t seed, const BackendOptions& opts,
+                  NcclComm* comm = nullptr)
       : cfg_(cfg), rope_(cfg), block_size_(opts.block_size) {
     IS_REQUIRE(block_size_ > 0, kInvalidInput, "block size must be positive, got {}", block_size_);
     if (!opts.programmatic_launch) cuda::set_programmatic_launch(false);
@@ -82,6 +84,7 @@ class CudaBackendImpl final : public CudaBackend {
     kv.pool_slots = num_pool_blocks_ * block_size_;
     ops_ = std::make_unique<CudaForwardOps>(cfg_, kv, rope_, block_size_, stream_);
     ops_->set_e4m3_projections(opts.projections_fp8);
+    ops_->set_all_reduce(comm);
     arch_ = make_architecture(cfg_);
     if (weights != nullptr) {
       arch_->load(*ops_, *weights);
@@ -382,9 +385,16 @@ std::unique_ptr<CudaBackend> make_cuda_backend(const ModelConfig& cfg, const Mod
                                                const BackendOptions& opts) {
   require_supported(cfg);
   IS_REQUIRE(opts.tensor_parallel_size == 1, kUnsupported,
-             "the CUDA backend serves a model on one GPU; tensor parallelism ({} ranks) runs on the CPU backend only",
+             "make_cuda_backend serves one GPU: {} tensor-parallel ranks are one process per GPU, each its own "
+             "make_cuda_rank_backend",
              opts.tensor_parallel_size);
   return std::make_unique<CudaBackendImpl>(cfg, &weights, 0, opts);
+}
+
+std::unique_ptr<CudaBackend> make_cuda_rank_backend(const ModelConfig& cfg, const ModelWeights& weights,
+                                                    const BackendOptions& opts, NcclComm& comm) {
+  require_supported(cfg);
+  return std::make_unique<CudaBackendImpl>(cfg, &weights, 0, opts, &comm);
 }
 
 std::unique_ptr<CudaBackend> make_cuda_backend_random(const ModelConfig& cfg, uint64_t seed,

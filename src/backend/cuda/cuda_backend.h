@@ -93,6 +93,11 @@ std::string cuda_unsupported_reason(const ModelConfig& cfg);
 // Uploads `weights` (f32/f16/bf16) as bf16. Uses the current CUDA device.
 std::unique_ptr<CudaBackend> make_cuda_backend(const ModelConfig& cfg, const ModelWeights& weights,
                                                const BackendOptions& opts);
+// One tensor-parallel rank on the current CUDA device: cfg and weights are the rank's shard
+// (model/tensor_parallel.h), its row-parallel sums go through `comm` (which must outlive it).
+class NcclComm;
+std::unique_ptr<CudaBackend> make_cuda_rank_backend(const ModelConfig& cfg, const ModelWeights& weights,
+                                                    const BackendOptions& opts, NcclComm& comm);
 // Benchmarks: seeded random bf16 weights made directly on the GPU (no host copy).
 std::unique_ptr<CudaBackend> make_cuda_backend_random(const ModelConfig& cfg, uint64_t seed,
                                                       const BackendOptions& opts);

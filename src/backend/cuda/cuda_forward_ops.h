@@ -32,6 +32,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/device_buffer.h"
+#include "backend/cuda/nccl_comm.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/meta_upload.h"
@@ -79,6 +80,9 @@ class CudaForwardOps final : public ForwardOps {
   // Projections loaded after this call are stored in E4M3 where cuBLASLt's FP8 GEMM takes their
   // shape (rows and cols multiples of 16), bf16 otherwise.
   void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
+  // A tensor-parallel rank's group (model/tensor_parallel.h): linear_reduce sums the ranks'
+  // partial products through it. Null: one GPU, linear_reduce is the residual GEMM.
+  void set_all_reduce(NcclComm* comm) { comm_ = comm; }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
   // The batch against the cache requests get (begin() of a graph's batch also admits the scratch
@@ -117,6 +121,7 @@ class CudaForwardOps final : public ForwardOps {
   void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) override;
   void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) override;
   void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) override;
+  void linear_reduce(Act x, const Weight& w, Act y) override;
   void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
   void attention(Act q, int32_t layer, Act out) override;
   void silu_mul(Act gu, Act out) override;
@@ -133,6 +138,7 @@ class CudaForwardOps final : public ForwardOps {
   RopeTable& rope_;
   int32_t block_size_;
   cudaStream_t stream_;
+  NcclComm* comm_ = nullptr;
   int num_sms_ = 132;
   DecodeAttention decode_attention_;
   // A mixed step's prefill tiles run on side_, forked after the QKV step and joined before o_proj.
