@@ -122,6 +122,51 @@ TEST(TensorParallel, GreedyTokensThroughTheEngineEqualOneRank) {
   EXPECT_EQ(answers[2], answers[0]) << "tp 4";
 }
 
+// The forward's other outputs under the split: captured pool rows (each rank its kv heads), the
+// probe's attention mass (summed over the ranks' heads) and sampled ids equal one rank's.
+TEST(TensorParallel, CapturesProbesAndSamplesEqualOneRank) {
+  const ModelConfig c = config({8, 4, 64});
+  const ModelWeights w = make_random_weights(c, 5);
+  ForwardBatch b;
+  for (int32_t p = 0; p < 30; ++p) {
+    b.token_ids.push_back((p * 37 + 11) % static_cast<int32_t>(c.vocab_size));
+    b.positions.push_back(p);
+    b.slot_mapping.push_back(p);  // blocks 0 and 1
+  }
+  b.q_indptr = {0, 30};
+  b.kv_indices = {0, 1};
+  b.kv_indptr = {0, 2};
+  for (int32_t t = 5; t < 15; ++t) {
+    b.capture_tokens.push_back(t);
+    b.capture_slots.push_back(t - 5);
+  }
+  b.probes.push_back({0, 25, 3, 20});  // rows 25..29 over keys [3, 20)
+  b.output_tokens = {27, 29};
+  b.output = ForwardBatch::Output::kSample;
+  b.sampling = {{0.9f, 20, 0.9f, 0.3f}, {1.1f, 0, 1.0f, 0.7f}};
+  struct Out {
+    ForwardOutput fo;
+    HostTensor k, v;
+  };
+  auto run = [&](int32_t tp) {
+    auto be = make_cpu_backend(c, w, options(tp));
+    Out o;
+    be->forward(b, o.fo);
+    be->read_pool({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, o.k, o.v);
+    return o;
+  };
+  const Out one = run(1);
+  ASSERT_EQ(one.fo.probe_mass.size(), 5u * 17u);
+  for (int32_t tp : {2, 4}) {
+    const Out n = run(tp);
+    EXPECT_EQ(n.fo.ids, one.fo.ids) << "tp " << tp;
+    EXPECT_LE(relative_diff(one.fo.probe_mass, n.fo.probe_mass), 2e-5f) << "tp " << tp;
+    const auto rows = [](const HostTensor& t) { return std::vector<float>(t.as<float>(), t.as<float>() + t.numel()); };
+    EXPECT_LE(relative_diff(rows(one.k), rows(n.k)), 2e-5f) << "tp " << tp;
+    EXPECT_LE(relative_diff(rows(one.v), rows(n.v)), 2e-5f) << "tp " << tp;
+  }
+}
+
 TEST(TensorParallel, PoolRowsKeepTheWholeHeadLayout) {
   const ModelConfig c = config({8, 4, 64});
   const ModelWeights w = make_random_weights(c, 3);

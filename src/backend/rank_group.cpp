@@ -1,5 +1,6 @@
 #include "backend/rank_group.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstring>
@@ -11,9 +12,9 @@ namespace {
 
 enum class RankOp : uint8_t { kForward, kInject, kWritePool, kReadPool, kReadCache, kStop };
 
-// Every field of a forward, in one order for writing and reading.
-template <typename F>
-void batch_fields(ForwardBatch& b, F&& f) {
+// Every field of a forward (a const one to write, another to read into), in one order.
+template <typename Batch, typename F>
+void batch_fields(Batch& b, F&& f) {
   f(b.token_ids), f(b.positions), f(b.slot_mapping), f(b.q_indptr), f(b.kv_indptr), f(b.kv_indices);
   f(b.kv_start), f(b.token_src), f(b.output_tokens), f(b.output), f(b.argmax_vocab), f(b.sampling);
   f(b.capture_tokens), f(b.capture_slots), f(b.fact_indptr), f(b.fact_start), f(b.fact_slots), f(b.probes);
@@ -119,6 +120,10 @@ void serve_rank(Backend& rank, ByteChannel& commands, const std::function<void()
   }
 }
 
+void RankWorkers::kill() {
+  for (int pid : pids) ::kill(pid, SIGKILL);
+}
+
 RankWorkers::~RankWorkers() {
   for (auto& t : threads)
     if (t.joinable()) t.join();
@@ -139,7 +144,9 @@ RankGroupBackend::~RankGroupBackend() {
     }
     c.shutdown();
   }
-  if (!failed_.empty() && abort_reduce_) abort_reduce_();
+  if (failed_.empty()) return;
+  workers_.kill();
+  if (abort_reduce_) abort_reduce_();
 }
 
 void RankGroupBackend::fail(const std::string& why) {
@@ -178,7 +185,7 @@ void RankGroupBackend::forward(const ForwardBatch& b, ForwardOutput& out) {
                       local_->num_pool_blocks() * local_->block_size(), cfg_.vocab_size);
   Wire w;
   w.put(RankOp::kForward);
-  batch_fields(const_cast<ForwardBatch&>(b), [&](auto& v) { w.put(v); });
+  batch_fields(b, [&](const auto& v) { w.put(v); });
   const auto replies = on_every_rank(w.bytes(), [&] { local_->forward(b, out); });
   // Each rank's attention mass covers its own heads: the model's is their sum, in rank order.
   for (const auto& reply : replies) {

@@ -40,6 +40,9 @@ struct RankWorkers {
   RankWorkers() = default;
   RankWorkers(RankWorkers&&) = default;
   RankWorkers& operator=(RankWorkers&&) = default;
+  // Ends the processes now (SIGKILL): after a failure a rank may wait in a GPU collective that
+  // nothing will complete. Threads are ended by their channels' shutdown instead.
+  void kill();
   ~RankWorkers();
 };
 

@@ -33,6 +33,13 @@ std::vector<std::string>& command_line() {
   return args;
 }
 
+// Whether this binary has the rank-worker subcommand (the inferscale CLI; benchmarks that share
+// its model options do not).
+bool& has_rank_worker() {
+  static bool has = false;
+  return has;
+}
+
 // Handshake messages: a status byte (0 ok) and a text (the error, or a payload).
 void say(ByteChannel& c, bool ok, const std::string& text) {
   Wire w;
@@ -133,7 +140,8 @@ void set_command_line(int argc, char** argv) { command_line().assign(argv, argv 
 std::unique_ptr<Backend> make_rank_processes(const ModelArgs& a, const Model& m, const BackendOptions& bo, bool gpu) {
   const int32_t N = a.tensor_parallel_size;
   const ModelConfig rank_cfg = shard_config(m.config, N);
-  IS_CHECK(command_line().size() >= 2, "no command line kept for the rank workers");
+  IS_REQUIRE(has_rank_worker() && command_line().size() >= 2, kUnsupported,
+             "--tensor-parallel-size: ranks are started by the inferscale binary (serve, generate, chat, memory)");
   RankGroup g;
   std::vector<ByteChannel> reduce_ends;
   for (int32_t r = 1; r < N; ++r) {
@@ -178,7 +186,10 @@ std::unique_ptr<Backend> make_rank_processes(const ModelArgs& a, const Model& m,
     }
     for (int32_t r = 1; r < N; ++r) hear(g.commands[static_cast<size_t>(r - 1)], r, "could not start");
   } catch (...) {
-    for (auto& c : g.commands) c.shutdown();  // the ranks exit; RankWorkers waits for them
+    // A rank may wait in the NCCL group's start for rank 0: end them all, then RankWorkers
+    // waits for them.
+    for (auto& c : g.commands) c.shutdown();
+    g.workers.kill();
     throw;
   }
   spdlog::info("{} tensor-parallel ranks: this process and {} rank-worker processes ({})", N, N - 1, gpu ? "one GPU each" : "CPU");
@@ -186,6 +197,7 @@ std::unique_ptr<Backend> make_rank_processes(const ModelArgs& a, const Model& m,
 }
 
 void register_rank_worker(CLI::App& app) {
+  has_rank_worker() = true;
   auto w = std::make_shared<WorkerArgs>();
   CLI::App* cmd = app.add_subcommand("rank-worker", "one tensor-parallel rank, started by --tensor-parallel-size");
   cmd->group("");  // hidden: rank 0 starts it
