@@ -74,8 +74,9 @@ void serve_rank(Backend& rank, ByteChannel& commands, const std::function<void()
       return;  // rank 0 closed the channel
     }
     WireReader in(std::move(msg));
+    if (in.done()) return;  // not a command of rank 0's: the channel is not ours
     const auto op = in.get<RankOp>();
-    if (op == RankOp::kStop) return;
+    if (op >= RankOp::kStop) return;  // stop (or, past it, not a command: the same)
     std::vector<char> reply;
     try {
       Wire out;

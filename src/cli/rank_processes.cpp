@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,6 +92,12 @@ struct WorkerArgs {
 
 // Rank r: its shard of the model, its backend, then rank 0's commands until the end.
 void run_rank_worker(const WorkerArgs& w) {
+  IS_REQUIRE(w.ranks >= 2 && w.rank >= 1 && w.rank < w.ranks, kInvalidInput, "rank-worker: rank {} of {}", w.rank, w.ranks);
+  struct stat st {};
+  IS_REQUIRE(::fstat(w.commands_fd, &st) == 0 && S_ISSOCK(st.st_mode), kInvalidInput,
+             "rank-worker: --commands-fd {} is not a socket (rank 0 starts this subcommand)", w.commands_fd);
+  IS_REQUIRE(w.gpu || (::fstat(w.reduce_fd, &st) == 0 && S_ISSOCK(st.st_mode)), kInvalidInput,
+             "rank-worker: --reduce-fd {} is not a socket", w.reduce_fd);
   ByteChannel commands(w.commands_fd);
   spdlog::set_pattern("[%H:%M:%S.%e] [%^%l%$] [rank " + std::to_string(w.rank) + "] %v");
   ModelArgs a;
