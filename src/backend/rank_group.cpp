@@ -54,6 +54,11 @@ std::vector<char> error_reply(const std::exception& e) {
   return w.bytes();
 }
 
+// The message of a command every rank gets alike.
+auto same(const Wire& w) {
+  return [&w](int32_t) -> const std::vector<char>& { return w.bytes(); };
+}
+
 // Columns [first, first + cols) of every row of `src` ([rows, src_cols], `elem` bytes a value)
 // into `dst` ([rows, dst_cols]) at column dst_first.
 void copy_columns(const HostTensor& src, int64_t first, HostTensor& dst, int64_t dst_first, int64_t cols) {
@@ -166,12 +171,12 @@ std::vector<char> RankGroupBackend::reply_of(int32_t rank) {
   throw Error(kind, "rank " + std::to_string(rank) + ": " + std::string(p, n));
 }
 
-template <typename LocalFn>
-std::vector<std::vector<char>> RankGroupBackend::on_every_rank(const std::vector<char>& msg, const LocalFn& local) {
+template <typename MessageFn, typename LocalFn>
+std::vector<std::vector<char>> RankGroupBackend::on_every_rank(const MessageFn& message, const LocalFn& local) {
   IS_REQUIRE(failed_.empty(), kInternal, "a tensor-parallel rank failed: {}", failed_);
   std::vector<std::vector<char>> replies;
   try {
-    for (auto& c : commands_) c.send_message(msg);
+    for (int32_t r = 1; r < ranks(); ++r) commands_[static_cast<size_t>(r - 1)].send_message(message(r));
     local();
     for (int32_t r = 1; r < ranks(); ++r) replies.push_back(reply_of(r));
   } catch (const std::exception& e) {
@@ -187,7 +192,7 @@ void RankGroupBackend::forward(const ForwardBatch& b, ForwardOutput& out) {
   Wire w;
   w.put(RankOp::kForward);
   batch_fields(b, [&](const auto& v) { w.put(v); });
-  const auto replies = on_every_rank(w.bytes(), [&] { local_->forward(b, out); });
+  const auto replies = on_every_rank(same(w), [&] { local_->forward(b, out); });
   // Each rank's attention mass covers its own heads: the model's is their sum, in rank order.
   for (const auto& reply : replies) {
     WireReader r(reply);
@@ -201,7 +206,7 @@ void RankGroupBackend::forward(const ForwardBatch& b, ForwardOutput& out) {
 void RankGroupBackend::inject(const InjectBatch& b) {
   Wire w;
   w.put(RankOp::kInject).put(b.src_slots).put(b.dst_slots).put(b.positions);
-  on_every_rank(w.bytes(), [&] { local_->inject(b); });
+  on_every_rank(same(w), [&] { local_->inject(b); });
 }
 
 void RankGroupBackend::write_pool(const std::vector<int64_t>& slots, const HostTensor& k, const HostTensor& v) {
@@ -213,41 +218,36 @@ void RankGroupBackend::write_pool(const std::vector<int64_t>& slots, const HostT
     copy_columns(t, r * ks, c, 0, ks);
     return c;
   };
-  // Each rank gets its own columns, so the message differs by rank: sent one by one, then run.
-  IS_REQUIRE(failed_.empty(), kInternal, "a tensor-parallel rank failed: {}", failed_);
-  try {
-    for (int32_t r = 1; r < ranks(); ++r) {
-      Wire w;
-      w.put(RankOp::kWritePool).put(slots);
-      put_rows(w, columns(k, r));
-      put_rows(w, columns(v, r));
-      commands_[static_cast<size_t>(r - 1)].send_message(w.bytes());
-    }
-    local_->write_pool(slots, columns(k, 0), columns(v, 0));
-    for (int32_t r = 1; r < ranks(); ++r) reply_of(r);
-  } catch (const std::exception& e) {
-    fail(e.what());
-  }
+  // Each rank gets its own columns.
+  auto message = [&](int32_t r) {
+    Wire w;
+    w.put(RankOp::kWritePool).put(slots);
+    put_rows(w, columns(k, r));
+    put_rows(w, columns(v, r));
+    return w.bytes();
+  };
+  on_every_rank(message, [&] { local_->write_pool(slots, columns(k, 0), columns(v, 0)); });
 }
 
 void RankGroupBackend::gather_rows(const std::vector<int64_t>& slots, bool pool, HostTensor& k, HostTensor& v) {
   Wire w;
   w.put(pool ? RankOp::kReadPool : RankOp::kReadCache).put(slots);
-  HostTensor lk, lv;
-  const auto replies = on_every_rank(w.bytes(), [&] {
-    if (pool) local_->read_pool(slots, lk, lv);
-    else local_->read_cache(slots, lk, lv);
+  std::vector<HostTensor> rk(static_cast<size_t>(ranks())), rv(rk.size());  // each rank's rows
+  const auto replies = on_every_rank(same(w), [&] {
+    if (pool) local_->read_pool(slots, rk[0], rv[0]);
+    else local_->read_cache(slots, rk[0], rv[0]);
   });
+  for (size_t r = 1; r < rk.size(); ++r) {
+    WireReader in(replies[r - 1]);
+    rk[r] = get_rows(in);
+    rv[r] = get_rows(in);
+  }
   const int64_t n = static_cast<int64_t>(slots.size()), KS = cfg_.kv_size(), ks = KS / ranks();
-  k = make_kv_rows(lk.dtype, cfg_.num_layers, n, KS);
-  v = make_kv_rows(lv.dtype, cfg_.num_layers, n, KS);
-  copy_columns(lk, 0, k, 0, ks);
-  copy_columns(lv, 0, v, 0, ks);
-  for (int32_t r = 1; r < ranks(); ++r) {
-    WireReader in(replies[static_cast<size_t>(r - 1)]);
-    const HostTensor rk = get_rows(in), rv = get_rows(in);
-    copy_columns(rk, 0, k, r * ks, ks);
-    copy_columns(rv, 0, v, r * ks, ks);
+  k = make_kv_rows(rk[0].dtype, cfg_.num_layers, n, KS);
+  v = make_kv_rows(rv[0].dtype, cfg_.num_layers, n, KS);
+  for (size_t r = 0; r < rk.size(); ++r) {
+    copy_columns(rk[r], 0, k, static_cast<int64_t>(r) * ks, ks);
+    copy_columns(rv[r], 0, v, static_cast<int64_t>(r) * ks, ks);
   }
 }
 

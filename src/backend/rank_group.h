@@ -81,10 +81,10 @@ class RankGroupBackend final : public Backend {
   void read_cache(const std::vector<int64_t>& slots, HostTensor& k, HostTensor& v) override;
 
  private:
-  // Sends `msg` to every other rank, runs `local` here, then reads each rank's reply into
+  // Sends message(r) to each other rank r, runs `local` here, then reads each rank's reply into
   // replies[r - 1]. A failure ends the group.
-  template <typename LocalFn>
-  std::vector<std::vector<char>> on_every_rank(const std::vector<char>& msg, const LocalFn& local);
+  template <typename MessageFn, typename LocalFn>
+  std::vector<std::vector<char>> on_every_rank(const MessageFn& message, const LocalFn& local);
   std::vector<char> reply_of(int32_t rank);
   [[noreturn]] void fail(const std::string& why);
   void gather_rows(const std::vector<int64_t>& slots, bool pool, HostTensor& k, HostTensor& v);

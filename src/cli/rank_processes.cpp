@@ -7,12 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -54,16 +52,6 @@ std::string hear(ByteChannel& c, int32_t rank, const char* what) {
   const auto [p, n] = r.get_bytes();
   IS_REQUIRE(ok, kUnavailable, "tensor-parallel rank {} {}: {}", rank, what, std::string(p, n));
   return std::string(p, n);
-}
-
-// Each rank's CPU threads: an equal share of --threads (or of the cores).
-BackendOptions rank_options(BackendOptions bo, const ModelArgs& a, int32_t ranks, bool gpu) {
-  bo.tensor_parallel_size = 1;
-  if (!gpu) {
-    const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-    bo.num_threads = std::max(1, (a.threads > 0 ? a.threads : cores) / ranks);
-  }
-  return bo;
 }
 
 // Starts `inferscale rank-worker` for rank r with `fds` (its channel ends) kept open across exec.
@@ -113,7 +101,8 @@ void run_rank_worker(const WorkerArgs& w) {
     const Model m = load_model_from_args(a);
     rank_cfg = shard_config(m.config, w.ranks);
     weights = shard_weights(m.weights, m.config, {w.rank, w.ranks});
-    bo = rank_options(backend_options(a, rank_cfg, w.gpu), a, w.ranks, w.gpu);
+    bo = backend_options(a, rank_cfg, w.gpu);
+    if (!w.gpu) bo = cpu_rank_options(bo, w.ranks);
 #ifdef INFERSCALE_HAS_CUDA
     if (w.gpu) IS_REQUIRE(cudaSetDevice(w.rank) == cudaSuccess, kUnsupported, "no CUDA device {}", w.rank);
 #endif
@@ -171,7 +160,7 @@ std::unique_ptr<Backend> make_rank_processes(const ModelArgs& a, const Model& m,
   }  // the children's ends close here, in this process
   try {
     for (int32_t r = 1; r < N; ++r) hear(g.commands[static_cast<size_t>(r - 1)], r, "could not start");
-    const BackendOptions ro = rank_options(bo, a, N, gpu);
+    const BackendOptions ro = gpu ? bo : cpu_rank_options(bo, N);
     const ModelWeights weights = shard_weights(m.weights, m.config, {0, N});
 #ifdef INFERSCALE_HAS_CUDA
     if (gpu) {
@@ -186,10 +175,7 @@ std::unique_ptr<Backend> make_rank_processes(const ModelArgs& a, const Model& m,
 #endif
     if (!gpu) {
       for (auto& c : g.commands) say(c, true, "");
-      auto root = std::make_shared<RootReduce>(std::move(reduce_ends));
-      g.local = make_cpu_rank_backend(rank_cfg, weights, ro, {root.get(), 0});
-      g.abort_reduce = [r = root.get()] { r->shutdown(); };
-      g.reduce = std::move(root);
+      make_cpu_root_rank(g, rank_cfg, weights, ro, std::move(reduce_ends));
     }
     for (int32_t r = 1; r < N; ++r) hear(g.commands[static_cast<size_t>(r - 1)], r, "could not start");
   } catch (...) {

@@ -104,9 +104,17 @@ class ForwardOps {
   virtual void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) = 0;
   // A row-parallel projection into the residual stream: y += x w^T, where under tensor
   // parallelism (model/tensor_parallel.h) x and w hold this rank's columns only, so each rank's
-  // product is a partial sum and y receives the sum over the ranks (an all-reduce), the same on
-  // every rank. One rank (this default): the linear itself.
-  virtual void linear_reduce(Act x, const Weight& w, Act y) { linear(x, w, {}, y, /*accumulate=*/true); }
+  // product is a partial sum. Rank 0 adds its partial to y (the residual stream every rank holds),
+  // the others overwrite y with theirs, and the all-reduce leaves y + every partial on every rank.
+  // One rank: the linear itself.
+  void linear_reduce(Act x, const Weight& w, Act y) {
+    linear(x, w, {}, y, /*accumulate=*/tensor_rank() == 0);
+    all_reduce(y);
+  }
+  // This ops' tensor-parallel rank, and the sum of `y` over the ranks, in place and the same on
+  // every rank (f32). One rank (these defaults): rank 0, nothing to sum.
+  virtual int32_t tensor_rank() const { return 0; }
+  virtual void all_reduce(Act y) {}
   virtual void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) = 0;
   // out[t, h] = softmax(q[t, h] . K / sqrt(D)) V over layer `layer`'s cache, masked as begin() said.
   virtual void attention(Act q, int32_t layer, Act out) = 0;

@@ -8,18 +8,25 @@
 namespace inferscale {
 namespace {
 
-// Rows [first, first + count) of `t`, a matrix [rows, cols] or a vector [rows] (cols 0) checked
-// against that shape (kInvalidInput naming `role`): a view of its storage. An empty optional
-// tensor (a bias) stays empty.
+// `t` as the matrix [rows, cols] its role has (kInvalidInput naming `role` unless it holds that
+// many values): a view of its storage.
+HostTensor as_matrix(const HostTensor& t, int64_t rows, int64_t cols, const char* role) {
+  return HostTensor::view(t.dtype, {rows, cols}, expect_weight(t, {rows, cols}, role).data, t.owner);
+}
+
+// Rows [first, first + count) of `t` as a matrix [rows, cols]: a view of its storage.
 HostTensor row_slice(const HostTensor& t, int64_t rows, int64_t cols, const char* role, int64_t first, int64_t count) {
-  if (t.empty() && cols == 0) return {};
-  if (cols == 0) {
-    const HostTensor& v = expect_weight(t, {rows}, role);
-    const HostTensor f = is_block_quantized(v.dtype) ? v.to_f32() : v;
-    return HostTensor::view(f.dtype, {count}, f.as<char>() + first * dtype_size(f.dtype), f.owner);
-  }
-  const HostTensor m = HostTensor::view(t.dtype, {rows, cols}, expect_weight(t, {rows, cols}, role).data, t.owner);
+  const HostTensor m = as_matrix(t, rows, cols, role);
   return HostTensor::view(m.dtype, {count, cols}, m.as<char>() + first * m.row_bytes(), m.owner);
+}
+
+// Values [first, first + count) of the vector `t` [n] (a bias): a view, of an f32 copy where `t`
+// is block-quantized. An absent bias stays absent, as one rank's load takes it.
+HostTensor vector_slice(const HostTensor& t, int64_t n, const char* role, int64_t first, int64_t count) {
+  if (t.empty()) return {};
+  const HostTensor& v = expect_weight(t, {n}, role);
+  const HostTensor f = is_block_quantized(v.dtype) ? v.to_f32() : v;
+  return HostTensor::view(f.dtype, {count}, f.as<char>() + first * dtype_size(f.dtype), f.owner);
 }
 
 }  // namespace
@@ -83,15 +90,14 @@ ModelWeights shard_weights(const ModelWeights& w, const ModelConfig& cfg, Tensor
     r.wk = row_slice(l.wk, KS, H, "wk", s.rank * ks, ks);
     r.wv = row_slice(l.wv, KS, H, "wv", s.rank * ks, ks);
     if (cfg.attention_bias) {
-      r.bq = row_slice(l.bq, QS, 0, "bq", s.rank * qs, qs);
-      r.bk = row_slice(l.bk, KS, 0, "bk", s.rank * ks, ks);
-      r.bv = row_slice(l.bv, KS, 0, "bv", s.rank * ks, ks);
+      r.bq = vector_slice(l.bq, QS, "bq", s.rank * qs, qs);
+      r.bk = vector_slice(l.bk, KS, "bk", s.rank * ks, ks);
+      r.bv = vector_slice(l.bv, KS, "bv", s.rank * ks, ks);
     }
     r.w_gate = row_slice(l.w_gate, I, H, "w_gate", s.rank * is, is);
     r.w_up = row_slice(l.w_up, I, H, "w_up", s.rank * is, is);
-    r.wo = column_slice(HostTensor::view(l.wo.dtype, {H, QS}, expect_weight(l.wo, {H, QS}, "wo").data, l.wo.owner), s.rank * qs, qs);
-    r.w_down = column_slice(HostTensor::view(l.w_down.dtype, {H, I}, expect_weight(l.w_down, {H, I}, "w_down").data, l.w_down.owner),
-                            s.rank * is, is);
+    r.wo = column_slice(as_matrix(l.wo, H, QS, "wo"), s.rank * qs, qs);
+    r.w_down = column_slice(as_matrix(l.w_down, H, I, "w_down"), s.rank * is, is);
     out.layers.push_back(std::move(r));
   }
   return out;

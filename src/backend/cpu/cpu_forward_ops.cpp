@@ -206,12 +206,8 @@ void CpuForwardOps::linear_parts(const Matrix& m, int64_t K, float* y, const Row
   });
 }
 
-// Under tensor parallelism rank 0 adds its partial product to y (the residual stream every rank
-// holds) and the other ranks overwrite y with theirs, so the ranks' sum is y + every partial.
-void CpuForwardOps::linear_reduce(Act x, const Weight& w, Act y) {
-  if (rank_.reduce == nullptr) return linear(x, w, {}, y, /*accumulate=*/true);
-  linear(x, w, {}, y, /*accumulate=*/rank_.rank == 0);
-  rank_.reduce->sum(f(y), y.rows * y.cols);
+void CpuForwardOps::all_reduce(Act y) {
+  if (rank_.reduce != nullptr) rank_.reduce->sum(f(y), y.rows * y.cols);
 }
 
 void CpuForwardOps::linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) {

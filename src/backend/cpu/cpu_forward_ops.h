@@ -35,7 +35,7 @@ class CpuForwardOps final : public ForwardOps {
   // them (backend/fp8_projections.h), computed in f32: each matrix rounded to E4M3 with one scale,
   // and x rounded the same way (the GPU runs W8A8). For measuring quality; no faster.
   // rank: this ops' place among tensor-parallel ranks (cfg then one rank's shard_config): its
-  // linear_reduce adds the ranks' partial products through rank.reduce.
+  // all_reduce sums over the ranks through rank.reduce.
   CpuForwardOps(const ModelConfig& cfg, CpuKv& kv, int32_t block_size, int32_t num_threads, bool linear_rows = true,
                 bool quant_linears = true, bool e4m3_projections = false, CpuRank rank = {});
 
@@ -52,7 +52,8 @@ class CpuForwardOps final : public ForwardOps {
   void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) override;
   void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) override;
   void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) override;
-  void linear_reduce(Act x, const Weight& w, Act y) override;
+  int32_t tensor_rank() const override { return rank_.rank; }
+  void all_reduce(Act y) override;
   void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
   void attention(Act q, int32_t layer, Act out) override;
   void silu_mul(Act gu, Act out) override;

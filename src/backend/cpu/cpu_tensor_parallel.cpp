@@ -12,14 +12,27 @@
 
 namespace inferscale {
 
+BackendOptions cpu_rank_options(const BackendOptions& opts, int32_t ranks) {
+  BackendOptions ro = opts;
+  ro.tensor_parallel_size = 1;
+  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  ro.num_threads = std::max(1, (opts.num_threads > 0 ? opts.num_threads : cores) / ranks);
+  return ro;
+}
+
+void make_cpu_root_rank(RankGroup& g, const ModelConfig& cfg, const ModelWeights& weights, const BackendOptions& opts,
+                        std::vector<ByteChannel> reduce_ends) {
+  auto root = std::make_shared<RootReduce>(std::move(reduce_ends));
+  g.local = make_cpu_rank_backend(cfg, weights, opts, {root.get(), 0});
+  g.abort_reduce = [r = root.get()] { r->shutdown(); };
+  g.reduce = std::move(root);
+}
+
 std::unique_ptr<Backend> make_cpu_tensor_parallel_backend(const ModelConfig& cfg, const ModelWeights& weights,
                                                           const BackendOptions& opts) {
   const int32_t tp = opts.tensor_parallel_size;
   const ModelConfig rank_cfg = shard_config(cfg, tp);
-  BackendOptions ro = opts;
-  ro.tensor_parallel_size = 1;
-  const int32_t cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  ro.num_threads = std::max(1, (opts.num_threads > 0 ? opts.num_threads : cores) / tp);
+  const BackendOptions ro = cpu_rank_options(opts, tp);
 
   std::vector<ByteChannel> root_ends;
   std::vector<std::unique_ptr<RankReduce>> rank_reduces;
@@ -33,9 +46,8 @@ std::unique_ptr<Backend> make_cpu_tensor_parallel_backend(const ModelConfig& cfg
     g.commands.push_back(std::move(cmd0));
     worker_commands.push_back(std::move(cmdr));
   }
-  auto root = std::make_shared<RootReduce>(std::move(root_ends));
   // Every rank's backend is made here, so that a model that cannot load fails this call.
-  g.local = make_cpu_rank_backend(rank_cfg, shard_weights(weights, cfg, {0, tp}), ro, {root.get(), 0});
+  make_cpu_root_rank(g, rank_cfg, shard_weights(weights, cfg, {0, tp}), ro, std::move(root_ends));
   std::vector<std::unique_ptr<Backend>> ranks;
   for (int32_t r = 1; r < tp; ++r)
     ranks.push_back(make_cpu_rank_backend(rank_cfg, shard_weights(weights, cfg, {r, tp}), ro, {rank_reduces[r - 1].get(), r}));
@@ -47,8 +59,6 @@ std::unique_ptr<Backend> make_cpu_tensor_parallel_backend(const ModelConfig& cfg
       be.reset();  // before the all-reduce it uses
     });
   }
-  g.abort_reduce = [root = root.get()] { root->shutdown(); };
-  g.reduce = std::move(root);
   return std::make_unique<RankGroupBackend>(cfg, std::move(g));
 }
 

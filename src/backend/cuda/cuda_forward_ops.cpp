@@ -382,13 +382,9 @@ void CudaForwardOps::linear(Act x, const Weight& wt, const Weight& bias, Act y, 
   }
 }
 
-// Under tensor parallelism rank 0's GEMM adds its partial product to y (the residual stream every
-// rank holds), the other ranks' GEMMs overwrite y with theirs, and NCCL's in-place sum leaves
-// y + every partial on every rank, queued on the forward's stream like any kernel.
-void CudaForwardOps::linear_reduce(Act x, const Weight& w, Act y) {
-  if (comm_ == nullptr) return linear(x, w, {}, y, /*accumulate=*/true);
-  linear(x, w, {}, y, /*accumulate=*/comm_->rank() == 0);
-  comm_->sum(p<float>(y), y.rows * y.cols, stream_);
+// NCCL's in-place sum, queued on the forward's stream like any kernel.
+void CudaForwardOps::all_reduce(Act y) {
+  if (comm_ != nullptr) comm_->sum(p<float>(y), y.rows * y.cols, stream_);
 }
 
 float* CudaForwardOps::row_amax_for(Act out) {

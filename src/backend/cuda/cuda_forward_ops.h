@@ -80,8 +80,8 @@ class CudaForwardOps final : public ForwardOps {
   // Projections loaded after this call are stored in E4M3 where cuBLASLt's FP8 GEMM takes their
   // shape (rows and cols multiples of 16), bf16 otherwise.
   void set_e4m3_projections(bool on) { e4m3_projections_ = on; }
-  // A tensor-parallel rank's group (model/tensor_parallel.h): linear_reduce sums the ranks'
-  // partial products through it. Null: one GPU, linear_reduce is the residual GEMM.
+  // A tensor-parallel rank's group (model/tensor_parallel.h): all_reduce sums over the ranks
+  // through it. Null: one GPU, nothing to sum.
   void set_all_reduce(NcclComm* comm) { comm_ = comm; }
   void set_decode_attention(DecodeAttention kind) { decode_attention_ = kind; }
   DecodeAttention decode_attention() const { return decode_attention_; }
@@ -121,7 +121,8 @@ class CudaForwardOps final : public ForwardOps {
   void rms_norm(Act x, const Weight& w, Act y, float eps, bool output_rows) override;
   void layer_norm(Act x, const Weight& w, const Weight& b, Act y, float eps) override;
   void linear(Act x, const Weight& w, const Weight& bias, Act y, bool accumulate) override;
-  void linear_reduce(Act x, const Weight& w, Act y) override;
+  int32_t tensor_rank() const override { return comm_ ? comm_->rank() : 0; }
+  void all_reduce(Act y) override;
   void qkv(Act qkv, const QkvStep& step, int32_t layer, Act q) override;
   void attention(Act q, int32_t layer, Act out) override;
   void silu_mul(Act gu, Act out) override;

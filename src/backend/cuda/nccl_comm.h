@@ -1,5 +1,5 @@
 // One GPU's place in a tensor-parallel group: an NCCL communicator (one process per GPU) and the
-// all-reduce of the forward's row-parallel sums (CudaForwardOps::linear_reduce).
+// all-reduce of the forward's row-parallel sums (CudaForwardOps::all_reduce).
 //
 // libnccl is opened at run time (dlopen "libnccl.so.2": the CUDA toolkit's, or the one a PyTorch
 // install ships), so that binaries run where it is absent and only --tensor-parallel-size N > 1
