@@ -12,14 +12,15 @@
 //   off             no facts
 // Prints, per configuration, mean KL(text || x) per answer token, top-1 agreement with text, and
 // the gold answer's mean negative log-likelihood per token, as a markdown table; --json writes
-// them with per-question values. bench/locomo_eval.py measures F1 (and NLL) over HTTP instead.
+// them with per-question values (rewritten after each conversation). A question's configurations
+// run as one batch of requests. bench/locomo_eval.py measures F1 (and NLL) over HTTP instead.
 // --reference-native (with an FP8 --memory-kv-dtype or --kv-cache-dtype, or --quantization fp8 on
 // the GPU) also runs every configuration on a second engine whose pool, cache and weights are
 // native, and adds KL(native || x) and top-1 agreement with it: the cost of FP8 alone, config by
 // config.
 //
 //   bench_quality_locomo --model models/SmolLM2-135M-Instruct.Q4_1.gguf --locomo locomo10.json \
-//       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json] \
+//       --convs conv-26 --k 5,10,20,50 --w 0,2,5 --recompute 0 [--device cuda] [--json out.json] [--seconds S] \
 //       [--embedder models/all-MiniLM-L6-v2]   (hybrid retrieval, the default scripts/run.sh serves)
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -85,14 +86,15 @@ class GoldScoring final : public ForwardingConnector {
   const std::vector<int32_t>& gold_;
 };
 
-// One configuration through the engine's memory connector, as the server sends a request: the
+// Every configuration of one question through the engine's memory connector, as the server sends
+// requests: all are added at once and computed together in the engine's batches. For each, the
 // service retrieves and composes the prompt (injected facts' KV copied from the pool, as for any
 // request), GoldScoring appends the gold answer, and the engine scores the answer's tokens
-// (prompt_logprobs over the tail, with whole distributions) without generating. `served` gets
-// the prompt as the service composed it.
-Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const std::vector<ChatMessage>& msgs,
-           const std::vector<int32_t>& gold, MemoryPrompt& served) {
-  auto m = std::make_shared<RequestMemory>(mr, PromptSource::of_chat(msgs));
+// (prompt_logprobs over the tail, with whole distributions) without generating. Returns the rows
+// per request, in the order of `mrs`; `served[i]` gets request i's prompt as the service composed it.
+std::vector<Rows> score(Engine& engine, MemoryService& svc, const std::vector<MemoryRequest>& mrs,
+                        const std::vector<ChatMessage>& msgs, const std::vector<int32_t>& gold,
+                        std::vector<MemoryPrompt>& served) {
   GoldScoring connector(svc, gold);
   engine.set_memory(&connector);
   SamplingParams sp;
@@ -101,22 +103,30 @@ Rows score(Engine& engine, MemoryService& svc, const MemoryRequest& mr, const st
   sp.prompt_logprobs = 0;
   sp.prompt_logprobs_tail = static_cast<int32_t>(gold.size());
   sp.prompt_distributions = true;
-  engine.add_memory_request(m, sp);
-  std::vector<std::optional<LogprobEntry>> entries;
+  std::vector<std::shared_ptr<RequestMemory>> memories;
+  std::map<int64_t, size_t> slot;  // engine request id -> index in mrs
+  for (const MemoryRequest& mr : mrs) {
+    memories.push_back(std::make_shared<RequestMemory>(mr, PromptSource::of_chat(msgs)));
+    slot[engine.add_memory_request(memories.back(), sp)] = memories.size() - 1;
+  }
+  std::vector<std::vector<std::optional<LogprobEntry>>> entries(mrs.size());
   while (engine.has_unfinished())
     for (RequestOutput& o : engine.step()) {
       if (o.error) std::rethrow_exception(o.error);
-      if (!o.prompt_logprobs.empty()) entries = std::move(o.prompt_logprobs);
+      if (!o.prompt_logprobs.empty()) entries.at(slot.at(o.id)) = std::move(o.prompt_logprobs);
     }
-  engine.set_memory(nullptr);  // the connector goes with this call; the request has ended
-  served = m->served;
-  if (entries.size() < gold.size()) throw std::runtime_error("the engine returned no prompt logprobs");
-  Rows rows;
-  for (size_t i = entries.size() - gold.size(); i < entries.size(); ++i) {
-    if (!entries[i] || entries[i]->distribution.empty()) throw std::runtime_error("an answer row was not computed");
-    rows.push_back(std::move(entries[i]->distribution));
+  engine.set_memory(nullptr);  // the connector goes with this call; the requests have ended
+  std::vector<Rows> out(mrs.size());
+  served.clear();
+  for (size_t r = 0; r < mrs.size(); ++r) {
+    served.push_back(memories[r]->served);
+    if (entries[r].size() < gold.size()) throw std::runtime_error("the engine returned no prompt logprobs");
+    for (size_t i = entries[r].size() - gold.size(); i < entries[r].size(); ++i) {
+      if (!entries[r][i] || entries[r][i]->distribution.empty()) throw std::runtime_error("an answer row was not computed");
+      out[r].push_back(std::move(entries[r][i]->distribution));
+    }
   }
-  return rows;
+  return out;
 }
 
 struct Config {
@@ -128,6 +138,17 @@ struct Config {
     if (mode == MemoryMode::kText) return fmt::format("text k={}", k);
     return fmt::format("inject k={} w={}{}{}{}", k, w, r ? fmt::format(" r={}", r) : "", m ? fmt::format(" m={}", m) : "",
                        att > 0 ? fmt::format(" a={:g}", att) : "");
+  }
+  // The request this configuration sends; the caller sets user and query.
+  MemoryRequest request() const {
+    MemoryRequest mr;
+    mr.mode = mode;
+    mr.k = k;
+    mr.window = w;
+    mr.recompute = r;
+    mr.recompute_last = m;
+    mr.recompute_attention = att;
+    return mr;
   }
 };
 
@@ -142,6 +163,7 @@ struct Args {
   std::vector<int> ks{5, 10, 20, 50}, ws{0, 2, 5}, rs{0}, ms{0};
   std::vector<double> atts{0};
   int max_questions = 0;
+  double seconds = 0;  // > 0: no question starts after this many seconds
   int64_t kv_cache_mb = 1024, pool_mb = 2048;
   std::string memory_kv_dtype = "native";
   std::string kv_cache_dtype = "native";
@@ -149,6 +171,63 @@ struct Args {
   bool reference_native = false;
   cli::EmbedderArgs embedder;  // the server's retrieval options (--embedder, --retrieval, --retrieval-neighbours)
 };
+
+// Per configuration, the means over the questions measured so far (configs without any are left
+// out). KL is against text at the same k; `off` has no k, so its KL is against no reference.
+nlohmann::json table_of(const std::vector<Config>& configs, const std::map<std::string, Acc>& acc, bool native) {
+  nlohmann::json table = nlohmann::json::array();
+  for (const Config& cf : configs) {
+    const auto it = acc.find(cf.name());
+    if (it == acc.end() || it->second.tokens == 0) continue;
+    const Acc& x = it->second;
+    const auto tokens = static_cast<double>(x.tokens);
+    const bool has_kl = cf.mode == MemoryMode::kInject;
+    const double frac = x.injected + x.recomputed > 0
+                            ? static_cast<double>(x.recomputed) / static_cast<double>(x.injected + x.recomputed)
+                            : 0.0;
+    const auto opt = [](bool has, double v) { return has ? nlohmann::json(v) : nlohmann::json(nullptr); };
+    table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w},
+                     {"recompute", cf.r}, {"recompute_last", cf.m}, {"recompute_attention", cf.att},
+                     {"questions", x.questions}, {"answer_tokens", x.tokens},
+                     {"kl_per_token", opt(has_kl, x.kl / tokens)},
+                     {"top1_agreement", opt(has_kl, static_cast<double>(x.agree) / tokens)},
+                     {"nll_per_token", x.nll / tokens}, {"recomputed_fraction", frac},
+                     {"kl_native_per_token", opt(native, x.kl_native / tokens)},
+                     {"top1_agreement_native", opt(native, static_cast<double>(x.agree_native) / tokens)}});
+  }
+  return table;
+}
+
+void print_table(const Args& a, const Model& model, const Backend& be, const nlohmann::json& table, bool native) {
+  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, KV cache %s, quantization %s, gold answers teacher-forced\n\n",
+              a.convs.c_str(), model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str(),
+              a.kv_cache_dtype.c_str(), a.quantization.c_str());
+  std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
+              "recomputed / fact tokens |%s\n|---|---|---|---|---|---|---|%s\n",
+              native ? " KL(native \\|\\| x) per token | top-1 agreement with native |" : "", native ? "---|---|" : "");
+  for (const nlohmann::json& row : table) {
+    const bool inject = row["mode"] == "inject";
+    std::printf("| %s | %lld | %lld | %s | %s | %.4f | %s |%s\n", row["config"].get<std::string>().c_str(),
+                row["questions"].get<long long>(), row["answer_tokens"].get<long long>(),
+                inject ? fmt::format("{:.4f}", row["kl_per_token"].get<double>()).c_str() : "",
+                inject ? fmt::format("{:.1f}%", 100 * row["top1_agreement"].get<double>()).c_str() : "",
+                row["nll_per_token"].get<double>(),
+                inject ? fmt::format("{:.1f}%", 100 * row["recomputed_fraction"].get<double>()).c_str() : "",
+                native ? fmt::format(" {:.5f} | {:.1f}% |", row["kl_native_per_token"].get<double>(),
+                                     100 * row["top1_agreement_native"].get<double>()).c_str()
+                       : "");
+  }
+}
+
+void write_json(const Args& a, const Model& model, const Backend& be, const nlohmann::json& table,
+                const nlohmann::json& per_question) {
+  std::ofstream f(a.json);
+  f << nlohmann::json{{"model", model.name}, {"backend", be.name()}, {"convs", a.convs}, {"prompt", kPrompts.at(a.prompt)},
+                      {"retrieval", a.embedder.retrieval}, {"embedder", a.embedder.model},
+                      {"neighbours", a.embedder.neighbours}, {"configs", table}, {"questions", per_question}}
+           .dump(1);
+}
+
 
 // KL(P || Q) summed over the answer tokens, and how many tokens' argmax agree.
 std::pair<double, int64_t> kl_and_agreement(const Rows& P, const Rows& Q) {
@@ -206,6 +285,9 @@ int main(int argc, char** argv) {
   app.add_option("--locomo", a.locomo, "locomo10.json")->required();
   app.add_option("--convs", a.convs, "comma-separated sample_ids, or all")->capture_default_str();
   app.add_option("--max-questions", a.max_questions, "per conversation (0: all non-adversarial)");
+  app.add_option("--seconds", a.seconds,
+                 "start no question after this many seconds (0: no limit); the results hold those measured")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--k", a.ks, "facts per request")->delimiter(',');
   app.add_option("--w", a.ws, "CWE windows")->delimiter(',');
   app.add_option("--recompute", a.rs, "memory.recompute values (first r tokens of each fact)")->delimiter(',');
@@ -283,14 +365,19 @@ int main(int argc, char** argv) {
   }
   std::map<std::string, Acc> acc;
   nlohmann::json per_question = nlohmann::json::array();
+  std::vector<MemoryRequest> mrs;
+  for (const Config& cf : configs) mrs.push_back(cf.request());
+  const auto out_of_time = [&] {
+    return a.seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count() > a.seconds;
+  };
 
   const auto convs = load_locomo(a.locomo);
   for (const LocomoConversation* c : pick(convs, a.convs)) {
+    if (out_of_time()) break;
     const auto dir = std::filesystem::temp_directory_path() /
                      ("inferscale-quality-" + std::to_string(::getpid()) + "-" + c->sample_id);
     std::filesystem::remove_all(dir);
     ConversationMemory mem = open_memory(dir, *c, model, engine, a.ws, a.embedder, cuda);
-    MemoryService& svc = *mem.svc;
     // The native reference: the same turns (so the same ids and retrievals) in its own store and pool.
     ConversationMemory ref;
     if (native) {
@@ -301,101 +388,62 @@ int main(int argc, char** argv) {
     for (const LocomoQa& q : c->qa)
       if (q.category >= 1 && q.category <= 4 && q.has_answer) qs.push_back(&q);
     if (a.max_questions > 0 && static_cast<int>(qs.size()) > a.max_questions) qs.resize(static_cast<size_t>(a.max_questions));
+    for (MemoryRequest& mr : mrs) mr.user = c->sample_id;
     Progress::Options po;
     po.unit = "questions";
     Progress progress(c->sample_id, static_cast<int64_t>(qs.size()), po);
     for (const LocomoQa* q : qs) {
+      if (out_of_time()) break;
       const std::vector<ChatMessage> msgs{{"user", render_prompt(a.prompt, q->question)}};
       const auto gold = tok.encode(q->answer, {.add_special = false, .parse_special = false});
       if (gold.empty()) continue;
+      for (MemoryRequest& mr : mrs) mr.query = q->question;
+      std::vector<MemoryPrompt> served, ref_served;
+      const std::vector<Rows> rows = score(engine, *mem.svc, mrs, msgs, gold, served);
+      const std::vector<Rows> ref_rows = native ? score(*native, *ref.svc, mrs, msgs, gold, ref_served) : std::vector<Rows>{};
       nlohmann::json qj = {{"conversation", c->sample_id}, {"question", q->question}, {"category", q->category}};
-      Rows text_rows;
-      for (const Config& cf : configs) {
-        MemoryRequest mr;
-        mr.user = c->sample_id;
-        mr.mode = cf.mode;
-        mr.k = cf.k;
-        mr.window = cf.w;
-        mr.recompute = cf.r;
-        mr.recompute_last = cf.m;
-        mr.recompute_attention = cf.att;
-        mr.query = q->question;
-        MemoryPrompt p;
-        Rows rows = score(engine, svc, mr, msgs, gold, p);
+      const Rows* text_rows = nullptr;  // text at this k: the configs list it before its injects
+      for (size_t i = 0; i < configs.size(); ++i) {
+        const Config& cf = configs[i];
+        const MemoryPrompt& p = served[i];
         if (cf.mode == MemoryMode::kInject && !p.fallback.empty()) throw std::runtime_error("inject fell back: " + p.fallback);
         Acc& x = acc[cf.name()];
         double nll = 0, kl = 0;
-        for (size_t t = 0; t < rows.size(); ++t) nll -= rows[t][static_cast<size_t>(gold[t])];
+        for (size_t t = 0; t < rows[i].size(); ++t) nll -= rows[i][t][static_cast<size_t>(gold[t])];
         ++x.questions;
-        x.tokens += static_cast<int64_t>(rows.size());
+        x.tokens += static_cast<int64_t>(rows[i].size());
         x.nll += nll;
-        x.nll_q.push_back(nll / static_cast<double>(rows.size()));
+        x.nll_q.push_back(nll / static_cast<double>(rows[i].size()));
         x.injected += p.injected ? p.injected->num_injected() : 0;
         x.recomputed += p.recomputed;
         if (native) {
-          MemoryPrompt rp;
-          const auto [d, agree] = kl_and_agreement(score(*native, *ref.svc, mr, msgs, gold, rp), rows);
+          const auto [d, agree] = kl_and_agreement(ref_rows[i], rows[i]);
           x.kl_native += d;
           x.agree_native += agree;
         }
-        if (cf.mode == MemoryMode::kText) text_rows = rows;
-        if (cf.mode != MemoryMode::kText && !text_rows.empty() && cf.k > 0) {
+        if (cf.mode == MemoryMode::kText) text_rows = &rows[i];
+        if (cf.mode != MemoryMode::kText && text_rows != nullptr && cf.k > 0) {
           int64_t agree = 0;
-          std::tie(kl, agree) = kl_and_agreement(text_rows, rows);
+          std::tie(kl, agree) = kl_and_agreement(*text_rows, rows[i]);
           x.agree += agree;
           x.kl += kl;
-          x.kl_q.push_back(kl / static_cast<double>(rows.size()));
+          x.kl_q.push_back(kl / static_cast<double>(rows[i].size()));
         }
-        qj[cf.name()] = {{"nll", nll / static_cast<double>(rows.size())}, {"kl", kl / static_cast<double>(rows.size())}};
+        qj[cf.name()] = {{"nll", nll / static_cast<double>(rows[i].size())}, {"kl", kl / static_cast<double>(rows[i].size())}};
       }
       per_question.push_back(std::move(qj));
       progress.add(1);
     }
     progress.finish();
     std::filesystem::remove_all(dir);
+    if (!a.json.empty()) write_json(a, model, be, table_of(configs, acc, native != nullptr), per_question);
   }
+  if (out_of_time()) std::printf("\nstopped after --seconds %g: the table holds the questions measured by then\n", a.seconds);
 
-  // The table: KL against text at the same k; `off` has no k, so its KL is against no reference.
-  std::printf("\n## LoCoMo %s, %s, %s backend, memory KV %s, KV cache %s, quantization %s, gold answers teacher-forced\n\n",
-              a.convs.c_str(), model.name.c_str(), be.name().c_str(), a.memory_kv_dtype.c_str(),
-              a.kv_cache_dtype.c_str(), a.quantization.c_str());
-  std::printf("| config | questions | answer tokens | KL(text \\|\\| x) per token | top-1 agreement | NLL per token | "
-              "recomputed / fact tokens |%s\n|---|---|---|---|---|---|---|%s\n",
-              native ? " KL(native \\|\\| x) per token | top-1 agreement with native |" : "", native ? "---|---|" : "");
-  nlohmann::json table = nlohmann::json::array();
-  for (const Config& cf : configs) {
-    const Acc& x = acc[cf.name()];
-    if (x.tokens == 0) continue;
-    const bool has_kl = cf.mode == MemoryMode::kInject;
-    const double kl = has_kl ? x.kl / static_cast<double>(x.tokens) : 0.0;
-    const double agree = has_kl ? static_cast<double>(x.agree) / static_cast<double>(x.tokens) : 1.0;
-    const double frac = x.injected + x.recomputed > 0
-                            ? static_cast<double>(x.recomputed) / static_cast<double>(x.injected + x.recomputed)
-                            : 0.0;
-    const double kl_native = x.kl_native / static_cast<double>(x.tokens);
-    const double agree_native = static_cast<double>(x.agree_native) / static_cast<double>(x.tokens);
-    std::printf("| %s | %lld | %lld | %s | %s | %.4f | %s |%s\n", cf.name().c_str(), static_cast<long long>(x.questions),
-                static_cast<long long>(x.tokens), has_kl ? fmt::format("{:.4f}", kl).c_str() : "",
-                has_kl ? fmt::format("{:.1f}%", 100 * agree).c_str() : "", x.nll / static_cast<double>(x.tokens),
-                cf.mode == MemoryMode::kInject ? fmt::format("{:.1f}%", 100 * frac).c_str() : "",
-                native ? fmt::format(" {:.5f} | {:.1f}% |", kl_native, 100 * agree_native).c_str() : "");
-    table.push_back({{"config", cf.name()}, {"mode", memory_mode_name(cf.mode)}, {"k", cf.k}, {"w", cf.w}, {"recompute", cf.r}, {"recompute_last", cf.m},
-                     {"recompute_attention", cf.att},
-                     {"questions", x.questions}, {"answer_tokens", x.tokens},
-                     {"kl_per_token", has_kl ? nlohmann::json(kl) : nlohmann::json(nullptr)},
-                     {"top1_agreement", has_kl ? nlohmann::json(agree) : nlohmann::json(nullptr)},
-                     {"nll_per_token", x.nll / static_cast<double>(x.tokens)}, {"recomputed_fraction", frac},
-                     {"kl_native_per_token", native ? nlohmann::json(kl_native) : nlohmann::json(nullptr)},
-                     {"top1_agreement_native", native ? nlohmann::json(agree_native) : nlohmann::json(nullptr)}});
-  }
+  const nlohmann::json table = table_of(configs, acc, native != nullptr);
+  print_table(a, model, be, table, native != nullptr);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   std::printf("\n%.1f s in all\n", secs);
-  if (!a.json.empty()) {
-    std::ofstream f(a.json);
-    f << nlohmann::json{{"model", model.name}, {"backend", be.name()}, {"convs", a.convs}, {"prompt", kPrompts.at(a.prompt)},
-                        {"retrieval", a.embedder.retrieval}, {"embedder", a.embedder.model},
-                        {"neighbours", a.embedder.neighbours}, {"configs", table}, {"questions", per_question}}
-             .dump(1);
-  }
+  if (!a.json.empty()) write_json(a, model, be, table, per_question);
   return 0;
 }

@@ -10,7 +10,8 @@
 #   parity   every CUDA parity test (test_cuda), SmolLM2 on the GPU vs the CPU included; PARITY_FILTER
 #            (a gtest filter) runs those tests only
 #   kl       bench_quality_locomo: KL(text || inject), top-1, NLL over KL_CONVS (default conv-26), grid
-#            KL_K x KL_W (and KL_EXTRA arguments), retrieving as f1 does
+#            KL_K x KL_W (and KL_EXTRA arguments), retrieving as f1 does; no question starts after
+#            KL_SECONDS (default 450), and kl.json holds every conversation finished
 #   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
 #   ttft     bench_memory_serving at Llama-3.1-8B shapes (random weights), k = 50: TTFT of inject with
 #            memory.recompute_attention 0, 0.05, 0.1, 0.15, 0.2 (the probe pass and the recompute)
@@ -35,11 +36,13 @@ if [ "${1:-}" = stash ]; then
   ls -la /root/m /root/e /root/q 2>&1 | head -20
   exit 0
 fi
-if [ ! -f "$MODEL" ]; then
-  [ -f /root/m/part1 ] && [ -f .gpu/m2/part2 ] || { echo "model parts missing (stash first, then carry .gpu/m2)"; exit 1; }
+# The model, joined from its parts once, for the stages that read it (ttft and a filtered parity
+# run do not).
+if [ ! -f "$MODEL" ] && [ -f /root/m/part1 ] && [ -f .gpu/m2/part2 ]; then
   cat /root/m/part1 .gpu/m2/part2 > "$MODEL"
+  echo "$SHA  $MODEL" | sha256sum -c - || rm -f "$MODEL"
 fi
-echo "$SHA  $MODEL" | sha256sum -c - || { rm -f "$MODEL"; exit 1; }
+need_model() { [ -f "$MODEL" ] || { echo "stage $1: no model (stash .gpu/m1 first, then carry .gpu/m2)"; return 1; }; }
 [ -f .gpu/q/bundle.tar.xz ] && untar .gpu/q/bundle.tar.xz "$Q"
 # Retrieval as scripts/run.sh serves it (hybrid) when the sentence encoder was stashed, else BM25.
 EMBEDDER=()
@@ -64,17 +67,20 @@ for stage in "$@"; do
         echo "stage $stage: $(( $(date +%s) - t0 )) s"
         continue
       fi
+      need_model parity || continue
       for suite in CudaKernels CudaAttention CudaBackend CudaVectorIndex CudaEmbedder CudaQuantWeights CudaSmolLM2; do
         PARITY_OUT="$OUT/parity.txt" timeout 150 "$Q/bin/test_cuda" --gtest_filter="$suite.*" > "$OUT/test_$suite.log" 2>&1
         echo "parity $suite rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_$suite.log" | tr '\n' ' ')"
       done
       grep -h -E "SmolLM2|chat [0-9]" "$OUT/test_CudaSmolLM2.log" ;;
     kl)
-      timeout "${KL_SECONDS:-500}" "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
+      need_model kl || continue
+      timeout $(( ${KL_SECONDS:-450} + 90 )) "$Q/bin/bench_quality_locomo" --seconds "${KL_SECONDS:-450}" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
         --k "${KL_K:-5,10,20,50}" --w "${KL_W:-0,2,5}" ${KL_EXTRA:-} --kv-cache-mb 8192 --pool-mb 16384 \
         "${EMBEDDER[@]}" --json "$OUT/kl.json" > "$OUT/kl.md" 2> "$OUT/kl.err"
       echo "kl rc=$?"; tail -n 25 "$OUT/kl.md" ;;
     recompute)
+      need_model recompute || continue
       timeout 400 "$Q/bin/bench_quality_locomo" --device cuda --model "$MODEL" --locomo "$D" --convs "${KL_CONVS:-conv-26}" \
         --k 10,20 --w 0,2 --recompute 0,1,2,4,8 --recompute-last 0,1,2,3 --kv-cache-mb 8192 --pool-mb 16384 \
         --json "$OUT/recompute.json" > "$OUT/recompute.md" 2> "$OUT/recompute.err"
@@ -85,6 +91,7 @@ for stage in "$@"; do
         --recompute-attention 0,0.05,0.1,0.15,0.2 --kv-cache-mb 16384 > "$OUT/ttft.md" 2> "$OUT/ttft.err"
       echo "ttft rc=$?"; cat "$OUT/ttft.md" ;;
     f1)
+      need_model f1 || continue
       mkdir -p /root/d /root/f1
       if ! curl -sf localhost:8000/health >/dev/null 2>&1; then
         setsid "$Q/bin/inferscale" serve --device cuda --model "$MODEL" --data-dir /root/d --port 8000 --memory-pool-mb 16384 \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Gathers what the GPU machine needs for the real-model runs (scripts/gpu_quality.sh) into
-# .gpu/m1, .gpu/m2 (SmolLM2's 98 MB GGUF in two parts: one device call carries at most 64 MiB) and
+# .gpu/m1, .gpu/m2 (SmolLM2's 98 MB GGUF in two parts: one device call carries at most 64 MiB, and
+# the 42 MB part 1 travels with .gpu/q, the working tree beside them) and
 # .gpu/q (stripped CUDA-build binaries and the libraries the machine lacks, xz-compressed, plus
 # LoCoMo, the eval harness and its nltk wheels). All under /.gpu/, which git ignores.
-#   bash scripts/gpu_quality.sh stash   (on the GPU host, in a copy of this checkout holding .gpu/m1)
+#   bash scripts/gpu_quality.sh stash   (on the GPU host, in a copy of this checkout holding .gpu/m1 and .gpu/q)
 #   bash scripts/gpu_quality.sh parity kl   (on the GPU host, in a copy of this checkout holding .gpu/m2 and .gpu/q)   (within 30 s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,8 +18,8 @@ rm -rf .gpu/m1 .gpu/m2 .gpu/q .gpu/e
 mkdir -p .gpu/m1 .gpu/m2 .gpu/q .gpu/e
 # The sentence encoder of hybrid retrieval (scripts/fetch_models.sh), when fetched.
 [ -d models/all-MiniLM-L6-v2 ] && tar -C models -cJf .gpu/e/minilm.tar.xz all-MiniLM-L6-v2
-head -c 56000000 "$MODEL" > .gpu/m1/part1
-tail -c +56000001 "$MODEL" > .gpu/m2/part2
+head -c 42000000 "$MODEL" > .gpu/m1/part1
+tail -c +42000001 "$MODEL" > .gpu/m2/part2
 S=$(mktemp -d)
 mkdir -p "$S/bin"
 for b in "$BUILD/inferscale" "$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_quality_locomo" "$BUILD/bench/bench_memory_serving"; do
