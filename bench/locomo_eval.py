@@ -340,6 +340,14 @@ def summarize(rows, args):
             pairs = [(r["f1"], text_rows[t["config"]][q]["f1"]) for q, r in text_rows[row["config"]].items()
                      if q in text_rows[t["config"]]]
             row["f1_vs_text_ci95"] = paired_ratio_ci(pairs)
+            # The same ratio within each category (the category's questions only).
+            for cat, cname in CATEGORIES.items():
+                cat_pairs = [(r["f1"], text_rows[t["config"]][q]["f1"]) for q, r in text_rows[row["config"]].items()
+                             if q in text_rows[t["config"]] and r["category"] == cat]
+                text_sum = sum(b for _, b in cat_pairs)
+                if text_sum > 0:
+                    row["f1_vs_text_" + cname] = sum(a for a, _ in cat_pairs) / text_sum
+                    row["f1_vs_text_" + cname + "_ci95"] = paired_ratio_ci(cat_pairs)
         if t and row.get("nll_per_token") and t.get("nll_per_token"):
             row["nll_vs_text"] = row["nll_per_token"] / t["nll_per_token"]
     return table
@@ -378,6 +386,17 @@ def markdown(table):
             else:
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")
+    # Per category, inject's F1 over text's at the same k, paired, with its 95% interval.
+    ratio_rows = [row for row in table if "f1_vs_text" in row]
+    if ratio_rows:
+        lines += ["", "| config | " + " | ".join("%s / text (95%% CI)" % c for c in CATEGORIES.values()) + " |",
+                  "|---|" + "---|" * len(CATEGORIES)]
+        for row in ratio_rows:
+            cells = []
+            for c in CATEGORIES.values():
+                v = row.get("f1_vs_text_" + c)
+                cells.append("" if v is None else "%.3f (%.3f-%.3f)" % tuple([v] + row["f1_vs_text_" + c + "_ci95"]))
+            lines.append("| %s | %s |" % (row["config"], " | ".join(cells)))
     return "\n".join(lines) + "\n"
 
 

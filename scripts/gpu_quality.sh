@@ -2,9 +2,10 @@
 # Runs on the GPU machine, from the repository root: issue 7's real-model work on
 # SmolLM2-135M-Instruct. The bundle comes from scripts/gpu_quality_bundle.sh; files written under
 # /root stay while the machine is warm, so the files travel over consecutive calls (each within 30 s):
-#   bash scripts/gpu_quality.sh stash                  carry .gpu/m1: model part 1 -> /root/m
-#   bash scripts/gpu_quality.sh stash                  carry .gpu/e and .gpu/q: the sentence encoder
-#                                                      -> /root/e, the bundle -> /root/q
+#   bash scripts/gpu_quality.sh stash                  carry .gpu/m1 and .gpu/q: model part 1 -> /root/m,
+#                                                      the bundle -> /root/q
+#   bash scripts/gpu_quality.sh stash                  carry .gpu/e1, then .gpu/e2 in the next call:
+#                                                      the sentence encoder -> /root/e
 #   bash scripts/gpu_quality.sh STAGE...               carry .gpu/m2 (and .gpu/q if not stashed)
 # Stages (any order, several per call):
 #   parity   every CUDA parity test (test_cuda), SmolLM2 on the GPU vs the CPU included; PARITY_FILTER
@@ -31,7 +32,10 @@ Q=/root/q
 untar() { rm -rf "$2" && mkdir -p "$2" && python3 -c "import tarfile,sys; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"; }
 if [ "${1:-}" = stash ]; then
   [ -f .gpu/m1/part1 ] && cp .gpu/m1/part1 /root/m/part1
-  [ -f .gpu/e/minilm.tar.xz ] && untar .gpu/e/minilm.tar.xz /root/e
+  [ -f .gpu/e1/part ] && cp .gpu/e1/part /root/m/e_part1
+  if [ -f .gpu/e2/part ] && [ -f /root/m/e_part1 ]; then
+    cat /root/m/e_part1 .gpu/e2/part > /root/m/minilm.tar.xz && untar /root/m/minilm.tar.xz /root/e
+  fi
   [ -f .gpu/q/bundle.tar.xz ] && untar .gpu/q/bundle.tar.xz "$Q"
   ls -la /root/m /root/e /root/q 2>&1 | head -20
   exit 0
