@@ -80,6 +80,7 @@ struct Args {
   int max_seqs = 256;
   int throughput_text = 1;
   bool profile_ttft = false;
+  std::vector<int32_t> recompute_last;      // and with these memory.recompute_last (no probe pass)
   std::vector<double> recompute_attention;  // TTFT at the largest k with these memory.recompute_attention
   int max_tokens = 32;
   int64_t kv_cache_mb = 16384;
@@ -112,6 +113,10 @@ int main(int argc, char** argv) {
                  "TTFT of inject at the largest k with these memory.recompute_attention fractions (a probe pass, then "
                  "that share of the facts' tokens recomputed)")
       ->delimiter(',')->check(CLI::Range(0.0, 1.0));
+  app.add_option("--recompute-last", a.recompute_last,
+                 "the same table's rows with these memory.recompute_last values (the last m facts recomputed "
+                 "whole, no probe pass): the recompute's cost alone")
+      ->delimiter(',')->check(CLI::Range(0, MemoryRequest::kMaxRecomputeLast));
   app.add_option("--users", a.users, "concurrent requests in the throughput run");
   app.add_flag("--profile-ttft", a.profile_ttft,
                "CUDA: where one inject question's GPU time goes at each k, by op (eager, an event before each op)");
@@ -237,12 +242,13 @@ int main(int argc, char** argv) {
   // own: no request is served from another's prefix-cache blocks (the runs below repeat prompts).
   uint64_t salt = 0;
   auto one = [&](const std::string& question, int k, MemoryMode mode, int max_tokens, double* prepare_ms,
-                 std::shared_ptr<RequestMemory>* keep, double recompute_attention = -1) {
+                 std::shared_ptr<RequestMemory>* keep, double recompute_attention = -1, int32_t recompute_last = -1) {
     MemoryRequest r;
     r.user = c.sample_id;
     r.k = k;
     r.mode = mode;
     r.recompute_attention = recompute_attention;
+    r.recompute_last = recompute_last;
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = max_tokens;
@@ -327,27 +333,39 @@ int main(int argc, char** argv) {
   // 2b. TTFT of inject at the largest k with the attention selector: its probe pass (the prompt
   // with every fact injected, computed to measure the question's attention), then the chosen
   // share of the facts' tokens recomputed with the question; "probe + recompute" is the cost over
-  // none (0).
-  if (!a.recompute_attention.empty()) {
+  // none (attention 0). The last-m rows recompute whole facts without a probe: the recompute's
+  // cost alone, at a comparable share.
+  if (!a.recompute_attention.empty() || !a.recompute_last.empty()) {
     const int k = a.ks.back();
-    std::printf("\n| k | memory.recompute_attention | recomputed / fact tokens | TTFT inject (ms) | over none (ms) | inject: GPU (ms) |\n");
+    struct Row {
+      std::string selector;
+      double attention = 0;
+      int32_t last = 0;
+    };
+    std::vector<Row> rows{{"none"}};
+    for (const double f : a.recompute_attention)
+      if (f > 0) rows.push_back({fmt::format("attention {:g}", f), f, 0});
+    for (const int32_t m : a.recompute_last)
+      if (m > 0) rows.push_back({fmt::format("last {} facts", m), 0, m});
+    std::printf("\n| k | selector | recomputed / fact tokens | TTFT inject (ms) | over none (ms) | inject: GPU (ms) |\n");
     std::printf("|---|---|---|---|---|---|\n");
     double none = 0;
-    for (const double f : a.recompute_attention) {
+    for (const Row& row : rows) {
       std::vector<double> t_all, gpu_all;
       double recomputed = 0, facts = 0;
       for (const auto& q : qs) {
         std::shared_ptr<RequestMemory> t;
-        const auto t0 = one(q, k, MemoryMode::kInject, 1, nullptr, &t, f);
+        const auto t0 = one(q, k, MemoryMode::kInject, 1, nullptr, &t, row.attention, row.last);
         gpu_all.push_back(step_all());
         t_all.push_back(ms(t0, Clock::now()));
         recomputed += t->served.recomputed;
         facts += t->served.injected ? t->served.injected->end - t->served.injected->start : 0;
       }
       const double mt = median(t_all);
-      if (f == 0) none = mt;
-      std::printf("| %d | %.2f | %.1f%% | %.2f | %s | %.2f |\n", k, f, facts > 0 ? 100 * recomputed / facts : 0.0, mt,
-                  f > 0 && none > 0 ? fmt::format("{:+.2f}", mt - none).c_str() : "", median(gpu_all));
+      if (row.selector == "none") none = mt;
+      std::printf("| %d | %s | %.1f%% | %.2f | %s | %.2f |\n", k, row.selector.c_str(),
+                  facts > 0 ? 100 * recomputed / facts : 0.0, mt,
+                  row.selector != "none" ? fmt::format("{:+.2f}", mt - none).c_str() : "", median(gpu_all));
     }
   }
 
