@@ -15,7 +15,8 @@
 #            KL_SECONDS (default 450), and kl.json holds every conversation finished
 #   recompute  the same at k = 10, 20, w = 0, 2 over memory.recompute / recompute_last values
 #   ttft     bench_memory_serving at Llama-3.1-8B shapes (random weights), k = 50: TTFT of inject with
-#            memory.recompute_attention 0, 0.05, 0.1, 0.15, 0.2 (the probe pass and the recompute)
+#            memory.recompute_attention 0, 0.05, 0.1, 0.15, 0.2 (the probe pass and the recompute), and
+#            TTFT_EXTRA arguments (--recompute-last M,...: the recompute alone)
 #   f1       the server on the GPU + bench/locomo_eval.py (F1 and NLL over HTTP) for F1_CONVS, F1_K, F1_W
 #            (and F1_EXTRA arguments), resumable (results in /root/f1, copied to $OUT), stopped after
 #            F1_SECONDS (default 400); with the stashed sentence encoder the server retrieves as
@@ -92,7 +93,7 @@ for stage in "$@"; do
     ttft)
       timeout "${TTFT_SECONDS:-300}" "$Q/bin/bench_memory_serving" --device cuda --config "$Q/Llama-3.1-8B.json" \
         --tokenizer "$Q/tokenizer.model.v3" --locomo "$D" --k 50 --questions "${TTFT_QUESTIONS:-20}" --users 4 --max-tokens 4 \
-        --recompute-attention 0,0.05,0.1,0.15,0.2 --kv-cache-mb 16384 > "$OUT/ttft.md" 2> "$OUT/ttft.err"
+        --recompute-attention 0,0.05,0.1,0.15,0.2 ${TTFT_EXTRA:-} --kv-cache-mb 16384 > "$OUT/ttft.md" 2> "$OUT/ttft.err"
       echo "ttft rc=$?"; cat "$OUT/ttft.md" ;;
     f1)
       need_model f1 || continue
