@@ -122,11 +122,9 @@ TEST(TensorParallel, GreedyTokensThroughTheEngineEqualOneRank) {
   EXPECT_EQ(answers[2], answers[0]) << "tp 4";
 }
 
-// The forward's other outputs under the split: captured pool rows (each rank its kv heads), the
-// probe's attention mass (summed over the ranks' heads) and sampled ids equal one rank's.
-TEST(TensorParallel, CapturesProbesAndSamplesEqualOneRank) {
-  const ModelConfig c = config({8, 4, 64});
-  const ModelWeights w = make_random_weights(c, 5);
+// A prefill of 30 tokens in cache blocks 0 and 1 that captures tokens 5..14 into pool slots 0..9,
+// probes rows 25..29 over keys [3, 20) from `first_layer` on, and samples rows 27 and 29.
+ForwardBatch captures_and_probes(const ModelConfig& c, int32_t first_layer = 0) {
   ForwardBatch b;
   for (int32_t p = 0; p < 30; ++p) {
     b.token_ids.push_back((p * 37 + 11) % static_cast<int32_t>(c.vocab_size));
@@ -140,10 +138,19 @@ TEST(TensorParallel, CapturesProbesAndSamplesEqualOneRank) {
     b.capture_tokens.push_back(t);
     b.capture_slots.push_back(t - 5);
   }
-  b.probes.push_back({0, 25, 3, 20});  // rows 25..29 over keys [3, 20)
+  b.probes.push_back({0, 25, 3, 20, first_layer});
   b.output_tokens = {27, 29};
   b.output = ForwardBatch::Output::kSample;
   b.sampling = {{0.9f, 20, 0.9f, 0.3f}, {1.1f, 0, 1.0f, 0.7f}};
+  return b;
+}
+
+// The forward's other outputs under the split: captured pool rows (each rank its kv heads), the
+// probe's attention mass (summed over the ranks' heads) and sampled ids equal one rank's.
+TEST(TensorParallel, CapturesProbesAndSamplesEqualOneRank) {
+  const ModelConfig c = config({8, 4, 64});
+  const ModelWeights w = make_random_weights(c, 5);
+  const ForwardBatch b = captures_and_probes(c);
   struct Out {
     ForwardOutput fo;
     HostTensor k, v;
@@ -165,6 +172,33 @@ TEST(TensorParallel, CapturesProbesAndSamplesEqualOneRank) {
     EXPECT_LE(relative_diff(rows(one.k), rows(n.k)), 2e-5f) << "tp " << tp;
     EXPECT_LE(relative_diff(rows(one.v), rows(n.v)), 2e-5f) << "tp " << tp;
   }
+}
+
+// A probe sums the layers from its first_layer on: from the last layer it keeps that layer's
+// weights alone, from every layer at least as much on every key, and on several ranks the same.
+TEST(TensorParallel, ProbesSumTheLayersFromTheirFirstLayer) {
+  const ModelConfig c = config({8, 4, 64});
+  const ModelWeights w = make_random_weights(c, 5);
+  const auto mass = [&](int32_t tp, int32_t first_layer) {
+    ForwardOutput fo;
+    make_cpu_backend(c, w, options(tp))->forward(captures_and_probes(c, first_layer), fo);
+    return fo.probe_mass;
+  };
+  const int32_t last = static_cast<int32_t>(c.num_layers) - 1;
+  ASSERT_GE(last, 1);
+  const std::vector<float> every = mass(1, 0), upper = mass(1, last);
+  ASSERT_EQ(every.size(), upper.size());
+  double sum_every = 0, sum_upper = 0;
+  for (size_t i = 0; i < every.size(); ++i) {
+    EXPECT_GE(every[i], upper[i] - 1e-6f) << i;
+    sum_every += every[i];
+    sum_upper += upper[i];
+  }
+  // Each of the 5 rows spreads at most 1 per layer and head over the 17 keys.
+  EXPECT_GT(sum_upper, 0.0);
+  EXPECT_LE(sum_upper, 5.0 * static_cast<double>(c.num_heads) + 1e-3);
+  EXPECT_GT(sum_every, sum_upper);
+  EXPECT_LE(relative_diff(upper, mass(2, last)), 2e-5f);
 }
 
 TEST(TensorParallel, PoolRowsKeepTheWholeHeadLayout) {

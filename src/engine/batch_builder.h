@@ -42,10 +42,10 @@ class BatchBuilder {
   }
   // The current sequence's last token yields an output row (after its add_token).
   void output_last() { fb_.output_tokens.push_back(fb_.num_tokens() - 1); }
-  // The current sequence's last `rows` tokens are probed over its entries [key_begin, key_end)
-  // (ForwardBatch::probes; after their add_token).
-  void probe_last(int32_t rows, int32_t key_begin, int32_t key_end) {
-    fb_.probes.push_back({fb_.num_seqs(), fb_.num_tokens() - rows, key_begin, key_end});
+  // The current sequence's last `rows` tokens are probed over its entries [key_begin, key_end) in
+  // the layers from first_layer on (ForwardBatch::probes; after their add_token).
+  void probe_last(int32_t rows, int32_t key_begin, int32_t key_end, int32_t first_layer) {
+    fb_.probes.push_back({fb_.num_seqs(), fb_.num_tokens() - rows, key_begin, key_end, first_layer});
   }
   // The current sequence's entries [start, start + slots.size()) are facts read in place from
   // these memory-pool slots (ForwardBatch::fact_*). The fact arrays exist once a sequence has

@@ -154,12 +154,15 @@ void Engine::add_probe(ProbeSeq p, const Request* before) {
   const InjectedSpan& s = p.injected;
   const int32_t n = static_cast<int32_t>(p.tokens.size());
   IS_CHECK(p.result != nullptr && s.recompute.empty() && s.start < s.end && s.end <= p.score_from && p.score_from < n &&
-               static_cast<int32_t>(s.pool_slots.size()) == s.end - s.start,
-           "probe of {} tokens: span [{}, {}), rows from {}", n, s.start, s.end, p.score_from);
+               static_cast<int32_t>(s.pool_slots.size()) == s.end - s.start && p.first_layer >= 0 &&
+               p.first_layer < backend_->config().num_layers,
+           "probe of {} tokens: span [{}, {}), rows from {}, layers from {}", n, s.start, s.end, p.score_from,
+           p.first_layer);
   const int32_t span = s.end - s.start;
   Request* r = add_internal(std::move(p.tokens), std::move(p.injected), before, false);
   r->probe = std::move(p.result);
   r->probe_from = p.score_from;
+  r->probe_first_layer = p.first_layer;
   r->probe_rows.assign(static_cast<size_t>(n - p.score_from) * static_cast<size_t>(span), 0.0f);
 }
 

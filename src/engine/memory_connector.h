@@ -67,19 +67,20 @@ struct CaptureSeq {
 struct ProbeResult {
   enum class State { kRunning, kDone, kDropped } state = State::kRunning;
   // kDone: [injected span tokens] the attention weight on each injected token, summed over the
-  // probed rows, every layer and every query head.
+  // probed rows, the layers from ProbeSeq::first_layer on and every query head.
   std::vector<float> mass;
 };
 
 // Prefill-only work that measures attention: `tokens` with the span `injected` (every token
 // injected, copied into the probe's temporary blocks) computed as a request would compute them,
-// and the attention weights of the rows [score_from, tokens) on the span's tokens summed into
-// `result` (ForwardBatch::probes). The blocks are released when done, never offered to the prefix
+// and the attention weights of the rows [score_from, tokens) on the span's tokens in the layers
+// [first_layer, num_layers) summed into `result` (ForwardBatch::probes). The blocks are released when done, never offered to the prefix
 // cache. A question-aware recompute selector reads the result (memory/compose/recompute.h).
 struct ProbeSeq {
   std::vector<int32_t> tokens;
   InjectedSpan injected;  // no recompute mask
   int32_t score_from = 0;  // >= injected.end
+  int32_t first_layer = 0;  // < the model's layers
   std::shared_ptr<ProbeResult> result;
 };
 

@@ -129,6 +129,7 @@ struct Request {
   // the prefix cache; `probe` gets their sum when the last row is computed.
   std::shared_ptr<ProbeResult> probe;
   int32_t probe_from = 0;
+  int32_t probe_first_layer = 0;  // ProbeSeq::first_layer
   std::vector<float> probe_rows;
 
   // Scheduling a step ahead (Engine, EngineOptions::schedule_ahead): how many launched forwards

@@ -49,7 +49,7 @@ void add_probe(Request& r, const std::vector<int32_t>& positions, BatchBuilder& 
   if (first == positions.end()) return;
   const int32_t rows = static_cast<int32_t>(positions.end() - first);
   const InjectedSpan& span = *r.injected;
-  bb.probe_last(rows, span.start, span.end);
+  bb.probe_last(rows, span.start, span.end, r.probe_first_layer);
   probes.push_back({&r, *first, rows, span.end - span.start});
 }
 

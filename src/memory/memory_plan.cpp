@@ -80,7 +80,8 @@ MemoryPlan MemoryService::probe(RequestMemory& m) {
   MemoryPlan plan;
   plan.state = MemoryPlan::State::kProbe;
   // The probed row is the prompt's last token: its logits give the answer's first token.
-  ProbeSeq probe{p.tokens, *p.injected, static_cast<int32_t>(p.tokens.size()) - 1, m.probe};
+  ProbeSeq probe{p.tokens, *p.injected, static_cast<int32_t>(p.tokens.size()) - 1,
+                 probe_first_layer(model_.config.num_layers), m.probe};
   probe.injected.recompute.clear();
   plan.probe = std::move(probe);
   return plan;

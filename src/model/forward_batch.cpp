@@ -50,6 +50,7 @@ void ForwardBatch::validate(int64_t num_cache_slots, int32_t block_size) const {
   for (int32_t c : capture_tokens) IS_CHECK(c >= 0 && static_cast<size_t>(c) < T, "capture token {} out of range", c);
   for (const Probe& p : probes) {
     IS_CHECK(p.seq >= 0 && p.seq < num_seqs(), "probe of sequence {} out of range", p.seq);
+    IS_CHECK(p.first_layer >= 0, "probe's first layer {}", p.first_layer);
     IS_CHECK(p.first_token >= q_indptr[p.seq] && p.first_token < q_indptr[p.seq + 1], "probe's first token {} outside seq {}",
              p.first_token, p.seq);
     const int32_t start = kv_start.empty() ? 0 : kv_start[static_cast<size_t>(p.seq)];

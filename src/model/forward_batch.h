@@ -79,13 +79,15 @@ struct ForwardBatch {
   // measures how much the tokens [first_token, the end of sequence seq's tokens in this batch)
   // attend to the sequence's entries [key_begin, key_end). ForwardOutput::probe_mass gets, probe
   // after probe, [rows][key_end - key_begin]: each row's attention weights (the softmax over all
-  // the entries it attends to) on those entries, summed over every layer and query head. The
-  // probed sequence's entries are in its cache blocks (none read in place).
+  // the entries it attends to) on those entries, summed over the layers [first_layer, num_layers)
+  // and every query head. The probed sequence's entries are in its cache blocks (none read in
+  // place).
   struct Probe {
     int32_t seq = 0;
     int32_t first_token = 0;  // index into token_ids, inside the sequence's rows
     int32_t key_begin = 0;
     int32_t key_end = 0;
+    int32_t first_layer = 0;
     int32_t rows(const ForwardBatch& b) const { return b.q_indptr[seq + 1] - first_token; }
     int32_t keys() const { return key_end - key_begin; }
   };

@@ -442,7 +442,7 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   if (facts_) aa_.pool = kv_.pool.layer(layer, kv_.pool_layer_stride, cfg_.head_dim);
   if (!split_attention_) {
     cuda::attention(aa_, attn_kernel_, stream_);
-    probe_attention();
+    probe_attention(layer);
     return;
   }
   // A mixed batch (begin()): the prefills' tiles on side_ (from the QKV step's end to before
@@ -459,10 +459,10 @@ void CudaForwardOps::attention(Act q, int32_t layer, Act out) {
   cuda::attention(decode_aa_, decode_kernel_, stream_);
   CUDA_CHECK(cudaEventRecord(join_, side_));
   CUDA_CHECK(cudaStreamWaitEvent(stream_, join_));
-  probe_attention();
+  probe_attention(layer);
 }
 
-void CudaForwardOps::probe_attention() {
+void CudaForwardOps::probe_attention(int32_t layer) {
   const ForwardBatch& b = *batch_;
   if (b.probes.empty()) return;
   IS_CHECK(!in_graph(), "a forward with attention probes runs eagerly");
@@ -471,6 +471,10 @@ void CudaForwardOps::probe_attention() {
   for (const ForwardBatch::Probe& p : b.probes) {
     cuda::AttentionMassArgs a;
     a.s = probe_mass_shape(b, p, cfg_, block_size_);
+    if (layer < p.first_layer) {
+      mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
+      continue;
+    }
     a.q = aa_.q + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
     a.cache = aa_.cache;
     a.positions = aa_.positions + p.first_token;  // a causal mask's positions are the tokens'
