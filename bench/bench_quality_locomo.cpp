@@ -90,11 +90,14 @@ class GoldScoring final : public ForwardingConnector {
 // requests: all are added at once and computed together in the engine's batches. For each, the
 // service retrieves and composes the prompt (injected facts' KV copied from the pool, as for any
 // request), GoldScoring appends the gold answer, and the engine scores the answer's tokens
-// (prompt_logprobs over the tail, with whole distributions) without generating. Returns the rows
-// per request, in the order of `mrs`; `served[i]` gets request i's prompt as the service composed it.
-std::vector<Rows> score(Engine& engine, MemoryService& svc, const std::vector<MemoryRequest>& mrs,
-                        const std::vector<ChatMessage>& msgs, const std::vector<int32_t>& gold,
-                        std::vector<MemoryPrompt>& served) {
+// (prompt_logprobs over the tail, with whole distributions) without generating. Returns one
+// Scored per request, in the order of `mrs`.
+struct Scored {
+  Rows rows;           // the gold answer's tokens
+  MemoryPrompt served;  // the prompt as the service composed it
+};
+std::vector<Scored> score(Engine& engine, MemoryService& svc, const std::vector<MemoryRequest>& mrs,
+                          const std::vector<ChatMessage>& msgs, const std::vector<int32_t>& gold) {
   GoldScoring connector(svc, gold);
   engine.set_memory(&connector);
   SamplingParams sp;
@@ -116,14 +119,13 @@ std::vector<Rows> score(Engine& engine, MemoryService& svc, const std::vector<Me
       if (!o.prompt_logprobs.empty()) entries.at(slot.at(o.id)) = std::move(o.prompt_logprobs);
     }
   engine.set_memory(nullptr);  // the connector goes with this call; the requests have ended
-  std::vector<Rows> out(mrs.size());
-  served.clear();
+  std::vector<Scored> out(mrs.size());
   for (size_t r = 0; r < mrs.size(); ++r) {
-    served.push_back(memories[r]->served);
+    out[r].served = memories[r]->served;
     if (entries[r].size() < gold.size()) throw std::runtime_error("the engine returned no prompt logprobs");
     for (size_t i = entries[r].size() - gold.size(); i < entries[r].size(); ++i) {
       if (!entries[r][i] || entries[r][i]->distribution.empty()) throw std::runtime_error("an answer row was not computed");
-      out[r].push_back(std::move(entries[r][i]->distribution));
+      out[r].rows.push_back(std::move(entries[r][i]->distribution));
     }
   }
   return out;
@@ -155,7 +157,6 @@ struct Config {
 struct Acc {
   double kl = 0, nll = 0, kl_native = 0;
   int64_t tokens = 0, agree = 0, questions = 0, injected = 0, recomputed = 0, agree_native = 0;
-  std::vector<double> kl_q, nll_q;  // per question (mean over its answer tokens)
 };
 
 struct Args {
@@ -228,7 +229,6 @@ void write_json(const Args& a, const Model& model, const Backend& be, const nloh
            .dump(1);
 }
 
-
 // KL(P || Q) summed over the answer tokens, and how many tokens' argmax agree.
 std::pair<double, int64_t> kl_and_agreement(const Rows& P, const Rows& Q) {
   double kl = 0;
@@ -240,6 +240,43 @@ std::pair<double, int64_t> kl_and_agreement(const Rows& P, const Rows& Q) {
     agree += ap == aq;
   }
   return {kl, agree};
+}
+
+// One question's results, config by config, into the accumulators and into `qj` (its
+// per-question values): the gold answer's NLL per token, and for a config with a k its KL and
+// top-1 against text at that k (the configs list text before its injects); with `ref` (the same
+// configs on native storage), KL and top-1 against it.
+void add_question(const std::vector<Config>& configs, const std::vector<Scored>& got, const std::vector<Scored>* ref,
+                  const std::vector<int32_t>& gold, std::map<std::string, Acc>& acc, nlohmann::json& qj) {
+  const Rows* text_rows = nullptr;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Config& cf = configs[i];
+    const Rows& rows = got[i].rows;
+    const MemoryPrompt& p = got[i].served;
+    if (cf.mode == MemoryMode::kInject && !p.fallback.empty()) throw std::runtime_error("inject fell back: " + p.fallback);
+    const auto n = static_cast<double>(rows.size());
+    Acc& x = acc[cf.name()];
+    double nll = 0, kl = 0;
+    for (size_t t = 0; t < rows.size(); ++t) nll -= rows[t][static_cast<size_t>(gold[t])];
+    ++x.questions;
+    x.tokens += static_cast<int64_t>(rows.size());
+    x.nll += nll;
+    x.injected += p.injected ? p.injected->num_injected() : 0;
+    x.recomputed += p.recomputed;
+    if (ref != nullptr) {
+      const auto [d, agree] = kl_and_agreement((*ref)[i].rows, rows);
+      x.kl_native += d;
+      x.agree_native += agree;
+    }
+    if (cf.mode == MemoryMode::kText) text_rows = &rows;
+    if (cf.mode != MemoryMode::kText && text_rows != nullptr && cf.k > 0) {
+      int64_t agree = 0;
+      std::tie(kl, agree) = kl_and_agreement(*text_rows, rows);
+      x.agree += agree;
+      x.kl += kl;
+    }
+    qj[cf.name()] = {{"nll", nll / n}, {"kl", kl / n}};
+  }
 }
 
 // A conversation's memory on one engine: its turns in a store of their own (fresh, so the same turns
@@ -398,39 +435,10 @@ int main(int argc, char** argv) {
       const auto gold = tok.encode(q->answer, {.add_special = false, .parse_special = false});
       if (gold.empty()) continue;
       for (MemoryRequest& mr : mrs) mr.query = q->question;
-      std::vector<MemoryPrompt> served, ref_served;
-      const std::vector<Rows> rows = score(engine, *mem.svc, mrs, msgs, gold, served);
-      const std::vector<Rows> ref_rows = native ? score(*native, *ref.svc, mrs, msgs, gold, ref_served) : std::vector<Rows>{};
+      const std::vector<Scored> got = score(engine, *mem.svc, mrs, msgs, gold);
+      const std::vector<Scored> ref_got = native ? score(*native, *ref.svc, mrs, msgs, gold) : std::vector<Scored>{};
       nlohmann::json qj = {{"conversation", c->sample_id}, {"question", q->question}, {"category", q->category}};
-      const Rows* text_rows = nullptr;  // text at this k: the configs list it before its injects
-      for (size_t i = 0; i < configs.size(); ++i) {
-        const Config& cf = configs[i];
-        const MemoryPrompt& p = served[i];
-        if (cf.mode == MemoryMode::kInject && !p.fallback.empty()) throw std::runtime_error("inject fell back: " + p.fallback);
-        Acc& x = acc[cf.name()];
-        double nll = 0, kl = 0;
-        for (size_t t = 0; t < rows[i].size(); ++t) nll -= rows[i][t][static_cast<size_t>(gold[t])];
-        ++x.questions;
-        x.tokens += static_cast<int64_t>(rows[i].size());
-        x.nll += nll;
-        x.nll_q.push_back(nll / static_cast<double>(rows[i].size()));
-        x.injected += p.injected ? p.injected->num_injected() : 0;
-        x.recomputed += p.recomputed;
-        if (native) {
-          const auto [d, agree] = kl_and_agreement(ref_rows[i], rows[i]);
-          x.kl_native += d;
-          x.agree_native += agree;
-        }
-        if (cf.mode == MemoryMode::kText) text_rows = &rows[i];
-        if (cf.mode != MemoryMode::kText && text_rows != nullptr && cf.k > 0) {
-          int64_t agree = 0;
-          std::tie(kl, agree) = kl_and_agreement(*text_rows, rows[i]);
-          x.agree += agree;
-          x.kl += kl;
-          x.kl_q.push_back(kl / static_cast<double>(rows[i].size()));
-        }
-        qj[cf.name()] = {{"nll", nll / static_cast<double>(rows[i].size())}, {"kl", kl / static_cast<double>(rows[i].size())}};
-      }
+      add_question(configs, got, native ? &ref_got : nullptr, gold, acc, qj);
       per_question.push_back(std::move(qj));
       progress.add(1);
     }

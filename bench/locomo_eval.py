@@ -337,13 +337,13 @@ def summarize(rows, args):
         t = text.get(row["k"]) if row["mode"] == "inject" else None
         if t and t["f1"] > 0:
             row["f1_vs_text"] = row["f1"] / t["f1"]
-            pairs = [(r["f1"], text_rows[t["config"]][q]["f1"]) for q, r in text_rows[row["config"]].items()
-                     if q in text_rows[t["config"]]]
-            row["f1_vs_text_ci95"] = paired_ratio_ci(pairs)
+            # (category, this config's F1, text's F1) per question both answered.
+            paired = [(r["category"], r["f1"], text_rows[t["config"]][q]["f1"])
+                      for q, r in text_rows[row["config"]].items() if q in text_rows[t["config"]]]
+            row["f1_vs_text_ci95"] = paired_ratio_ci([(a, b) for _, a, b in paired])
             # The same ratio within each category (the category's questions only).
             for cat, cname in CATEGORIES.items():
-                cat_pairs = [(r["f1"], text_rows[t["config"]][q]["f1"]) for q, r in text_rows[row["config"]].items()
-                             if q in text_rows[t["config"]] and r["category"] == cat]
+                cat_pairs = [(a, b) for c, a, b in paired if c == cat]
                 text_sum = sum(b for _, b in cat_pairs)
                 if text_sum > 0:
                     row["f1_vs_text_" + cname] = sum(a for a, _ in cat_pairs) / text_sum

@@ -74,8 +74,9 @@ struct ProbeResult {
 // Prefill-only work that measures attention: `tokens` with the span `injected` (every token
 // injected, copied into the probe's temporary blocks) computed as a request would compute them,
 // and the attention weights of the rows [score_from, tokens) on the span's tokens in the layers
-// [first_layer, num_layers) summed into `result` (ForwardBatch::probes). The blocks are released when done, never offered to the prefix
-// cache. A question-aware recompute selector reads the result (memory/compose/recompute.h).
+// [first_layer, num_layers) summed into `result` (ForwardBatch::probes). The blocks are released
+// when done, never offered to the prefix cache. A question-aware recompute selector reads the
+// result (memory/compose/recompute.h).
 struct ProbeSeq {
   std::vector<int32_t> tokens;
   InjectedSpan injected;  // no recompute mask

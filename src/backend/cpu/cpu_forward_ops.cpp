@@ -331,15 +331,13 @@ void CpuForwardOps::probe_attention(Act q, int32_t layer) {
   for (const ForwardBatch::Probe& p : b.probes) {
     cpu::AttentionMassArgs a;
     a.s = probe_mass_shape(b, p, cfg_, block_size_);
-    if (layer < p.first_layer) {
-      mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
-      continue;
+    if (layer >= p.first_layer) {
+      a.q = f(q) + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
+      a.cache = {c.f32_rows(layer, 0), c.f32_rows(layer, 1), c.codes(layer, 0), c.codes(layer, 1), c.scales(layer, 0), c.scales(layer, 1)};
+      a.positions = b.positions.data() + p.first_token;
+      a.blocks = b.kv_indices.data() + b.kv_indptr[p.seq];
+      cpu::attention_mass(a, mass);
     }
-    a.q = f(q) + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
-    a.cache = {c.f32_rows(layer, 0), c.f32_rows(layer, 1), c.codes(layer, 0), c.codes(layer, 1), c.scales(layer, 0), c.scales(layer, 1)};
-    a.positions = b.positions.data() + p.first_token;
-    a.blocks = b.kv_indices.data() + b.kv_indptr[p.seq];
-    cpu::attention_mass(a, mass);
     mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
   }
 }

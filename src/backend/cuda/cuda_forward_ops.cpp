@@ -471,15 +471,13 @@ void CudaForwardOps::probe_attention(int32_t layer) {
   for (const ForwardBatch::Probe& p : b.probes) {
     cuda::AttentionMassArgs a;
     a.s = probe_mass_shape(b, p, cfg_, block_size_);
-    if (layer < p.first_layer) {
-      mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
-      continue;
+    if (layer >= p.first_layer) {
+      a.q = aa_.q + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
+      a.cache = aa_.cache;
+      a.positions = aa_.positions + p.first_token;  // a causal mask's positions are the tokens'
+      a.blocks = aa_.kv_indices + b.kv_indptr[p.seq];
+      cuda::attention_mass(a, mass, stream_);
     }
-    a.q = aa_.q + static_cast<int64_t>(p.first_token) * cfg_.num_heads * cfg_.head_dim;
-    a.cache = aa_.cache;
-    a.positions = aa_.positions + p.first_token;  // a causal mask's positions are the tokens'
-    a.blocks = aa_.kv_indices + b.kv_indptr[p.seq];
-    cuda::attention_mass(a, mass, stream_);
     mass += static_cast<int64_t>(a.s.rows) * a.s.keys();
   }
 }

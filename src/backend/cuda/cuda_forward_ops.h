@@ -160,7 +160,7 @@ class CudaForwardOps final : public ForwardOps {
   };
   void set_attention_args(const cuda::StepAttention& attn, const AttentionOffsets& o);
   // This layer's share of the batch's probes' weights (ForwardBatch::probes; eager forwards only).
-  void probe_attention(int32_t layer);  // this layer's share of the probes' weights (ForwardBatch::probes)
+  void probe_attention(int32_t layer);
   DeviceWeightStore weights_;
   bool e4m3_projections_ = false;
   Gemm gemm_;
