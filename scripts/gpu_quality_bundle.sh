@@ -16,17 +16,16 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DINFERSCALE_CUDA=ON -DCMAKE_C
 cmake --build "$BUILD" -j"${JOBS:-2}" --target test_cuda inferscale bench_quality_locomo bench_memory_serving
 rm -rf .gpu/m1 .gpu/m2 .gpu/q .gpu/e .gpu/e1 .gpu/e2
 mkdir -p .gpu/m1 .gpu/m2 .gpu/q .gpu/e1 .gpu/e2
+# split_at FILE N A B: FILE's first N bytes into A, the rest into B.
+split_at() { head -c "$2" "$1" > "$3"; tail -c +"$(( $2 + 1 ))" "$1" > "$4"; }
 # The sentence encoder of hybrid retrieval (scripts/fetch_models.sh), when fetched: an 80 MB
 # archive, in two halves that travel in two calls.
 if [ -d models/all-MiniLM-L6-v2 ]; then
   tar -C models -cJf .gpu/minilm.tar.xz all-MiniLM-L6-v2
-  half=$(( ($(stat -c %s .gpu/minilm.tar.xz) + 1) / 2 ))
-  head -c "$half" .gpu/minilm.tar.xz > .gpu/e1/part
-  tail -c +"$((half + 1))" .gpu/minilm.tar.xz > .gpu/e2/part
+  split_at .gpu/minilm.tar.xz $(( ($(stat -c %s .gpu/minilm.tar.xz) + 1) / 2 )) .gpu/e1/part .gpu/e2/part
   rm .gpu/minilm.tar.xz
 fi
-head -c 42000000 "$MODEL" > .gpu/m1/part1
-tail -c +42000001 "$MODEL" > .gpu/m2/part2
+split_at "$MODEL" 42000000 .gpu/m1/part1 .gpu/m2/part2
 S=$(mktemp -d)
 mkdir -p "$S/bin"
 for b in "$BUILD/inferscale" "$BUILD/tests/cuda/test_cuda" "$BUILD/bench/bench_quality_locomo" "$BUILD/bench/bench_memory_serving"; do
